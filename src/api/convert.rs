@@ -1,0 +1,287 @@
+//! Validation of requests into the worker's types, and of the worker's answers back into
+//! protobuf. Every check names the field it refused, so a client can fix its call.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prost_types::{Duration as ProtoDuration, Timestamp};
+
+use crate::delivery::queue::{Dead, Delivered};
+use crate::proto;
+use crate::worker::table::{Due, Expiration, NewTimer, Target, TimerError, TimerRef, TimerView};
+
+/// Bounds on what one request may ask for.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_payload_bytes: usize,
+    pub max_batch: usize,
+    pub max_namespace_len: usize,
+    pub max_key_len: usize,
+    /// Deadlines further out than this are refused as absurd.
+    pub max_horizon: Duration,
+    pub max_page_size: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 64 * 1024,
+            max_batch: 10_000,
+            max_namespace_len: 128,
+            max_key_len: 256,
+            max_horizon: Duration::from_secs(100 * 365 * 24 * 3600),
+            max_page_size: 1_000,
+        }
+    }
+}
+
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+impl Limits {
+    pub fn namespace(&self, namespace: &str) -> Result<String, TimerError> {
+        if namespace.is_empty() {
+            return Ok(DEFAULT_NAMESPACE.to_owned());
+        }
+        self.name("namespace", namespace, self.max_namespace_len)
+    }
+
+    fn name(&self, field: &'static str, value: &str, limit: usize) -> Result<String, TimerError> {
+        if value.len() > limit {
+            return Err(TimerError::invalid(
+                field,
+                format!("{} bytes is over the limit of {limit}", value.len()),
+            ));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(TimerError::invalid(
+                field,
+                "must not contain control characters",
+            ));
+        }
+        Ok(value.to_owned())
+    }
+
+    fn key(&self, key: &str) -> Result<String, TimerError> {
+        if key.is_empty() {
+            return Err(TimerError::invalid("key", "must not be empty"));
+        }
+        self.name("key", key, self.max_key_len)
+    }
+
+    /// A positive duration no longer than the horizon.
+    pub fn duration(
+        &self,
+        field: &'static str,
+        duration: &ProtoDuration,
+    ) -> Result<Duration, TimerError> {
+        let duration = checked_duration(field, duration)?;
+        if duration > self.max_horizon {
+            return Err(TimerError::invalid(
+                field,
+                format!("{duration:?} is beyond the {:?} horizon", self.max_horizon),
+            ));
+        }
+        Ok(duration)
+    }
+
+    fn interval(
+        &self,
+        field: &'static str,
+        duration: &ProtoDuration,
+    ) -> Result<Duration, TimerError> {
+        let duration = self.duration(field, duration)?;
+        if duration.is_zero() {
+            return Err(TimerError::invalid(field, "must be greater than zero"));
+        }
+        Ok(duration)
+    }
+
+    pub fn new_timer(&self, spec: proto::TimerSpec) -> Result<NewTimer, TimerError> {
+        let namespace = self.namespace(&spec.namespace)?;
+        let key = match spec.key.as_str() {
+            "" => None,
+            key => Some(self.key(key)?),
+        };
+        if spec.payload.len() > self.max_payload_bytes {
+            return Err(TimerError::ResourceExhausted(format!(
+                "payload: {} bytes is over the limit of {} (--max-payload-bytes)",
+                spec.payload.len(),
+                self.max_payload_bytes
+            )));
+        }
+        let repeat = spec
+            .repeat
+            .as_ref()
+            .map(|repeat| self.interval("repeat", repeat))
+            .transpose()?;
+        let ttl = spec
+            .ttl
+            .as_ref()
+            .map(|ttl| self.interval("ttl", ttl))
+            .transpose()?;
+        let due = match (&spec.delay, &spec.deadline, ttl) {
+            (Some(_), Some(_), _) => {
+                return Err(TimerError::invalid(
+                    "deadline",
+                    "give either delay or deadline, not both",
+                ))
+            }
+            (Some(delay), None, _) => Due::After(self.duration("delay", delay)?),
+            (None, Some(deadline), _) => Due::AtUnix(self.deadline("deadline", deadline)?),
+            (None, None, Some(ttl)) => Due::After(ttl),
+            (None, None, None) => {
+                return Err(TimerError::invalid(
+                    "delay",
+                    "one of delay, deadline or ttl is required",
+                ))
+            }
+        };
+        Ok(NewTimer {
+            namespace,
+            key,
+            due,
+            payload: spec.payload,
+            repeat,
+            ttl,
+        })
+    }
+
+    /// A wall-clock deadline in nanoseconds since the epoch; past ones are allowed (they
+    /// fire at once), ones beyond the horizon are not.
+    fn deadline(&self, field: &'static str, timestamp: &Timestamp) -> Result<u64, TimerError> {
+        if !(0..1_000_000_000).contains(&timestamp.nanos) {
+            return Err(TimerError::invalid(field, "nanos must be within 0..1e9"));
+        }
+        let unix = i128::from(timestamp.seconds) * 1_000_000_000 + i128::from(timestamp.nanos);
+        let horizon = unix_now() as i128 + self.max_horizon.as_nanos() as i128;
+        if unix > horizon {
+            return Err(TimerError::invalid(
+                field,
+                format!("more than {:?} in the future", self.max_horizon),
+            ));
+        }
+        Ok(unix.max(0) as u64)
+    }
+
+    pub fn timer_ref(&self, reference: Option<proto::TimerRef>) -> Result<TimerRef, TimerError> {
+        let reference = reference.ok_or_else(|| TimerError::invalid("timer", "is required"))?;
+        let namespace = self.namespace(&reference.namespace)?;
+        let target = match reference.target {
+            Some(proto::timer_ref::Target::Id(id)) => Target::Id(id.parse()?),
+            Some(proto::timer_ref::Target::Key(key)) => Target::Key(self.key(&key)?),
+            None => return Err(TimerError::invalid("timer", "give an id or a key")),
+        };
+        Ok(TimerRef { namespace, target })
+    }
+
+    pub fn optional_ttl(
+        &self,
+        ttl: Option<&ProtoDuration>,
+    ) -> Result<Option<Duration>, TimerError> {
+        ttl.map(|ttl| self.interval("ttl", ttl)).transpose()
+    }
+}
+
+fn checked_duration(field: &'static str, duration: &ProtoDuration) -> Result<Duration, TimerError> {
+    let negative = duration.seconds < 0 || duration.nanos < 0;
+    if negative {
+        return Err(TimerError::invalid(field, "must not be negative"));
+    }
+    if duration.nanos >= 1_000_000_000 {
+        return Err(TimerError::invalid(field, "nanos must be below 1e9"));
+    }
+    Ok(Duration::new(
+        duration.seconds as u64,
+        duration.nanos as u32,
+    ))
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64)
+}
+
+pub fn timestamp(unix_nanos: u64) -> Timestamp {
+    Timestamp {
+        seconds: (unix_nanos / 1_000_000_000) as i64,
+        nanos: (unix_nanos % 1_000_000_000) as i32,
+    }
+}
+
+pub fn proto_duration(duration: Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: duration.as_secs() as i64,
+        nanos: duration.subsec_nanos() as i32,
+    }
+}
+
+pub fn timer(view: TimerView) -> proto::Timer {
+    proto::Timer {
+        id: view.id.to_string(),
+        namespace: view.namespace.to_string(),
+        key: view.key.unwrap_or_default(),
+        deadline: Some(timestamp(view.deadline_unix)),
+        payload: view.payload,
+        repeat: view.repeat.map(proto_duration),
+        ttl: view.ttl.map(proto_duration),
+        remaining: Some(proto_duration(view.remaining)),
+        fired_count: view.fired_count,
+    }
+}
+
+fn fired_timer(expiration: &Expiration) -> proto::Timer {
+    proto::Timer {
+        id: expiration.id.to_string(),
+        namespace: expiration.namespace.to_string(),
+        key: expiration.key.clone().unwrap_or_default(),
+        deadline: Some(timestamp(expiration.deadline_unix)),
+        payload: expiration.payload.clone(),
+        repeat: expiration.repeat.map(proto_duration),
+        ttl: expiration.ttl.map(proto_duration),
+        remaining: Some(ProtoDuration::default()),
+        fired_count: expiration.fired_count,
+    }
+}
+
+pub fn expiration(delivered: &Delivered) -> proto::Expiration {
+    let expiration = &delivered.expiration;
+    proto::Expiration {
+        delivery_id: delivery_id(delivered.delivery_id),
+        timer: Some(fired_timer(expiration)),
+        fired_at: Some(timestamp(expiration.fired_unix)),
+        attempt: delivered.attempt,
+        late: expiration.late,
+        lease: expiration.ttl.is_some(),
+    }
+}
+
+pub fn dead_expiration(dead: &Dead) -> proto::Expiration {
+    proto::Expiration {
+        delivery_id: String::new(),
+        timer: Some(fired_timer(&dead.expiration)),
+        fired_at: Some(timestamp(dead.expiration.fired_unix)),
+        attempt: dead.attempts,
+        late: dead.expiration.late,
+        lease: dead.expiration.ttl.is_some(),
+    }
+}
+
+/// Delivery ids are shown like timer ids: 16 hex digits.
+pub fn delivery_id(raw: u64) -> String {
+    format!("{raw:016x}")
+}
+
+pub fn parse_delivery_id(text: &str) -> Option<u64> {
+    let well_formed = text.len() == 16 && text.bytes().all(|byte| byte.is_ascii_hexdigit());
+    well_formed
+        .then(|| u64::from_str_radix(text, 16).ok())
+        .flatten()
+}
+
+pub fn item_error(error: &TimerError) -> proto::Error {
+    let status = super::status(error.clone());
+    proto::Error {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+    }
+}

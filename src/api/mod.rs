@@ -1,0 +1,419 @@
+//! The tonic service: validates each request, turns it into a worker command or a
+//! delivery request, and maps every refusal to a gRPC status. No timer logic lives here.
+
+pub mod convert;
+
+use std::pin::Pin;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::delivery::{DeliveryHandle, SubscribeOptions};
+use crate::proto;
+use crate::worker::table::{Command, PendingQuery, TimerError};
+use crate::worker::{SendError, WorkerHandle};
+use convert::Limits;
+
+pub fn status(error: TimerError) -> Status {
+    let message = error.to_string();
+    match error {
+        TimerError::InvalidArgument { .. } => Status::invalid_argument(message),
+        TimerError::NotFound(_) => Status::not_found(message),
+        TimerError::ResourceExhausted(_) => Status::resource_exhausted(message),
+        TimerError::FailedPrecondition(_) => Status::failed_precondition(message),
+        TimerError::Unavailable(_) => Status::unavailable(message),
+    }
+}
+
+fn worker_status(error: SendError) -> Status {
+    match error {
+        SendError::Full { .. } => Status::resource_exhausted(error.to_string()),
+        SendError::Stopped => Status::unavailable(error.to_string()),
+    }
+}
+
+fn stopped() -> Status {
+    Status::unavailable("tickd is shutting down")
+}
+
+/// Heartbeats a KeepAlive stream may have waiting on the worker at once.
+const KEEPALIVE_IN_FLIGHT: usize = 1_024;
+
+#[derive(Clone)]
+pub struct TimersService {
+    worker: WorkerHandle<Command>,
+    delivery: DeliveryHandle,
+    limits: Limits,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl TimersService {
+    pub fn new(
+        worker: WorkerHandle<Command>,
+        delivery: DeliveryHandle,
+        limits: Limits,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            worker,
+            delivery,
+            limits,
+            shutdown,
+        }
+    }
+
+    /// Sends one command built around a reply channel and waits for the answer.
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, Status> {
+        let (reply, answer) = oneshot::channel();
+        self.worker
+            .try_send(command(reply))
+            .map_err(worker_status)?;
+        answer.await.map_err(|_| stopped())
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl proto::timers_server::Timers for TimersService {
+    async fn new_timeout(
+        &self,
+        request: Request<proto::NewTimeoutRequest>,
+    ) -> Result<Response<proto::NewTimeoutResponse>, Status> {
+        let spec = request
+            .into_inner()
+            .timer
+            .ok_or_else(|| status(TimerError::invalid("timer", "is required")))?;
+        let timer = self.limits.new_timer(spec).map_err(status)?;
+        let mut results = self
+            .ask(|reply| Command::Register {
+                timers: vec![timer],
+                reply,
+            })
+            .await?;
+        let registered = results.pop().ok_or_else(stopped)?.map_err(status)?;
+        Ok(Response::new(proto::NewTimeoutResponse {
+            timer: Some(convert::timer(registered.timer)),
+            created: registered.created,
+        }))
+    }
+
+    async fn new_timeouts(
+        &self,
+        request: Request<proto::NewTimeoutsRequest>,
+    ) -> Result<Response<proto::NewTimeoutsResponse>, Status> {
+        let specs = request.into_inner().timers;
+        if specs.len() > self.limits.max_batch {
+            return Err(Status::resource_exhausted(format!(
+                "timers: {} items is over the batch limit of {} (--max-batch)",
+                specs.len(),
+                self.limits.max_batch
+            )));
+        }
+        // Invalid items are answered here; only the valid ones go to the worker.
+        let validated: Vec<_> = specs
+            .into_iter()
+            .map(|spec| self.limits.new_timer(spec))
+            .collect();
+        let valid = validated
+            .iter()
+            .filter_map(|item| item.as_ref().ok())
+            .cloned()
+            .collect();
+        let mut registered = self
+            .ask(|reply| Command::Register {
+                timers: valid,
+                reply,
+            })
+            .await?
+            .into_iter();
+        let results = validated
+            .into_iter()
+            .map(|item| {
+                let outcome = item.and_then(|_| {
+                    registered
+                        .next()
+                        .ok_or_else(|| TimerError::Unavailable("no answer".into()))?
+                });
+                let result = match outcome {
+                    Ok(registered) => {
+                        proto::new_timeout_result::Result::Registered(proto::NewTimeoutResponse {
+                            timer: Some(convert::timer(registered.timer)),
+                            created: registered.created,
+                        })
+                    }
+                    Err(error) => {
+                        proto::new_timeout_result::Result::Error(convert::item_error(&error))
+                    }
+                };
+                proto::NewTimeoutResult {
+                    result: Some(result),
+                }
+            })
+            .collect();
+        Ok(Response::new(proto::NewTimeoutsResponse { results }))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<proto::CancelRequest>,
+    ) -> Result<Response<proto::CancelResponse>, Status> {
+        let timer = self
+            .limits
+            .timer_ref(request.into_inner().timer)
+            .map_err(status)?;
+        let cancelled = self
+            .ask(|reply| Command::Cancel { timer, reply })
+            .await?
+            .map_err(status)?;
+        Ok(Response::new(proto::CancelResponse { cancelled }))
+    }
+
+    async fn pending(
+        &self,
+        request: Request<proto::PendingRequest>,
+    ) -> Result<Response<proto::PendingResponse>, Status> {
+        let request = request.into_inner();
+        let namespace = match request.namespace.as_str() {
+            "" => None,
+            name => Some(self.limits.namespace(name).map_err(status)?),
+        };
+        let after = match request.page_token.as_str() {
+            "" => None,
+            token => Some(token.parse().map_err(status)?),
+        };
+        let query = PendingQuery {
+            namespace: namespace.clone(),
+            page_size: (request.page_size as usize).min(self.limits.max_page_size),
+            after,
+        };
+        let page = self.ask(|reply| Command::Pending { query, reply }).await?;
+        let dead = match namespace {
+            Some(namespace) => self.delivery.dead(namespace).await.map_err(|_| stopped())?,
+            None => Default::default(),
+        };
+        Ok(Response::new(proto::PendingResponse {
+            count: page.count,
+            timers: page.timers.into_iter().map(convert::timer).collect(),
+            next_page_token: page
+                .next_page_token
+                .map(|token| token.to_string())
+                .unwrap_or_default(),
+            dead_count: dead.count,
+            dead: if request.include_dead {
+                dead.dead.iter().map(convert::dead_expiration).collect()
+            } else {
+                Vec::new()
+            },
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<proto::GetRequest>,
+    ) -> Result<Response<proto::GetResponse>, Status> {
+        let timer = self
+            .limits
+            .timer_ref(request.into_inner().timer)
+            .map_err(status)?;
+        let view = self
+            .ask(|reply| Command::Get { timer, reply })
+            .await?
+            .map_err(status)?;
+        Ok(Response::new(proto::GetResponse {
+            timer: Some(convert::timer(view)),
+        }))
+    }
+
+    async fn touch(
+        &self,
+        request: Request<proto::TouchRequest>,
+    ) -> Result<Response<proto::TouchResponse>, Status> {
+        let request = request.into_inner();
+        let timer = self.limits.timer_ref(request.timer).map_err(status)?;
+        let ttl = self
+            .limits
+            .optional_ttl(request.ttl.as_ref())
+            .map_err(status)?;
+        let view = self
+            .ask(|reply| Command::Touch { timer, ttl, reply })
+            .await?
+            .map_err(status)?;
+        Ok(Response::new(proto::TouchResponse {
+            timer: Some(convert::timer(view)),
+        }))
+    }
+
+    type KeepAliveStream = BoxStream<proto::KeepAliveResponse>;
+
+    async fn keep_alive(
+        &self,
+        request: Request<Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let heartbeats = request.into_inner();
+        let (answers, pending_answers) = mpsc::channel(KEEPALIVE_IN_FLIGHT);
+        tokio::spawn(self.clone().forward_heartbeats(heartbeats, answers));
+        let responses = ReceiverStream::new(pending_answers)
+            .then(|answer: PendingAnswer| async move { Ok(answer.resolve().await) });
+        Ok(Response::new(Box::pin(responses)))
+    }
+
+    type SubscribeStream = BoxStream<proto::SubscribeResponse>;
+
+    async fn subscribe(
+        &self,
+        request: Request<proto::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let request = request.into_inner();
+        let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
+        let ack_timeout = match &request.ack_timeout {
+            Some(timeout) => Some(
+                self.limits
+                    .duration("ack_timeout", timeout)
+                    .map_err(status)?,
+            )
+            .filter(|timeout| !timeout.is_zero()),
+            None => None,
+        };
+        let options = SubscribeOptions {
+            namespace,
+            observer: request.mode == proto::subscribe_request::Mode::Observer as i32,
+            ack_timeout,
+            max_unacked: (request.max_unacked > 0).then_some(request.max_unacked as usize),
+            auto_ack: request.auto_ack,
+        };
+        let subscription = self.delivery.subscribe(options).map_err(|_| stopped())?;
+        let stream = subscription.map(|delivered| {
+            Ok(proto::SubscribeResponse {
+                expiration: Some(convert::expiration(&delivered)),
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn ack(
+        &self,
+        request: Request<proto::AckRequest>,
+    ) -> Result<Response<proto::AckResponse>, Status> {
+        let request = request.into_inner();
+        let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
+        let mut unknown = Vec::new();
+        let mut delivery_ids = Vec::with_capacity(request.delivery_ids.len());
+        for text in request.delivery_ids {
+            match convert::parse_delivery_id(&text) {
+                Some(id) => delivery_ids.push(id),
+                None => unknown.push(text),
+            }
+        }
+        let outcome = self
+            .delivery
+            .ack(namespace, delivery_ids)
+            .await
+            .map_err(|_| stopped())?;
+        unknown.extend(outcome.unknown.into_iter().map(convert::delivery_id));
+        Ok(Response::new(proto::AckResponse {
+            acknowledged: outcome.acknowledged,
+            unknown,
+        }))
+    }
+}
+
+/// One heartbeat on its way through the worker, answered in arrival order.
+enum PendingAnswer {
+    Waiting {
+        sequence: u64,
+        answer: oneshot::Receiver<Result<crate::worker::table::TimerView, TimerError>>,
+    },
+    Failed {
+        sequence: u64,
+        status: Status,
+    },
+}
+
+impl PendingAnswer {
+    async fn resolve(self) -> proto::KeepAliveResponse {
+        let (sequence, outcome) = match self {
+            PendingAnswer::Waiting { sequence, answer } => {
+                let outcome = match answer.await {
+                    Ok(result) => result.map_err(status),
+                    Err(_) => Err(stopped()),
+                };
+                (sequence, outcome)
+            }
+            PendingAnswer::Failed { sequence, status } => (sequence, Err(status)),
+        };
+        match outcome {
+            Ok(view) => proto::KeepAliveResponse {
+                sequence,
+                id: view.id.to_string(),
+                deadline: Some(convert::timestamp(view.deadline_unix)),
+                error: None,
+            },
+            Err(status) => proto::KeepAliveResponse {
+                sequence,
+                id: String::new(),
+                deadline: None,
+                error: Some(proto::Error {
+                    code: status.code() as i32,
+                    message: status.message().to_owned(),
+                }),
+            },
+        }
+    }
+}
+
+impl TimersService {
+    /// Reads heartbeats and hands each to the worker without waiting for the previous one's
+    /// answer; the answers are awaited in order on the response side. Ends with the client's
+    /// stream or at shutdown.
+    async fn forward_heartbeats(
+        self,
+        mut heartbeats: Streaming<proto::KeepAliveRequest>,
+        answers: mpsc::Sender<PendingAnswer>,
+    ) {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let heartbeat = tokio::select! {
+                heartbeat = heartbeats.message() => heartbeat,
+                _ = shutdown.wait_for(|stopping| *stopping) => return,
+            };
+            let Ok(Some(heartbeat)) = heartbeat else {
+                return;
+            };
+            let pending = self.send_heartbeat(heartbeat);
+            if answers.send(pending).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn send_heartbeat(&self, heartbeat: proto::KeepAliveRequest) -> PendingAnswer {
+        let sequence = heartbeat.sequence;
+        let command = self.limits.timer_ref(heartbeat.timer).and_then(|timer| {
+            let ttl = self.limits.optional_ttl(heartbeat.ttl.as_ref())?;
+            Ok((timer, ttl))
+        });
+        let (timer, ttl) = match command {
+            Ok(command) => command,
+            Err(error) => {
+                return PendingAnswer::Failed {
+                    sequence,
+                    status: status(error),
+                }
+            }
+        };
+        let (reply, answer) = oneshot::channel();
+        match self.worker.try_send(Command::Touch { timer, ttl, reply }) {
+            Ok(()) => PendingAnswer::Waiting { sequence, answer },
+            Err(error) => PendingAnswer::Failed {
+                sequence,
+                status: worker_status(error),
+            },
+        }
+    }
+}

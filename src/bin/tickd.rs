@@ -1,0 +1,73 @@
+//! The tickd daemon: `tickd` alone starts a server with the embedded defaults.
+
+use clap::Parser;
+use tokio::net::{TcpListener, UnixListener};
+use tracing::{error, info};
+
+use tickd::config::{Config, LogFormat};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let config = Config::parse();
+    init_logging(config.log_format);
+    match serve(config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            error!(error = %message, "tickd failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TICKD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|error| format!("binding --listen {}: {error}", config.listen))?;
+    let unix_listener = match &config.unix_socket {
+        Some(path) => Some(bind_unix(path)?),
+        None => None,
+    };
+    info!(
+        listen = %listener.local_addr().map_err(|error| error.to_string())?,
+        unix_socket = ?config.unix_socket,
+        tick = ?config.tick,
+        "tickd serving"
+    );
+    let stopped = tickd::server::run(&config, listener, unix_listener, shutdown_signal())
+        .await
+        .map_err(|error| error.to_string())?;
+    if let Some(path) = &config.unix_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    info!(pending_timers = stopped.pending_timers, "bye");
+    Ok(())
+}
+
+/// A stale socket file from a previous run would make bind fail; it is replaced.
+fn bind_unix(path: &std::path::Path) -> Result<UnixListener, String> {
+    if path.exists() {
+        std::fs::remove_file(path)
+            .map_err(|error| format!("removing stale socket {}: {error}", path.display()))?;
+    }
+    UnixListener::bind(path)
+        .map_err(|error| format!("binding --unix-socket {}: {error}", path.display()))
+}
+
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

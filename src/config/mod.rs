@@ -1,0 +1,106 @@
+//! The daemon's configuration: every flag also reads a `TICKD_*` environment variable, and
+//! every default is embedded, so `tickd` with no arguments is a working server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::delivery::DeliveryConfig;
+use crate::worker::table::TableConfig;
+use crate::worker::WorkerConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Durations are written like `1500ms`, `30s` or `2h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|error| format!("invalid duration {text:?}: {error}"))
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "tickd",
+    version,
+    about = "A timer service: a hashed timing wheel behind gRPC"
+)]
+pub struct Config {
+    /// gRPC listen address.
+    #[arg(long, env = "TICKD_LISTEN", default_value = "0.0.0.0:50051")]
+    pub listen: SocketAddr,
+    /// Also serve gRPC on this Unix socket (for sidecars sharing a volume).
+    #[arg(long, env = "TICKD_UNIX_SOCKET")]
+    pub unix_socket: Option<PathBuf>,
+    /// Length of one wheel tick: the lateness bound is one tick plus scheduling noise.
+    #[arg(long, env = "TICKD_TICK", default_value = "1ms", value_parser = parse_duration)]
+    pub tick: Duration,
+    /// Pending timers the server holds at most; beyond it registrations fail with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TICKD_MAX_PENDING", default_value_t = 10_000_000)]
+    pub max_pending: usize,
+    /// Largest payload accepted, in bytes.
+    #[arg(long, env = "TICKD_MAX_PAYLOAD_BYTES", default_value_t = 64 * 1024)]
+    pub max_payload_bytes: usize,
+    /// Items accepted in one NewTimeouts batch.
+    #[arg(long, env = "TICKD_MAX_BATCH", default_value_t = 10_000)]
+    pub max_batch: usize,
+    /// Commands that may queue for the wheel worker; beyond it calls fail with UNAVAILABLE.
+    #[arg(long, env = "TICKD_WORKER_QUEUE", default_value_t = 65_536)]
+    pub worker_queue: usize,
+    /// Expirations buffered per namespace while no subscriber can take them.
+    #[arg(long, env = "TICKD_MAX_BUFFERED", default_value_t = 100_000)]
+    pub max_buffered: usize,
+    /// Dead expirations kept (and listed) per namespace.
+    #[arg(long, env = "TICKD_MAX_DEAD", default_value_t = 10_000)]
+    pub max_dead: usize,
+    /// Default time a subscriber has to acknowledge a delivery.
+    #[arg(long, env = "TICKD_ACK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub ack_timeout: Duration,
+    /// Deliveries of one expiration before it is kept as dead.
+    #[arg(long, env = "TICKD_MAX_ATTEMPTS", default_value_t = 5)]
+    pub max_attempts: u32,
+    /// Default number of unacknowledged deliveries a subscriber holds.
+    #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
+    pub max_unacked: usize,
+    /// How long shutdown waits for calls in progress before closing them.
+    #[arg(long, env = "TICKD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    #[arg(long, env = "TICKD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// The embedded defaults, as if `tickd` were started with no arguments (`TICKD_*`
+    /// environment variables still apply).
+    pub fn defaults() -> Self {
+        Self::parse_from(["tickd"])
+    }
+
+    pub fn table(&self) -> TableConfig {
+        TableConfig {
+            tick: self.tick,
+            max_pending: self.max_pending,
+        }
+    }
+
+    pub fn worker(&self) -> WorkerConfig {
+        WorkerConfig {
+            queue_capacity: self.worker_queue,
+            ..WorkerConfig::default()
+        }
+    }
+
+    pub fn delivery(&self) -> DeliveryConfig {
+        DeliveryConfig {
+            buffer_capacity: self.max_buffered,
+            dead_capacity: self.max_dead,
+            default_ack_timeout: self.ack_timeout,
+            default_max_unacked: self.max_unacked,
+            max_attempts: self.max_attempts,
+            ..DeliveryConfig::default()
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! One namespace's delivery state: fired expirations waiting for a subscriber, deliveries
+//! awaiting an ack, the dead ones, and the subscribers sharing the namespace.
+//!
+//! Plain data, no tasks and no clock reads: [`super::Delivery`] drives it and keeps the ack
+//! deadlines in its own wheel.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
+
+use crate::wheel::Handle;
+use crate::worker::table::Expiration;
+
+/// One delivery of an expiration to one subscriber, as the stream carries it.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub delivery_id: u64,
+    pub expiration: Arc<Expiration>,
+    /// 1 for the first delivery.
+    pub attempt: u32,
+}
+
+/// An expiration that used up its delivery attempts (or found the buffer full).
+#[derive(Debug, Clone)]
+pub struct Dead {
+    pub expiration: Arc<Expiration>,
+    pub attempts: u32,
+    pub reason: &'static str,
+}
+
+/// An expiration waiting to be (re)delivered.
+#[derive(Debug, Clone)]
+pub(super) struct Waiting {
+    pub expiration: Arc<Expiration>,
+    /// Deliveries made so far.
+    pub attempts: u32,
+}
+
+pub(super) struct InFlight {
+    pub waiting: Waiting,
+    pub subscriber: u64,
+    pub ack_deadline: Handle,
+}
+
+pub(super) struct Subscriber {
+    pub id: u64,
+    pub sender: mpsc::Sender<Delivered>,
+    pub unacked: usize,
+    pub max_unacked: usize,
+    pub ack_timeout: Duration,
+    pub auto_ack: bool,
+}
+
+impl Subscriber {
+    /// Unacked deliveries are bounded by `max_unacked`; an auto-ack subscriber is bounded
+    /// by its stream's buffer instead, which has the same size.
+    fn has_room(&self) -> bool {
+        if self.auto_ack {
+            self.sender.capacity() > 0
+        } else {
+            self.unacked < self.max_unacked
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct NamespaceQueue {
+    pub waiting: VecDeque<Waiting>,
+    pub in_flight: FxHashMap<u64, InFlight>,
+    pub subscribers: Vec<Subscriber>,
+    pub observers: Vec<(u64, mpsc::Sender<Delivered>)>,
+    pub dead: VecDeque<Dead>,
+    /// Dead entries dropped because the dead list itself was full.
+    pub dead_dropped: u64,
+}
+
+impl NamespaceQueue {
+    /// The sharing subscriber with room that holds the fewest unacked deliveries.
+    pub fn least_loaded(&self) -> Option<usize> {
+        self.subscribers
+            .iter()
+            .enumerate()
+            .filter(|(_, subscriber)| subscriber.has_room() && !subscriber.sender.is_closed())
+            .min_by_key(|(_, subscriber)| subscriber.unacked)
+            .map(|(index, _)| index)
+    }
+
+    pub fn subscriber_mut(&mut self, id: u64) -> Option<&mut Subscriber> {
+        self.subscribers
+            .iter_mut()
+            .find(|subscriber| subscriber.id == id)
+    }
+
+    /// Keeps a dead expiration visible, within `capacity`; past it the oldest is dropped
+    /// and counted.
+    pub fn bury(&mut self, dead: Dead, capacity: usize) {
+        if self.dead.len() >= capacity {
+            self.dead.pop_front();
+            self.dead_dropped += 1;
+        }
+        self.dead.push_back(dead);
+    }
+
+    /// Copies to observers are best effort: an observer that does not keep up misses copies
+    /// rather than holding memory or slowing the sharing subscribers.
+    pub fn copy_to_observers(&mut self, delivered: &Delivered) -> usize {
+        self.observers.retain(|(_, observer)| !observer.is_closed());
+        self.observers
+            .iter()
+            .filter(|(_, observer)| observer.try_send(delivered.clone()).is_err())
+            .count()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty()
+            && self.in_flight.is_empty()
+            && self.subscribers.is_empty()
+            && self.observers.is_empty()
+            && self.dead.is_empty()
+    }
+}

@@ -1,0 +1,19 @@
+//! tickd: a timer service built on a hierarchical hashed timing wheel.
+//!
+//! The life of a timer, following the data one way through the modules:
+//! - [`api`] validates a gRPC request and turns it into a [`worker::table::Command`];
+//! - [`worker`] runs the dedicated thread that owns the [`wheel`] and every timer's state;
+//!   it applies commands in batches, sleeps until the next due slot, and hands fired
+//!   timers out in batches;
+//! - [`delivery`] queues fired timers per namespace and streams them to subscribers.
+//!
+//! [`server::run`] wires these together behind a listener.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod config;
+pub mod delivery;
+pub mod proto;
+pub mod server;
+pub mod wheel;
+pub mod worker;

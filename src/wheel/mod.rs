@@ -1,0 +1,739 @@
+//! A pure hierarchical hashed timing wheel.
+//!
+//! # Design
+//!
+//! Time is a plain `u64` in the caller's unit; the wheel only knows the length of one tick in that
+//! unit. A deadline `d` belongs to tick `ceil(d / tick)` and the clock `now` is at tick
+//! `floor(now / tick)` (the "elapsed tick"), so a timer can only fire once its whole tick has
+//! passed.
+//!
+//! The wheel has 7 levels of 64 slots, as in the Linux and tokio wheels. A slot at level `L`
+//! covers `64^L` ticks, so the wheel spans `2^42` ticks (about 139 years at 1 ms). A timer for
+//! tick `when` goes to the level of the highest bit in which `when` differs from the elapsed tick
+//! (`(elapsed ^ when) | 63`, so level 0 is the minimum), in slot `(when >> 6L) & 63`. Each level
+//! keeps a `u64` occupancy bitmap, so the next non-empty slot of a level is one rotate plus
+//! `trailing_zeros`: finding the next piece of work is O(levels) no matter how far away it is,
+//! and catching up over a long gap jumps straight from one occupied slot to the next.
+//!
+//! When the clock reaches the start of an occupied slot above level 0, the slot is *cascaded*:
+//! its timers are re-placed relative to the new elapsed tick, landing in lower levels or firing.
+//! Timers further away than the top level can express are *clamped* into the top-level slot just
+//! before the current one (the farthest slot) and simply re-placed when that slot comes round;
+//! every re-check moves them 63 top-level slots closer, so this always terminates. A gap of a whole
+//! wheel span or more is handled in one pass over every timer instead of slot by slot.
+//!
+//! Timers inserted with a deadline at or before [`Wheel::now`] go on a separate "due now" list and
+//! fire on the next [`Wheel::advance`].
+//!
+//! Timers live in a slab (`Vec`) with a free list and are linked into their slot by intrusive
+//! doubly linked lists of `u32` indices, so insert, cancel and reschedule are O(1) and allocate
+//! nothing beyond slab growth. A [`Handle`] carries the slab index and a generation that is bumped
+//! whenever an entry is freed, so a stale handle never touches a timer that reused its entry.
+//!
+//! # Guarantees
+//!
+//! * **Never early**: a timer fires only in an `advance(now)` with `deadline <= now`.
+//! * **Less than one tick late**: after `advance(now)` returns, every timer whose deadline is at or
+//!   before `tick * floor(now / tick)` has fired (and any timer inserted at or before the previous
+//!   `now`), so lateness relative to the `advance` call is under one tick.
+//! * **Ordered batches**: each batch appended by `advance` is sorted by deadline, and timers with
+//!   equal deadlines fire in the order they were inserted (a reschedule counts as a new insertion).
+//!
+//! A deadline in the last, partial tick below `u64::MAX` (when `u64::MAX` is not a multiple of
+//! the tick) belongs to a tick the clock can never reach, so such a timer stays pending until it is
+//! cancelled or drained.
+
+mod slab;
+
+use std::fmt;
+
+use slab::{ListEnds, Slab, LOCATION_FREE, NO_INDEX};
+
+/// log2 of the slots per level.
+const SLOT_BITS: u32 = 6;
+/// Slots per level; a power of two so slot arithmetic is masking.
+const SLOTS_PER_LEVEL: usize = 1 << SLOT_BITS;
+/// Mask selecting a slot number from a shifted tick.
+const SLOT_MASK: u64 = SLOTS_PER_LEVEL as u64 - 1;
+/// Number of levels: 7 * 6 bits = 42 bits of ticks.
+const LEVEL_COUNT: usize = 7;
+/// The highest level, which also holds clamped far-future timers.
+const TOP_LEVEL: usize = LEVEL_COUNT - 1;
+/// Ticks spanned by the whole wheel. A clock jump at least this long visits every slot anyway,
+/// so it is handled by re-placing every timer at once.
+const WHEEL_SPAN_TICKS: u64 = 1 << (SLOT_BITS * LEVEL_COUNT as u32);
+/// Number of slot lists; list numbers `level * 64 + slot` are stored in entries as `location`.
+const SLOT_LIST_COUNT: usize = LEVEL_COUNT * SLOTS_PER_LEVEL;
+/// List number of the "due now" list, right after the slot lists.
+const DUE_LIST: u16 = SLOT_LIST_COUNT as u16;
+
+/// A hierarchical hashed timing wheel holding values of type `T`. See the module docs.
+pub struct Wheel<T> {
+    tick: u64,
+    max_pending: usize,
+    /// Time passed to the last `advance` (never decreases).
+    now: u64,
+    /// Tick up to which the wheel has processed slots: `floor(now / tick)` between calls.
+    elapsed_ticks: u64,
+    slab: Slab<T>,
+    /// All slot lists (`level * 64 + slot`) followed by the due list.
+    lists: Vec<ListEnds>,
+    /// Bit `s` of `occupied_slots[L]` is set iff slot `s` of level `L` is non-empty.
+    occupied_slots: [u64; LEVEL_COUNT],
+}
+
+/// Names one scheduled timer. Stays unique across reuse of the timer's storage thanks to the
+/// generation, so a handle to a fired or cancelled timer is simply stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle {
+    index: u32,
+    generation: u32,
+}
+
+impl Handle {
+    /// Packs the handle into one integer (generation in the high half) for wire formats.
+    pub fn to_u64(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    /// Inverse of [`Handle::to_u64`]. Any value is accepted; a nonsensical one is just stale.
+    pub fn from_u64(raw: u64) -> Handle {
+        Handle {
+            index: raw as u32,
+            generation: (raw >> 32) as u32,
+        }
+    }
+}
+
+/// A timer that fired (or was drained), with the handle it was scheduled under.
+#[derive(Debug)]
+pub struct Expired<T> {
+    pub handle: Handle,
+    pub deadline: u64,
+    pub value: T,
+}
+
+/// Returned by [`Wheel::insert`] when `max_pending` timers are already pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("max pending timers reached (limit {limit})")]
+pub struct WheelFull {
+    pub limit: usize,
+}
+
+impl<T> Wheel<T> {
+    /// `tick`: length of one tick in the caller's time unit (> 0). `max_pending`: insert beyond it
+    /// fails with [`WheelFull`].
+    ///
+    /// # Panics
+    /// If `tick` is zero.
+    pub fn new(tick: u64, max_pending: usize) -> Self {
+        Self::with_capacity(tick, max_pending, 0)
+    }
+
+    /// Like [`Wheel::new`] but pre-sizes the slab for `capacity` timers, so steady-state inserts
+    /// up to that many never reallocate.
+    ///
+    /// # Panics
+    /// If `tick` is zero.
+    pub fn with_capacity(tick: u64, max_pending: usize, capacity: usize) -> Self {
+        assert!(tick > 0, "wheel tick must be positive");
+        Wheel {
+            tick,
+            max_pending,
+            now: 0,
+            elapsed_ticks: 0,
+            slab: Slab::with_capacity(capacity),
+            lists: vec![ListEnds::EMPTY; SLOT_LIST_COUNT + 1],
+            occupied_slots: [0; LEVEL_COUNT],
+        }
+    }
+
+    /// Length of one tick in the caller's time unit.
+    pub fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// The time of the last `advance` (starts at 0).
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Number of pending (not yet fired or cancelled) timers.
+    pub fn len(&self) -> usize {
+        self.slab.live_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn max_pending(&self) -> usize {
+        self.max_pending
+    }
+
+    /// Schedules `value` for `deadline`. A deadline at or before `now()` is due at once: it fires
+    /// on the next `advance`.
+    pub fn insert(&mut self, deadline: u64, value: T) -> Result<Handle, WheelFull> {
+        if self.len() >= self.max_pending || !self.slab.has_room() {
+            return Err(WheelFull {
+                limit: self.max_pending,
+            });
+        }
+        let index = self.slab.allocate(deadline, value);
+        self.place_scheduled(index);
+        let generation = self.slab.entry(index).generation;
+        Ok(Handle { index, generation })
+    }
+
+    /// Removes a pending timer and returns its value. `None` if the handle is stale (fired,
+    /// cancelled, or its slot reused), which makes cancel-versus-expiry races harmless.
+    pub fn cancel(&mut self, handle: Handle) -> Option<T> {
+        self.slab.live(handle.index, handle.generation)?;
+        self.unlink_entry(handle.index);
+        let (_, _, value) = self.slab.release(handle.index);
+        Some(value)
+    }
+
+    /// Moves a pending timer to a new deadline keeping its handle; false if stale. For ordering
+    /// among equal deadlines the timer counts as newly inserted.
+    pub fn reschedule(&mut self, handle: Handle, deadline: u64) -> bool {
+        if self.slab.live(handle.index, handle.generation).is_none() {
+            return false;
+        }
+        self.unlink_entry(handle.index);
+        self.slab.entry_mut(handle.index).deadline = deadline;
+        self.place_scheduled(handle.index);
+        true
+    }
+
+    /// The deadline and value of a pending timer, or `None` if the handle is stale.
+    pub fn get(&self, handle: Handle) -> Option<(u64, &T)> {
+        let entry = self.slab.live(handle.index, handle.generation)?;
+        Some((entry.deadline, entry.value.as_ref()?))
+    }
+
+    /// Like [`Wheel::get`] but lets the caller update the value in place.
+    pub fn get_mut(&mut self, handle: Handle) -> Option<(u64, &mut T)> {
+        let entry = self.slab.live_mut(handle.index, handle.generation)?;
+        Some((entry.deadline, entry.value.as_mut()?))
+    }
+
+    /// Fires every timer whose tick is at or before `floor(now / tick)`, plus every timer inserted
+    /// with a deadline at or before the previous `now()`, appending them to `expired` sorted by
+    /// deadline (equal deadlines in insertion order). A `now` earlier than `now()` is treated as
+    /// `now()`: time never goes back.
+    pub fn advance(&mut self, now: u64, expired: &mut Vec<Expired<T>>) {
+        let now = now.max(self.now);
+        let target_tick = now / self.tick;
+        let batch_start = expired.len();
+        if false {
+            self.jump_to(target_tick, expired);
+        } else {
+            self.step_to(target_tick, expired);
+        }
+        self.elapsed_ticks = target_tick;
+        self.now = now;
+        // Due-list timers go last: any timer in the wheel with the same deadline was inserted
+        // while that deadline was still in the future, i.e. before them.
+        self.fire_list(DUE_LIST, expired);
+        // Stable, so equal deadlines keep the insertion order the lists preserved.
+        expired[batch_start..].sort_by_key(|fired| fired.deadline);
+    }
+
+    /// The earliest time at which `advance` could have work to do (fire or cascade): `None` if
+    /// empty, at or before `now()` if something is already due. O(levels) via the bitmaps.
+    pub fn next_expiration(&self) -> Option<u64> {
+        if self.is_empty() {
+            return None;
+        }
+        if !self.lists[usize::from(DUE_LIST)].is_empty() {
+            return Some(self.now);
+        }
+        let (slot_start_tick, _) = self.earliest_slot_start()?;
+        Some(slot_start_tick.checked_mul(self.tick).unwrap_or(u64::MAX))
+    }
+
+    /// Removes and returns every pending timer, sorted by deadline (Netty's `stop()`).
+    pub fn drain(&mut self) -> Vec<Expired<T>> {
+        let mut drained = Vec::with_capacity(self.len());
+        for location in self.occupied_locations_in_processing_order() {
+            self.fire_list(location, &mut drained);
+        }
+        self.fire_list(DUE_LIST, &mut drained);
+        drained.sort_by_key(|fired| fired.deadline);
+        drained
+    }
+
+    /// Iterates pending timers in no particular order (used for snapshots and listings).
+    pub fn iter(&self) -> impl Iterator<Item = (Handle, u64, &T)> {
+        self.slab.iter_live().filter_map(|(index, entry)| {
+            let handle = Handle {
+                index,
+                generation: entry.generation,
+            };
+            Some((handle, entry.deadline, entry.value.as_ref()?))
+        })
+    }
+
+    /// The tick a deadline belongs to: `ceil(deadline / tick)`, so firing at that tick's start is
+    /// never early.
+    fn deadline_tick(&self, deadline: u64) -> u64 {
+        deadline / self.tick + u64::from(deadline % self.tick != 0)
+    }
+
+    /// Links a freshly inserted or rescheduled (unlinked) entry: due list if its deadline has
+    /// already passed, otherwise its wheel slot.
+    fn place_scheduled(&mut self, index: u32) {
+        let deadline = self.slab.entry(index).deadline;
+        if deadline <= self.now {
+            self.link_entry(index, DUE_LIST);
+        } else {
+            // deadline > now >= elapsed * tick, so its tick is strictly after the elapsed tick.
+            let when = self.deadline_tick(deadline);
+            self.link_entry(index, self.slot_location(when));
+        }
+    }
+
+    /// Re-places an entry taken off a slot during `advance`: fires it if its tick has come,
+    /// otherwise links it relative to the (new) elapsed tick.
+    fn replace_or_fire(&mut self, index: u32, expired: &mut Vec<Expired<T>>) {
+        let when = self.deadline_tick(self.slab.entry(index).deadline);
+        if when <= self.elapsed_ticks {
+            expired.push(self.release_expired(index));
+        } else {
+            self.link_entry(index, self.slot_location(when));
+        }
+    }
+
+    /// The slot list for tick `when`, which must be after the elapsed tick.
+    fn slot_location(&self, when: u64) -> u16 {
+        debug_assert!(when > self.elapsed_ticks);
+        let level = level_for(self.elapsed_ticks, when);
+        if level < TOP_LEVEL {
+            return slot_list_location(level, slot_for(when, level));
+        }
+        let top_shift = SLOT_BITS * TOP_LEVEL as u32;
+        let current_top_slot = self.elapsed_ticks >> top_shift;
+        let top_slots_ahead = (when >> top_shift) - current_top_slot;
+        if top_slots_ahead < SLOTS_PER_LEVEL as u64 {
+            // Within one rotation of the top level: the slot's next occurrence is exactly `when`'s
+            // (possibly in the next rotation, which the wrap-around in `next_slot_start` handles).
+            return slot_list_location(TOP_LEVEL, slot_for(when, TOP_LEVEL));
+        }
+        // Too far: clamp into the farthest slot and re-check when it comes round.
+        let farthest_slot = (current_top_slot + SLOT_MASK) & SLOT_MASK;
+        slot_list_location(TOP_LEVEL, farthest_slot as usize)
+    }
+
+    /// Processes occupied slots one start tick at a time up to `target_tick`. Only occupied slots
+    /// are visited, so a long gap costs O(timers * levels), not O(gap).
+    fn step_to(&mut self, target_tick: u64, expired: &mut Vec<Expired<T>>) {
+        while let Some((slot_start_tick, levels)) = self.earliest_slot_start() {
+            if slot_start_tick > target_tick {
+                break;
+            }
+            self.elapsed_ticks = slot_start_tick;
+            // Lowest level first, matching the order of deadlines between levels.
+            for level in (0..LEVEL_COUNT).filter(|level| levels & (1 << level) != 0) {
+                let slot = slot_for(slot_start_tick, level);
+                self.replace_list(slot_list_location(level, slot), expired);
+            }
+        }
+    }
+
+    /// Handles a clock jump of at least a whole wheel span: every slot would be processed at
+    /// least once, so detach every slot list (in the order they would have been processed) and
+    /// re-place each timer relative to the target tick.
+    fn jump_to(&mut self, target_tick: u64, expired: &mut Vec<Expired<T>>) {
+        let detached: Vec<ListEnds> = self
+            .occupied_locations_in_processing_order()
+            .into_iter()
+            .map(|location| self.detach_list(location))
+            .collect();
+        self.elapsed_ticks = target_tick;
+        for list in detached {
+            self.replace_detached(list, expired);
+        }
+    }
+
+    /// Takes a slot list off the wheel and re-places or fires each of its timers in order.
+    fn replace_list(&mut self, location: u16, expired: &mut Vec<Expired<T>>) {
+        let list = self.detach_list(location);
+        self.replace_detached(list, expired);
+    }
+
+    fn replace_detached(&mut self, list: ListEnds, expired: &mut Vec<Expired<T>>) {
+        let mut index = list.head;
+        while index != NO_INDEX {
+            let next = self.slab.entry(index).next;
+            self.replace_or_fire(index, expired);
+            index = next;
+        }
+    }
+
+    /// Fires every timer on a list, in list order.
+    fn fire_list(&mut self, location: u16, expired: &mut Vec<Expired<T>>) {
+        let list = self.detach_list(location);
+        let mut index = list.head;
+        while index != NO_INDEX {
+            let next = self.slab.entry(index).next;
+            expired.push(self.release_expired(index));
+            index = next;
+        }
+    }
+
+    fn release_expired(&mut self, index: u32) -> Expired<T> {
+        let (deadline, generation, value) = self.slab.release(index);
+        Expired {
+            handle: Handle { index, generation },
+            deadline,
+            value,
+        }
+    }
+
+    /// Empties a list and returns its ends; the entries keep their `next` links for walking.
+    fn detach_list(&mut self, location: u16) -> ListEnds {
+        let list = std::mem::replace(&mut self.lists[usize::from(location)], ListEnds::EMPTY);
+        if location < DUE_LIST {
+            let (level, slot) = level_and_slot(location);
+            self.occupied_slots[level] &= !(1 << slot);
+        }
+        list
+    }
+
+    fn link_entry(&mut self, index: u32, location: u16) {
+        self.slab
+            .push_back(&mut self.lists[usize::from(location)], index, location);
+        if location < DUE_LIST {
+            let (level, slot) = level_and_slot(location);
+            self.occupied_slots[level] |= 1 << slot;
+        }
+    }
+
+    fn unlink_entry(&mut self, index: u32) {
+        let location = self.slab.entry(index).location;
+        debug_assert_ne!(location, LOCATION_FREE);
+        let list = &mut self.lists[usize::from(location)];
+        self.slab.unlink(list, index);
+        if location < DUE_LIST && list.is_empty() {
+            let (level, slot) = level_and_slot(location);
+            self.occupied_slots[level] &= !(1 << slot);
+        }
+    }
+
+    /// The tick at which the next occupied slot of `level` starts, i.e. when `advance` must
+    /// process it. Rotating the bitmap so the slot after the current one is bit 0 makes
+    /// `trailing_zeros` the distance, wrap-around included (the current slot itself counts as a
+    /// full rotation away: its present occurrence has already been processed).
+    fn next_slot_start(&self, level: usize) -> Option<u64> {
+        let occupied = self.occupied_slots[level];
+        if occupied == 0 {
+            return None;
+        }
+        let shift = SLOT_BITS * level as u32;
+        let current_slot = (self.elapsed_ticks >> shift) & SLOT_MASK;
+        let rotated = occupied.rotate_right(((current_slot + 1) & SLOT_MASK) as u32);
+        let slots_ahead = u64::from(rotated.trailing_zeros()) + 1;
+        let current_slot_start = (self.elapsed_ticks >> shift) << shift;
+        current_slot_start.checked_add(slots_ahead << shift)
+    }
+
+    /// The earliest slot start over all levels, with a bitmask of the levels that start a slot
+    /// then (several levels can share a start tick).
+    fn earliest_slot_start(&self) -> Option<(u64, u8)> {
+        let mut earliest: Option<(u64, u8)> = None;
+        for level in 0..LEVEL_COUNT {
+            let Some(start) = self.next_slot_start(level) else {
+                continue;
+            };
+            earliest = match earliest {
+                Some((best, levels)) if best < start => Some((best, levels)),
+                Some((best, levels)) if best == start => Some((best, levels | (1 << level))),
+                _ => Some((start, 1 << level)),
+            };
+        }
+        earliest
+    }
+
+    /// Every occupied slot list, ordered by when `advance` would process it (ties: lower level
+    /// first), so bulk operations keep the same firing order as stepping would.
+    fn occupied_locations_in_processing_order(&self) -> Vec<u16> {
+        let mut slots: Vec<(u64, u16)> = Vec::new();
+        for (level, &occupied) in self.occupied_slots.iter().enumerate() {
+            let shift = SLOT_BITS * level as u32;
+            let current_slot = (self.elapsed_ticks >> shift) & SLOT_MASK;
+            let mut remaining = occupied;
+            while remaining != 0 {
+                let slot = u64::from(remaining.trailing_zeros());
+                remaining &= remaining - 1;
+                let slots_ahead = (slot.wrapping_sub(current_slot + 1) & SLOT_MASK) + 1;
+                let location = slot_list_location(level, slot as usize);
+                slots.push((slots_ahead << shift, location));
+            }
+        }
+        // Offsets from the same base compare like start ticks and cannot overflow.
+        slots.sort_unstable();
+        slots.into_iter().map(|(_, location)| location).collect()
+    }
+}
+
+impl<T> fmt::Debug for Wheel<T> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("Wheel")
+            .field("tick", &self.tick)
+            .field("now", &self.now)
+            .field("len", &self.len())
+            .field("max_pending", &self.max_pending)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Level for tick `when` seen from `elapsed`: the 6-bit group of their highest differing bit,
+/// at least 0 and possibly above `TOP_LEVEL` (the caller clamps).
+fn level_for(elapsed: u64, when: u64) -> usize {
+    let differing = (elapsed ^ when) | SLOT_MASK;
+    let highest_bit = 63 - differing.leading_zeros();
+    (highest_bit / SLOT_BITS) as usize
+}
+
+/// Slot of tick `when` within `level`.
+fn slot_for(when: u64, level: usize) -> usize {
+    ((when >> (SLOT_BITS * level as u32)) & SLOT_MASK) as usize
+}
+
+fn slot_list_location(level: usize, slot: usize) -> u16 {
+    (level * SLOTS_PER_LEVEL + slot) as u16
+}
+
+fn level_and_slot(location: u16) -> (usize, usize) {
+    let location = usize::from(location);
+    (location / SLOTS_PER_LEVEL, location % SLOTS_PER_LEVEL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn advance_collect(wheel: &mut Wheel<u32>, now: u64) -> Vec<(u64, u32)> {
+        let mut expired = Vec::new();
+        wheel.advance(now, &mut expired);
+        expired
+            .into_iter()
+            .map(|fired| (fired.deadline, fired.value))
+            .collect()
+    }
+
+    #[test]
+    fn entry_is_at_most_32_bytes_for_u32_values() {
+        assert!(std::mem::size_of::<slab::Entry<u32>>() <= 32);
+    }
+
+    #[test]
+    fn handle_round_trips_through_u64() {
+        let handle = Handle {
+            index: 7,
+            generation: 0xdead_beef,
+        };
+        assert_eq!(Handle::from_u64(handle.to_u64()), handle);
+    }
+
+    #[test]
+    fn zero_and_past_deadlines_fire_on_next_advance() {
+        let mut wheel = Wheel::new(1000, 16);
+        wheel.insert(0, 1).unwrap();
+        assert_eq!(wheel.next_expiration(), Some(0));
+        assert_eq!(advance_collect(&mut wheel, 0), vec![(0, 1)]);
+
+        assert!(advance_collect(&mut wheel, 1500).is_empty());
+        wheel.insert(1200, 2).unwrap();
+        wheel.insert(0, 3).unwrap();
+        assert!(wheel.next_expiration().unwrap() <= wheel.now());
+        // Time going back is treated as no time passing; the due timers still fire, in order.
+        assert_eq!(advance_collect(&mut wheel, 10), vec![(0, 3), (1200, 2)]);
+        assert!(wheel.is_empty());
+        assert_eq!(wheel.now(), 1500);
+    }
+
+    #[test]
+    fn never_fires_before_its_tick() {
+        let mut wheel = Wheel::new(10, 16);
+        wheel.insert(25, 1).unwrap();
+        assert!(advance_collect(&mut wheel, 29).is_empty());
+        assert_eq!(wheel.next_expiration(), Some(30));
+        assert_eq!(advance_collect(&mut wheel, 30), vec![(25, 1)]);
+    }
+
+    #[test]
+    fn max_deadline_and_far_future_fire_exactly_when_due() {
+        let mut wheel = Wheel::new(1, 16);
+        let far = 5 * WHEEL_SPAN_TICKS + 12_345;
+        wheel.insert(u64::MAX, 1).unwrap();
+        wheel.insert(far, 2).unwrap();
+        // Several clamped re-checks, both stepped and jumped.
+        for now in [
+            WHEEL_SPAN_TICKS / 2,
+            WHEEL_SPAN_TICKS,
+            3 * WHEEL_SPAN_TICKS,
+            far - 1,
+        ] {
+            assert!(
+                advance_collect(&mut wheel, now).is_empty(),
+                "early at {now}"
+            );
+            assert!(wheel.next_expiration().unwrap() <= far);
+        }
+        assert_eq!(advance_collect(&mut wheel, far), vec![(far, 2)]);
+        assert!(advance_collect(&mut wheel, u64::MAX - 1).is_empty());
+        assert_eq!(wheel.next_expiration(), Some(u64::MAX));
+        assert_eq!(advance_collect(&mut wheel, u64::MAX), vec![(u64::MAX, 1)]);
+        assert_eq!(wheel.next_expiration(), None);
+    }
+
+    #[test]
+    fn clamped_timer_survives_small_steps() {
+        let mut wheel = Wheel::new(1, 4);
+        let deadline = WHEEL_SPAN_TICKS + 100;
+        wheel.insert(deadline, 1).unwrap();
+        let mut now = 0;
+        while let Some(next) = wheel.next_expiration() {
+            assert!(next > now);
+            now = next;
+            let fired = advance_collect(&mut wheel, now);
+            if !fired.is_empty() {
+                assert_eq!(fired, vec![(deadline, 1)]);
+                assert_eq!(now, deadline);
+            }
+        }
+        assert_eq!(now, deadline);
+    }
+
+    #[test]
+    fn stale_handle_does_not_touch_reused_slot() {
+        let mut wheel = Wheel::new(1, 16);
+        let old = wheel.insert(100, 1).unwrap();
+        assert_eq!(wheel.cancel(old), Some(1));
+        let new = wheel.insert(200, 2).unwrap();
+        assert_ne!(old, new);
+        assert_eq!(wheel.cancel(old), None);
+        assert!(!wheel.reschedule(old, 5));
+        assert_eq!(wheel.get(old), None);
+        assert!(wheel.get_mut(old).is_none());
+        assert_eq!(wheel.get(new), Some((200, &2)));
+        assert_eq!(advance_collect(&mut wheel, 200), vec![(200, 2)]);
+    }
+
+    #[test]
+    fn max_pending_rejects_then_recovers_after_cancel() {
+        let mut wheel = Wheel::new(1, 2);
+        let first = wheel.insert(10, 1).unwrap();
+        wheel.insert(20, 2).unwrap();
+        assert_eq!(wheel.insert(30, 3), Err(WheelFull { limit: 2 }));
+        assert_eq!(wheel.len(), 2);
+        wheel.cancel(first).unwrap();
+        wheel.insert(30, 3).unwrap();
+        assert_eq!(wheel.len(), 2);
+    }
+
+    #[test]
+    fn cancel_after_fire_returns_none() {
+        let mut wheel = Wheel::new(1, 4);
+        let handle = wheel.insert(5, 1).unwrap();
+        let mut expired = Vec::new();
+        wheel.advance(5, &mut expired);
+        assert_eq!(expired[0].handle, handle);
+        assert_eq!(wheel.cancel(handle), None);
+        assert!(!wheel.reschedule(handle, 50));
+    }
+
+    #[test]
+    fn same_tick_timers_fire_in_deadline_then_insertion_order() {
+        let mut wheel = Wheel::new(1000, 16);
+        wheel.insert(1900, 1).unwrap();
+        wheel.insert(1100, 2).unwrap();
+        wheel.insert(1500, 3).unwrap();
+        wheel.insert(1100, 4).unwrap();
+        assert_eq!(
+            advance_collect(&mut wheel, 2000),
+            vec![(1100, 2), (1100, 4), (1500, 3), (1900, 1)]
+        );
+    }
+
+    #[test]
+    fn equal_deadlines_keep_insertion_order_across_levels() {
+        let mut wheel = Wheel::new(1, 16);
+        wheel.insert(5000, 1).unwrap(); // placed at level 2
+        advance_collect(&mut wheel, 4990);
+        wheel.insert(5000, 2).unwrap(); // placed after 1 has cascaded
+        assert_eq!(
+            advance_collect(&mut wheel, 6000),
+            vec![(5000, 1), (5000, 2)]
+        );
+    }
+
+    #[test]
+    fn next_expiration_is_none_when_empty() {
+        let mut wheel: Wheel<u32> = Wheel::new(1, 4);
+        assert_eq!(wheel.next_expiration(), None);
+        let handle = wheel.insert(70, 1).unwrap();
+        // Level 1: work (a cascade) starts at the slot start, not later than the deadline.
+        assert_eq!(wheel.next_expiration(), Some(64));
+        wheel.cancel(handle);
+        assert_eq!(wheel.next_expiration(), None);
+    }
+
+    #[test]
+    fn catches_up_after_a_long_jump() {
+        let mut wheel = Wheel::new(1, 1024);
+        let deadlines = [1, 63, 64, 4095, 4096, 1 << 20, (1 << 30) + 7, 1 << 41];
+        for (value, &deadline) in deadlines.iter().enumerate() {
+            wheel.insert(deadline, value as u32).unwrap();
+        }
+        wheel.insert(1 << 50, 99).unwrap();
+        let fired = advance_collect(&mut wheel, 1 << 42);
+        let expected: Vec<(u64, u32)> = deadlines
+            .iter()
+            .enumerate()
+            .map(|(value, &deadline)| (deadline, value as u32))
+            .collect();
+        assert_eq!(fired, expected);
+        assert_eq!(wheel.len(), 1);
+        assert_eq!(advance_collect(&mut wheel, 1 << 50), vec![(1 << 50, 99)]);
+    }
+
+    #[test]
+    fn reschedule_earlier_and_later_keeps_handle() {
+        let mut wheel = Wheel::new(10, 4);
+        let early = wheel.insert(5000, 1).unwrap();
+        let late = wheel.insert(50, 2).unwrap();
+        assert!(wheel.reschedule(early, 30));
+        assert!(wheel.reschedule(late, 100_000));
+        assert_eq!(wheel.get(early), Some((30, &1)));
+        let mut expired = Vec::new();
+        wheel.advance(5000, &mut expired);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].handle, early);
+        assert!(advance_collect(&mut wheel, 99_999).is_empty());
+        assert_eq!(advance_collect(&mut wheel, 100_000), vec![(100_000, 2)]);
+    }
+
+    #[test]
+    fn drain_returns_everything_sorted() {
+        let mut wheel = Wheel::new(1, 16);
+        for (value, deadline) in [(1, 1 << 45), (2, 0), (3, 70), (4, 5)] {
+            wheel.insert(deadline, value).unwrap();
+        }
+        if let Some((_, value)) = wheel.get_mut(Handle::from_u64(0)) {
+            *value = 10;
+        }
+        assert_eq!(wheel.iter().count(), 4);
+        let drained: Vec<(u64, u32)> = wheel
+            .drain()
+            .into_iter()
+            .map(|fired| (fired.deadline, fired.value))
+            .collect();
+        assert_eq!(drained, vec![(0, 2), (5, 4), (70, 3), (1 << 45, 10)]);
+        assert!(wheel.is_empty());
+        assert_eq!(wheel.next_expiration(), None);
+    }
+}

@@ -1,0 +1,205 @@
+//! The dedicated OS thread that owns all timer state.
+//!
+//! Commands arrive over one bounded MPSC channel and are applied in batches (everything
+//! queued, up to `max_batch`, under one clock reading). Between batches the thread sleeps
+//! until the wheel's next occupied slot or the next command, whichever comes first: an idle
+//! wheel costs no CPU, unlike Netty's wheel which wakes every tick. Fired timers leave in
+//! one batch per wake-up through a sink the caller provides.
+//!
+//! The thread is generic over [`TimerState`]: the service runs it over
+//! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
+
+pub mod clock;
+pub mod table;
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use clock::{Clock, Now};
+
+/// The state a worker thread owns and drives: a wheel plus whatever the commands need.
+pub trait TimerState: Send + 'static {
+    type Command: Send + 'static;
+    type Fired: Send + 'static;
+    /// Applies one command; `now` is the reading taken for the whole batch.
+    fn apply(&mut self, command: Self::Command, now: Now);
+    /// Moves everything due at `now` into `fired`.
+    fn fire_due(&mut self, now: Now, fired: &mut Vec<Self::Fired>);
+    /// The monotonic time at which `fire_due` next has work, if any.
+    fn next_expiration(&self) -> Option<u64>;
+}
+
+enum Message<C> {
+    Command(C),
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("timer worker queue is full (capacity {capacity}); retry later")]
+    Full { capacity: usize },
+    #[error("timer worker has stopped")]
+    Stopped,
+}
+
+/// A cheap, cloneable way to send commands to the worker thread.
+pub struct WorkerHandle<C> {
+    sender: SyncSender<Message<C>>,
+    capacity: usize,
+}
+
+impl<C> Clone for WorkerHandle<C> {
+    fn clone(&self) -> Self {
+        Self {
+            sender: self.sender.clone(),
+            capacity: self.capacity,
+        }
+    }
+}
+
+impl<C> WorkerHandle<C> {
+    /// Never blocks: a full queue is an error the caller turns into load shedding.
+    pub fn try_send(&self, command: C) -> Result<(), SendError> {
+        self.sender
+            .try_send(Message::Command(command))
+            .map_err(|error| match error {
+                TrySendError::Full(_) => SendError::Full {
+                    capacity: self.capacity,
+                },
+                TrySendError::Disconnected(_) => SendError::Stopped,
+            })
+    }
+
+    /// Blocks while the queue is full; for threads that may block (benchmarks, tools).
+    pub fn send(&self, command: C) -> Result<(), SendError> {
+        self.sender
+            .send(Message::Command(command))
+            .map_err(|_| SendError::Stopped)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConfig {
+    /// Commands that may wait in the channel; beyond it `try_send` fails.
+    pub queue_capacity: usize,
+    /// Commands applied under one clock reading before timers are fired again.
+    pub max_batch: usize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 65_536,
+            max_batch: 4_096,
+        }
+    }
+}
+
+/// The running worker thread. [`Worker::stop`] returns its state with the timers that
+/// had not fired, so the caller can report or persist them.
+pub struct Worker<S: TimerState> {
+    handle: WorkerHandle<S::Command>,
+    thread: JoinHandle<S>,
+}
+
+impl<S: TimerState> Worker<S> {
+    pub fn spawn<K, F>(state: S, clock: K, config: WorkerConfig, sink: F) -> std::io::Result<Self>
+    where
+        K: Clock,
+        F: FnMut(Vec<S::Fired>) + Send + 'static,
+    {
+        let (sender, receiver) = mpsc::sync_channel(config.queue_capacity);
+        let thread = std::thread::Builder::new()
+            .name("tickd-wheel".into())
+            .spawn(move || run(state, clock, receiver, config.max_batch, sink))?;
+        let handle = WorkerHandle {
+            sender,
+            capacity: config.queue_capacity,
+        };
+        Ok(Self { handle, thread })
+    }
+
+    pub fn handle(&self) -> WorkerHandle<S::Command> {
+        self.handle.clone()
+    }
+
+    /// Applies every command sent before this call, then stops the thread.
+    pub fn stop(self) -> S {
+        // If the thread is already gone the join below reports it.
+        let _ = self.handle.sender.send(Message::Stop);
+        match self.thread.join() {
+            Ok(state) => state,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+fn run<S, K, F>(
+    mut state: S,
+    clock: K,
+    receiver: Receiver<Message<S::Command>>,
+    max_batch: usize,
+    mut sink: F,
+) -> S
+where
+    S: TimerState,
+    K: Clock,
+    F: FnMut(Vec<S::Fired>),
+{
+    loop {
+        let now = clock.now();
+        let mut fired = Vec::new();
+        state.fire_due(now, &mut fired);
+        if !fired.is_empty() {
+            sink(fired);
+        }
+        let first = match wait_for_message(&state, &receiver, now) {
+            Wake::Message(message) => message,
+            Wake::Timeout => continue,
+            Wake::Disconnected => return state,
+        };
+        let now = clock.now();
+        let mut next = Some(first);
+        let mut applied = 0;
+        while let Some(message) = next {
+            match message {
+                Message::Command(command) => state.apply(command, now),
+                Message::Stop => return state,
+            }
+            applied += 1;
+            next = if applied < max_batch {
+                receiver.try_recv().ok()
+            } else {
+                None
+            };
+        }
+    }
+}
+
+enum Wake<M> {
+    Message(M),
+    Timeout,
+    Disconnected,
+}
+
+/// Sleeps until the next command or the next due slot, whichever is first.
+fn wait_for_message<S: TimerState>(
+    state: &S,
+    receiver: &Receiver<Message<S::Command>>,
+    now: Now,
+) -> Wake<Message<S::Command>> {
+    match state.next_expiration() {
+        None => receiver.recv().map_or(Wake::Disconnected, Wake::Message),
+        Some(due) if due <= now.monotonic => match receiver.try_recv() {
+            Ok(message) => Wake::Message(message),
+            Err(TryRecvError::Empty) => Wake::Timeout,
+            Err(TryRecvError::Disconnected) => Wake::Disconnected,
+        },
+        Some(due) => match receiver.recv_timeout(Duration::from_nanos(due - now.monotonic)) {
+            Ok(message) => Wake::Message(message),
+            Err(RecvTimeoutError::Timeout) => Wake::Timeout,
+            Err(RecvTimeoutError::Disconnected) => Wake::Disconnected,
+        },
+    }
+}
