@@ -1,0 +1,436 @@
+//! The gRPC service end to end: the real server on 127.0.0.1:0, the generated Rust client.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use tonic::Code;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .expect("no answer in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_timer_is_delivered_with_its_payload_never_early() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, "orders", 0, 0).await;
+    let timer = register(&mut client, spec("orders", 150, b"close order 42")).await;
+    assert_eq!(timer.id.len(), 16);
+    assert_eq!(timer.namespace, "orders");
+
+    let expiration = within(next_expiration(&mut stream)).await;
+    let received_at = now_unix_nanos();
+    let fired = expiration.timer.expect("timer");
+    assert_eq!(fired.id, timer.id);
+    assert_eq!(&fired.payload[..], b"close order 42");
+    assert_eq!(expiration.attempt, 1);
+    let deadline = unix_nanos(timer.deadline.as_ref().unwrap());
+    assert!(unix_nanos(expiration.fired_at.as_ref().unwrap()) >= deadline);
+    assert!(received_at >= deadline, "received before the deadline");
+    assert_eq!(pending_count(&mut client, "orders").await, 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_timer_is_never_delivered() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let doomed = register(&mut client, spec("jobs", 100, b"doomed")).await;
+    let survivor = register(&mut client, spec("jobs", 300, b"survivor")).await;
+    let cancelled = client
+        .cancel(CancelRequest { timer: by_id("jobs", &doomed.id) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.cancelled);
+    // Cancelling again says it was no longer pending.
+    let again = client
+        .cancel(CancelRequest { timer: by_id("jobs", &doomed.id) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!again.cancelled);
+
+    // Expirations arrive in deadline order, so the survivor being first proves the
+    // cancelled one (due earlier) was never delivered.
+    let mut stream = subscribe(&mut client, "jobs", 0, 0).await;
+    let first = within(next_expiration(&mut stream)).await;
+    assert_eq!(first.timer.unwrap().id, survivor.id);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_and_get_agree_with_what_was_registered() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut ids = HashSet::new();
+    for index in 0..25u64 {
+        let timer = register(&mut client, spec("listing", 3_600_000 + index, b"p")).await;
+        ids.insert(timer.id);
+    }
+    register(&mut client, spec("elsewhere", 3_600_000, b"q")).await;
+
+    let mut listed = HashSet::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .pending(PendingRequest {
+                namespace: "listing".into(),
+                page_size: 10,
+                page_token: page_token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(page.count, 25);
+        assert!(page.timers.len() <= 10);
+        for timer in page.timers {
+            assert_eq!(timer.namespace, "listing");
+            assert!(listed.insert(timer.id), "a timer listed twice");
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(listed, ids);
+
+    let everything = client
+        .pending(PendingRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(everything.count, 26);
+
+    let id = ids.iter().next().unwrap().clone();
+    let got = client
+        .get(GetRequest { timer: by_id("listing", &id) })
+        .await
+        .unwrap()
+        .into_inner()
+        .timer
+        .unwrap();
+    assert_eq!(got.id, id);
+    assert_eq!(&got.payload[..], b"p");
+    let remaining = got.remaining.unwrap();
+    assert!(remaining.seconds > 3_500 && remaining.seconds <= 3_600);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_an_existing_key_returns_the_existing_timer() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut first_spec = spec("payments", 60_000, b"first");
+    first_spec.key = "order-7".into();
+    let first = client
+        .new_timeout(NewTimeoutRequest { timer: Some(first_spec) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(first.created);
+    let mut retry = spec("payments", 90_000, b"second");
+    retry.key = "order-7".into();
+    let second = client
+        .new_timeout(NewTimeoutRequest { timer: Some(retry) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!second.created);
+    let (first, second) = (first.timer.unwrap(), second.timer.unwrap());
+    assert_eq!(first.id, second.id);
+    assert_eq!(&second.payload[..], b"first");
+    assert_eq!(pending_count(&mut client, "payments").await, 1);
+
+    let by_key_answer = client
+        .get(GetRequest { timer: by_key("payments", "order-7") })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(by_key_answer.timer.unwrap().id, first.id);
+    let cancelled = client
+        .cancel(CancelRequest { timer: by_key("payments", "order-7") })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.cancelled);
+    // The key is free again once its timer is gone.
+    let mut reuse = spec("payments", 60_000, b"third");
+    reuse.key = "order-7".into();
+    let third = client
+        .new_timeout(NewTimeoutRequest { timer: Some(reuse) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(third.created);
+    assert_ne!(third.timer.unwrap().id, first.id);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeating_timer_rearms_from_its_previous_deadline() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, "cron", 0, 0).await;
+    let mut repeating = spec("cron", 30, b"tick");
+    repeating.repeat = Some(millis(25));
+    let timer = register(&mut client, repeating).await;
+    let first_deadline = unix_nanos(timer.deadline.as_ref().unwrap());
+
+    for firing in 1..=4u64 {
+        let expiration = within(next_expiration(&mut stream)).await;
+        ack(&mut client, "cron", vec![expiration.delivery_id.clone()]).await;
+        let fired = expiration.timer.unwrap();
+        assert_eq!(fired.id, timer.id);
+        assert_eq!(fired.fired_count, firing);
+        // No drift: each deadline is exactly one interval after the previous one (or a
+        // whole number of intervals, if the machine stalled past one).
+        let deadline = unix_nanos(fired.deadline.as_ref().unwrap());
+        let offset = deadline - first_deadline;
+        assert_eq!(offset % 25_000_000, 0, "deadline drifted by {offset} ns");
+        assert!(unix_nanos(expiration.fired_at.as_ref().unwrap()) >= deadline);
+    }
+    let cancelled = client
+        .cancel(CancelRequest { timer: by_id("cron", &timer.id) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.cancelled, "a repeating timer stays pending between firings");
+    server.stop().await;
+}
+
+fn expect_code(result: Result<impl std::fmt::Debug, tonic::Status>, code: Code, mentions: &str) {
+    let status = result.expect_err("the call should have been refused");
+    assert_eq!(status.code(), code, "{status:?}");
+    assert!(
+        status.message().contains(mentions),
+        "message {:?} should mention {mentions:?}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let server = TestServer::start_with(config(|config| {
+        config.max_payload_bytes = 16;
+    }))
+    .await;
+    let mut client = server.client().await;
+    let register_raw = |timer: TimerSpec| NewTimeoutRequest { timer: Some(timer) };
+
+    let mut negative = spec("bad", 0, b"");
+    negative.delay = Some(prost_types::Duration { seconds: -5, nanos: 0 });
+    expect_code(client.new_timeout(register_raw(negative)).await, Code::InvalidArgument, "delay");
+
+    let absurd = TimerSpec {
+        delay: Some(prost_types::Duration { seconds: i64::MAX / 2, nanos: 0 }),
+        ..spec("bad", 0, b"")
+    };
+    expect_code(client.new_timeout(register_raw(absurd)).await, Code::InvalidArgument, "delay");
+
+    let both = TimerSpec {
+        deadline: Some(prost_types::Timestamp { seconds: 1, nanos: 0 }),
+        ..spec("bad", 10, b"")
+    };
+    expect_code(client.new_timeout(register_raw(both)).await, Code::InvalidArgument, "deadline");
+
+    let neither = TimerSpec { delay: None, ..spec("bad", 0, b"") };
+    expect_code(client.new_timeout(register_raw(neither)).await, Code::InvalidArgument, "delay");
+
+    let long_namespace = spec(&"n".repeat(129), 10, b"");
+    expect_code(client.new_timeout(register_raw(long_namespace)).await, Code::InvalidArgument, "namespace");
+
+    let long_key = TimerSpec { key: "k".repeat(257), ..spec("bad", 10, b"") };
+    expect_code(client.new_timeout(register_raw(long_key)).await, Code::InvalidArgument, "key");
+
+    let oversized = spec("bad", 10, &[7u8; 17]);
+    expect_code(client.new_timeout(register_raw(oversized)).await, Code::ResourceExhausted, "payload");
+
+    let zero_repeat = TimerSpec { repeat: Some(millis(0)), ..spec("bad", 10, b"") };
+    expect_code(client.new_timeout(register_raw(zero_repeat)).await, Code::InvalidArgument, "repeat");
+
+    expect_code(client.new_timeout(NewTimeoutRequest { timer: None }).await, Code::InvalidArgument, "timer");
+
+    expect_code(
+        client.get(GetRequest { timer: by_id("bad", "not-an-id") }).await,
+        Code::InvalidArgument,
+        "id",
+    );
+    expect_code(
+        client.get(GetRequest { timer: by_id("bad", "00000000deadbeef") }).await,
+        Code::NotFound,
+        "00000000deadbeef",
+    );
+    expect_code(
+        client.cancel(CancelRequest { timer: by_id("bad", "00000000deadbeef") }).await,
+        Code::NotFound,
+        "00000000deadbeef",
+    );
+    expect_code(
+        client.cancel(CancelRequest { timer: by_key("bad", "never-registered") }).await,
+        Code::NotFound,
+        "never-registered",
+    );
+    expect_code(
+        client.get(GetRequest { timer: by_key("bad", "") }).await,
+        Code::InvalidArgument,
+        "key",
+    );
+    expect_code(
+        client
+            .pending(PendingRequest { page_token: "garbage".into(), ..Default::default() })
+            .await,
+        Code::InvalidArgument,
+        "page_token",
+    );
+
+    let everything = client.pending(PendingRequest::default()).await.unwrap().into_inner();
+    assert_eq!(everything.count, 0, "a refused call left a timer behind");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_item_in_a_batch_fails_alone() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut bad = spec("batch", 10, b"");
+    bad.delay = Some(prost_types::Duration { seconds: -1, nanos: 0 });
+    let answer = client
+        .new_timeouts(NewTimeoutsRequest {
+            timers: vec![spec("batch", 60_000, b"a"), bad, spec("batch", 60_000, b"c")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.results.len(), 3);
+    let outcome = |index: usize| answer.results[index].result.clone().unwrap();
+    assert!(matches!(outcome(0), new_timeout_result::Result::Registered(_)));
+    match outcome(1) {
+        new_timeout_result::Result::Error(error) => {
+            assert_eq!(error.code, Code::InvalidArgument as i32);
+            assert!(error.message.contains("delay"));
+        }
+        other => panic!("the bad item was accepted: {other:?}"),
+    }
+    match outcome(2) {
+        new_timeout_result::Result::Registered(registered) => {
+            assert_eq!(&registered.timer.unwrap().payload[..], b"c");
+        }
+        other => panic!("the good item after the bad one failed: {other:?}"),
+    }
+    assert_eq!(pending_count(&mut client, "batch").await, 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_pending_gives_resource_exhausted_naming_the_limit() {
+    let server = TestServer::start_with(config(|config| config.max_pending = 3)).await;
+    let mut client = server.client().await;
+    let answer = client
+        .new_timeouts(NewTimeoutsRequest {
+            timers: (0..5).map(|_| spec("full", 60_000, b"x")).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let refused: Vec<_> = answer
+        .results
+        .iter()
+        .filter_map(|result| match &result.result {
+            Some(new_timeout_result::Result::Error(error)) => Some(error.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 2);
+    assert!(refused.iter().all(|error| error.code == Code::ResourceExhausted as i32
+        && error.message.contains("max-pending")));
+    expect_code(
+        client.new_timeout(NewTimeoutRequest { timer: Some(spec("full", 10, b"")) }).await,
+        Code::ResourceExhausted,
+        "max-pending",
+    );
+    assert_eq!(pending_count(&mut client, "full").await, 3);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_open_streams_finishes_without_waiting_for_the_drain_timeout() {
+    let server = TestServer::start_with(config(|config| {
+        config.drain_timeout = Duration::from_secs(120);
+    }))
+    .await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, "closing", 0, 0).await;
+    let (_heartbeats, heartbeat_receiver) = tokio::sync::mpsc::channel::<KeepAliveRequest>(1);
+    let keepalive = client
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(heartbeat_receiver))
+        .await
+        .unwrap();
+    register(&mut client, spec("closing", 3_600_000, b"left")).await;
+
+    let stopped = within(server.stop()).await;
+    assert!(!stopped.drain_timed_out, "an open stream held shutdown up");
+    assert_eq!(stopped.pending_timers, 1);
+    // The subscription ended rather than hanging.
+    let end = within(stream.message()).await;
+    assert!(!matches!(end, Ok(Some(_))), "the stream went on after shutdown");
+    drop(keepalive);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_on_a_unix_socket_too() {
+    let server = TestServer::start_with_unix_socket(tickd::config::Config::defaults()).await;
+    let path = server.unix_socket.clone().unwrap();
+    let channel = tonic::transport::Endpoint::from_static("http://unix.socket")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("connect over the unix socket");
+    let mut client = tickd::proto::timers_client::TimersClient::new(channel);
+    let timer = register(&mut client, spec("sidecar", 60_000, b"u")).await;
+    let got = client
+        .get(GetRequest { timer: by_id("sidecar", &timer.id) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.timer.unwrap().id, timer.id);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_are_served() {
+    let server = TestServer::start().await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    let answer = health
+        .check(tonic_health::pb::HealthCheckRequest { service: "tickd.v1.Timers".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        answer.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let overall = health
+        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        overall.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    server.stop().await;
+}
