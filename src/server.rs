@@ -5,7 +5,8 @@ use std::future::Future;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
@@ -83,7 +84,8 @@ pub async fn run(
         .add_service(reflection)
         .add_service(timers);
     let tcp = router.clone().serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        // Without TCP_NODELAY small answers wait for Nagle's algorithm (tens of ms).
+        TcpIncoming::from(listener).with_nodelay(Some(true)),
         stopped(stop_signal.clone()),
     );
     let unix = async {

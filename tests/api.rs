@@ -45,14 +45,18 @@ async fn cancelled_timer_is_never_delivered() {
     let doomed = register(&mut client, spec("jobs", 100, b"doomed")).await;
     let survivor = register(&mut client, spec("jobs", 300, b"survivor")).await;
     let cancelled = client
-        .cancel(CancelRequest { timer: by_id("jobs", &doomed.id) })
+        .cancel(CancelRequest {
+            timer: by_id("jobs", &doomed.id),
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(cancelled.cancelled);
     // Cancelling again says it was no longer pending.
     let again = client
-        .cancel(CancelRequest { timer: by_id("jobs", &doomed.id) })
+        .cancel(CancelRequest {
+            timer: by_id("jobs", &doomed.id),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -112,7 +116,9 @@ async fn pending_and_get_agree_with_what_was_registered() {
 
     let id = ids.iter().next().unwrap().clone();
     let got = client
-        .get(GetRequest { timer: by_id("listing", &id) })
+        .get(GetRequest {
+            timer: by_id("listing", &id),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -132,7 +138,9 @@ async fn registering_an_existing_key_returns_the_existing_timer() {
     let mut first_spec = spec("payments", 60_000, b"first");
     first_spec.key = "order-7".into();
     let first = client
-        .new_timeout(NewTimeoutRequest { timer: Some(first_spec) })
+        .new_timeout(NewTimeoutRequest {
+            timer: Some(first_spec),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -151,13 +159,17 @@ async fn registering_an_existing_key_returns_the_existing_timer() {
     assert_eq!(pending_count(&mut client, "payments").await, 1);
 
     let by_key_answer = client
-        .get(GetRequest { timer: by_key("payments", "order-7") })
+        .get(GetRequest {
+            timer: by_key("payments", "order-7"),
+        })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(by_key_answer.timer.unwrap().id, first.id);
     let cancelled = client
-        .cancel(CancelRequest { timer: by_key("payments", "order-7") })
+        .cancel(CancelRequest {
+            timer: by_key("payments", "order-7"),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -199,11 +211,16 @@ async fn repeating_timer_rearms_from_its_previous_deadline() {
         assert!(unix_nanos(expiration.fired_at.as_ref().unwrap()) >= deadline);
     }
     let cancelled = client
-        .cancel(CancelRequest { timer: by_id("cron", &timer.id) })
+        .cancel(CancelRequest {
+            timer: by_id("cron", &timer.id),
+        })
         .await
         .unwrap()
         .into_inner();
-    assert!(cancelled.cancelled, "a repeating timer stays pending between firings");
+    assert!(
+        cancelled.cancelled,
+        "a repeating timer stays pending between firings"
+    );
     server.stop().await;
 }
 
@@ -227,72 +244,153 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let register_raw = |timer: TimerSpec| NewTimeoutRequest { timer: Some(timer) };
 
     let mut negative = spec("bad", 0, b"");
-    negative.delay = Some(prost_types::Duration { seconds: -5, nanos: 0 });
-    expect_code(client.new_timeout(register_raw(negative)).await, Code::InvalidArgument, "delay");
+    negative.delay = Some(prost_types::Duration {
+        seconds: -5,
+        nanos: 0,
+    });
+    expect_code(
+        client.new_timeout(register_raw(negative)).await,
+        Code::InvalidArgument,
+        "delay",
+    );
 
     let absurd = TimerSpec {
-        delay: Some(prost_types::Duration { seconds: i64::MAX / 2, nanos: 0 }),
+        delay: Some(prost_types::Duration {
+            seconds: i64::MAX / 2,
+            nanos: 0,
+        }),
         ..spec("bad", 0, b"")
     };
-    expect_code(client.new_timeout(register_raw(absurd)).await, Code::InvalidArgument, "delay");
+    expect_code(
+        client.new_timeout(register_raw(absurd)).await,
+        Code::InvalidArgument,
+        "delay",
+    );
 
     let both = TimerSpec {
-        deadline: Some(prost_types::Timestamp { seconds: 1, nanos: 0 }),
+        deadline: Some(prost_types::Timestamp {
+            seconds: 1,
+            nanos: 0,
+        }),
         ..spec("bad", 10, b"")
     };
-    expect_code(client.new_timeout(register_raw(both)).await, Code::InvalidArgument, "deadline");
+    expect_code(
+        client.new_timeout(register_raw(both)).await,
+        Code::InvalidArgument,
+        "deadline",
+    );
 
-    let neither = TimerSpec { delay: None, ..spec("bad", 0, b"") };
-    expect_code(client.new_timeout(register_raw(neither)).await, Code::InvalidArgument, "delay");
+    let neither = TimerSpec {
+        delay: None,
+        ..spec("bad", 0, b"")
+    };
+    expect_code(
+        client.new_timeout(register_raw(neither)).await,
+        Code::InvalidArgument,
+        "delay",
+    );
 
     let long_namespace = spec(&"n".repeat(129), 10, b"");
-    expect_code(client.new_timeout(register_raw(long_namespace)).await, Code::InvalidArgument, "namespace");
+    expect_code(
+        client.new_timeout(register_raw(long_namespace)).await,
+        Code::InvalidArgument,
+        "namespace",
+    );
 
-    let long_key = TimerSpec { key: "k".repeat(257), ..spec("bad", 10, b"") };
-    expect_code(client.new_timeout(register_raw(long_key)).await, Code::InvalidArgument, "key");
+    let long_key = TimerSpec {
+        key: "k".repeat(257),
+        ..spec("bad", 10, b"")
+    };
+    expect_code(
+        client.new_timeout(register_raw(long_key)).await,
+        Code::InvalidArgument,
+        "key",
+    );
 
     let oversized = spec("bad", 10, &[7u8; 17]);
-    expect_code(client.new_timeout(register_raw(oversized)).await, Code::ResourceExhausted, "payload");
+    expect_code(
+        client.new_timeout(register_raw(oversized)).await,
+        Code::ResourceExhausted,
+        "payload",
+    );
 
-    let zero_repeat = TimerSpec { repeat: Some(millis(0)), ..spec("bad", 10, b"") };
-    expect_code(client.new_timeout(register_raw(zero_repeat)).await, Code::InvalidArgument, "repeat");
-
-    expect_code(client.new_timeout(NewTimeoutRequest { timer: None }).await, Code::InvalidArgument, "timer");
+    let zero_repeat = TimerSpec {
+        repeat: Some(millis(0)),
+        ..spec("bad", 10, b"")
+    };
+    expect_code(
+        client.new_timeout(register_raw(zero_repeat)).await,
+        Code::InvalidArgument,
+        "repeat",
+    );
 
     expect_code(
-        client.get(GetRequest { timer: by_id("bad", "not-an-id") }).await,
+        client.new_timeout(NewTimeoutRequest { timer: None }).await,
+        Code::InvalidArgument,
+        "timer",
+    );
+
+    expect_code(
+        client
+            .get(GetRequest {
+                timer: by_id("bad", "not-an-id"),
+            })
+            .await,
         Code::InvalidArgument,
         "id",
     );
     expect_code(
-        client.get(GetRequest { timer: by_id("bad", "00000000deadbeef") }).await,
+        client
+            .get(GetRequest {
+                timer: by_id("bad", "00000000deadbeef"),
+            })
+            .await,
         Code::NotFound,
         "00000000deadbeef",
     );
     expect_code(
-        client.cancel(CancelRequest { timer: by_id("bad", "00000000deadbeef") }).await,
+        client
+            .cancel(CancelRequest {
+                timer: by_id("bad", "00000000deadbeef"),
+            })
+            .await,
         Code::NotFound,
         "00000000deadbeef",
     );
     expect_code(
-        client.cancel(CancelRequest { timer: by_key("bad", "never-registered") }).await,
+        client
+            .cancel(CancelRequest {
+                timer: by_key("bad", "never-registered"),
+            })
+            .await,
         Code::NotFound,
         "never-registered",
     );
     expect_code(
-        client.get(GetRequest { timer: by_key("bad", "") }).await,
+        client
+            .get(GetRequest {
+                timer: by_key("bad", ""),
+            })
+            .await,
         Code::InvalidArgument,
         "key",
     );
     expect_code(
         client
-            .pending(PendingRequest { page_token: "garbage".into(), ..Default::default() })
+            .pending(PendingRequest {
+                page_token: "garbage".into(),
+                ..Default::default()
+            })
             .await,
         Code::InvalidArgument,
         "page_token",
     );
 
-    let everything = client.pending(PendingRequest::default()).await.unwrap().into_inner();
+    let everything = client
+        .pending(PendingRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(everything.count, 0, "a refused call left a timer behind");
     server.stop().await;
 }
@@ -302,17 +400,27 @@ async fn a_bad_item_in_a_batch_fails_alone() {
     let server = TestServer::start().await;
     let mut client = server.client().await;
     let mut bad = spec("batch", 10, b"");
-    bad.delay = Some(prost_types::Duration { seconds: -1, nanos: 0 });
+    bad.delay = Some(prost_types::Duration {
+        seconds: -1,
+        nanos: 0,
+    });
     let answer = client
         .new_timeouts(NewTimeoutsRequest {
-            timers: vec![spec("batch", 60_000, b"a"), bad, spec("batch", 60_000, b"c")],
+            timers: vec![
+                spec("batch", 60_000, b"a"),
+                bad,
+                spec("batch", 60_000, b"c"),
+            ],
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(answer.results.len(), 3);
     let outcome = |index: usize| answer.results[index].result.clone().unwrap();
-    assert!(matches!(outcome(0), new_timeout_result::Result::Registered(_)));
+    assert!(matches!(
+        outcome(0),
+        new_timeout_result::Result::Registered(_)
+    ));
     match outcome(1) {
         new_timeout_result::Result::Error(error) => {
             assert_eq!(error.code, Code::InvalidArgument as i32);
@@ -350,10 +458,16 @@ async fn max_pending_gives_resource_exhausted_naming_the_limit() {
         })
         .collect();
     assert_eq!(refused.len(), 2);
-    assert!(refused.iter().all(|error| error.code == Code::ResourceExhausted as i32
-        && error.message.contains("max-pending")));
+    assert!(refused
+        .iter()
+        .all(|error| error.code == Code::ResourceExhausted as i32
+            && error.message.contains("max-pending")));
     expect_code(
-        client.new_timeout(NewTimeoutRequest { timer: Some(spec("full", 10, b"")) }).await,
+        client
+            .new_timeout(NewTimeoutRequest {
+                timer: Some(spec("full", 10, b"")),
+            })
+            .await,
         Code::ResourceExhausted,
         "max-pending",
     );
@@ -371,7 +485,9 @@ async fn shutdown_with_open_streams_finishes_without_waiting_for_the_drain_timeo
     let mut stream = subscribe(&mut client, "closing", 0, 0).await;
     let (_heartbeats, heartbeat_receiver) = tokio::sync::mpsc::channel::<KeepAliveRequest>(1);
     let keepalive = client
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(heartbeat_receiver))
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(
+            heartbeat_receiver,
+        ))
         .await
         .unwrap();
     register(&mut client, spec("closing", 3_600_000, b"left")).await;
@@ -381,7 +497,10 @@ async fn shutdown_with_open_streams_finishes_without_waiting_for_the_drain_timeo
     assert_eq!(stopped.pending_timers, 1);
     // The subscription ended rather than hanging.
     let end = within(stream.message()).await;
-    assert!(!matches!(end, Ok(Some(_))), "the stream went on after shutdown");
+    assert!(
+        !matches!(end, Ok(Some(_))),
+        "the stream went on after shutdown"
+    );
     drop(keepalive);
 }
 
@@ -402,7 +521,9 @@ async fn serves_on_a_unix_socket_too() {
     let mut client = tickd::proto::timers_client::TimersClient::new(channel);
     let timer = register(&mut client, spec("sidecar", 60_000, b"u")).await;
     let got = client
-        .get(GetRequest { timer: by_id("sidecar", &timer.id) })
+        .get(GetRequest {
+            timer: by_id("sidecar", &timer.id),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -415,7 +536,9 @@ async fn health_and_reflection_are_served() {
     let server = TestServer::start().await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
     let answer = health
-        .check(tonic_health::pb::HealthCheckRequest { service: "tickd.v1.Timers".into() })
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "tickd.v1.Timers".into(),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -424,7 +547,9 @@ async fn health_and_reflection_are_served() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
     let overall = health
-        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
         .await
         .unwrap()
         .into_inner();

@@ -93,7 +93,10 @@ fn ensure_venv() -> Result<PathBuf, String> {
         return Ok(python);
     }
 
-    eprintln!("polyglot: building {} (pip install from PyPI)", venv.display());
+    eprintln!(
+        "polyglot: building {} (pip install from PyPI)",
+        venv.display()
+    );
     if venv.exists() {
         fs::remove_dir_all(&venv).map_err(|e| format!("remove {}: {e}", venv.display()))?;
     }

@@ -90,6 +90,11 @@ enum Request {
         namespace: Arc<str>,
         id: u64,
     },
+    /// A subscriber's stream took one delivery from its buffer, making room.
+    Pulled {
+        namespace: Arc<str>,
+        id: u64,
+    },
     Ack {
         namespace: String,
         delivery_ids: Vec<u64>,
@@ -200,7 +205,14 @@ pub struct Subscription {
 impl tokio_stream::Stream for Subscription {
     type Item = Delivered;
     fn poll_next(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Delivered>> {
-        self.receiver.poll_recv(context)
+        let polled = self.receiver.poll_recv(context);
+        if let Poll::Ready(Some(_)) = &polled {
+            let _ = self.delivery.send(Request::Pulled {
+                namespace: self.namespace.clone(),
+                id: self.id,
+            });
+        }
+        polled
     }
 }
 
@@ -271,6 +283,7 @@ impl Delivery {
                 sender,
             } => self.subscribe(options, id, sender),
             Request::Unsubscribe { namespace, id } => self.unsubscribe(&namespace, id),
+            Request::Pulled { namespace, id } => self.pulled(&namespace, id),
             Request::Ack {
                 namespace,
                 delivery_ids,
@@ -382,6 +395,20 @@ impl Delivery {
         self.forget_if_idle(namespace);
     }
 
+    fn pulled(&mut self, namespace: &Arc<str>, id: u64) {
+        let Some(queue) = self.namespaces.get_mut(namespace) else {
+            return;
+        };
+        if let Some(subscriber) = queue.subscriber_mut(id) {
+            if subscriber.auto_ack {
+                subscriber.unacked -= 1;
+            }
+        }
+        if !queue.waiting.is_empty() {
+            self.dispatch(namespace);
+        }
+    }
+
     fn ack(&mut self, namespace: &str, delivery_ids: Vec<u64>) -> AckOutcome {
         let mut outcome = AckOutcome::default();
         let namespace: Arc<str> = Arc::from(namespace);
@@ -475,17 +502,18 @@ impl Delivery {
             };
             let subscriber = &mut queue.subscribers[index];
             if subscriber.sender.try_send(delivered).is_err() {
-                // Closed, or an auto-ack stream filled up in between: try the next one.
+                // `least_loaded` saw room, so the stream has closed: its Unsubscribe is on the
+                // way and will hand back its in-flight deliveries.
                 queue.waiting.push_front(waiting);
                 queue.subscribers.remove(index);
                 continue;
             }
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id += 1;
+            subscriber.unacked += 1;
             if subscriber.auto_ack {
                 continue;
             }
-            subscriber.unacked += 1;
             let deadline = now.saturating_add(subscriber.ack_timeout.as_nanos() as u64);
             let ack_deadline = self
                 .ack_deadlines

@@ -55,14 +55,11 @@ pub(super) struct Subscriber {
 }
 
 impl Subscriber {
-    /// Unacked deliveries are bounded by `max_unacked`; an auto-ack subscriber is bounded
-    /// by its stream's buffer instead, which has the same size.
+    /// Room means both: fewer unacked deliveries than the subscriber declared, and space in
+    /// its stream's buffer (a delivery whose ack deadline passed may still sit there unread).
+    /// For an auto-ack subscriber, `unacked` counts deliveries its stream has not pulled yet.
     fn has_room(&self) -> bool {
-        if self.auto_ack {
-            self.sender.capacity() > 0
-        } else {
-            self.unacked < self.max_unacked
-        }
+        self.unacked < self.max_unacked && self.sender.capacity() > 0
     }
 }
 

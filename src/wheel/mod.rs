@@ -226,7 +226,7 @@ impl<T> Wheel<T> {
         let now = now.max(self.now);
         let target_tick = now / self.tick;
         let batch_start = expired.len();
-        if false {
+        if target_tick - self.elapsed_ticks >= WHEEL_SPAN_TICKS {
             self.jump_to(target_tick, expired);
         } else {
             self.step_to(target_tick, expired);
@@ -250,7 +250,7 @@ impl<T> Wheel<T> {
             return Some(self.now);
         }
         let (slot_start_tick, _) = self.earliest_slot_start()?;
-        Some(slot_start_tick.checked_mul(self.tick).unwrap_or(u64::MAX))
+        Some(slot_start_tick.saturating_mul(self.tick))
     }
 
     /// Removes and returns every pending timer, sorted by deadline (Netty's `stop()`).
@@ -278,7 +278,7 @@ impl<T> Wheel<T> {
     /// The tick a deadline belongs to: `ceil(deadline / tick)`, so firing at that tick's start is
     /// never early.
     fn deadline_tick(&self, deadline: u64) -> u64 {
-        deadline / self.tick + u64::from(deadline % self.tick != 0)
+        deadline.div_ceil(self.tick)
     }
 
     /// Links a freshly inserted or rescheduled (unlinked) entry: due list if its deadline has

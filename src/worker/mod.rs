@@ -197,7 +197,8 @@ fn wait_for_message<S: TimerState>(
 ) -> Wake<Message<S::Command>> {
     let poll_until = Instant::now() + POLL_BEFORE_PARKING;
     let next_due = state.next_expiration();
-    let due_soon = next_due.is_some_and(|due| due <= now.monotonic + POLL_BEFORE_PARKING.as_nanos() as u64);
+    let due_soon =
+        next_due.is_some_and(|due| due <= now.monotonic + POLL_BEFORE_PARKING.as_nanos() as u64);
     while !due_soon && Instant::now() < poll_until {
         match receiver.try_recv() {
             Ok(message) => return Wake::Message(message),

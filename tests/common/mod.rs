@@ -161,7 +161,11 @@ pub async fn next_expiration(stream: &mut tonic::Streaming<SubscribeResponse>) -
         .expect("expiration")
 }
 
-pub async fn ack(client: &mut TimersClient<Channel>, namespace: &str, ids: Vec<String>) -> AckResponse {
+pub async fn ack(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    ids: Vec<String>,
+) -> AckResponse {
     client
         .ack(AckRequest {
             namespace: namespace.into(),

@@ -28,8 +28,13 @@ pub struct CoreArgs {
 }
 
 enum BenchCommand {
-    Insert { index: u32, deadline: u64 },
-    Cancel { index: u32 },
+    Insert {
+        index: u32,
+        deadline: u64,
+    },
+    Cancel {
+        index: u32,
+    },
     /// Answers once every command sent before it has been applied.
     Sync(mpsc::Sender<()>),
 }
@@ -65,7 +70,11 @@ impl TimerState for BenchTimers {
     fn fire_due(&mut self, now: Now, fired: &mut Vec<(u32, u64)>) {
         let mut expired = Vec::new();
         self.wheel.advance(now.monotonic, &mut expired);
-        fired.extend(expired.into_iter().map(|entry| (entry.value, entry.deadline)));
+        fired.extend(
+            expired
+                .into_iter()
+                .map(|entry| (entry.value, entry.deadline)),
+        );
     }
 
     fn next_expiration(&self) -> Option<u64> {
@@ -126,7 +135,9 @@ fn round(args: &CoreArgs) -> Round {
     for (index, delay) in delays.iter().enumerate() {
         let deadline = clock.monotonic() + delay;
         let index = index as u32;
-        commands.send(BenchCommand::Insert { index, deadline }).expect("worker alive");
+        commands
+            .send(BenchCommand::Insert { index, deadline })
+            .expect("worker alive");
     }
     sync(&commands);
     let bytes_per_timer = allocator::live_bytes().saturating_sub(live_before) as f64 / count as f64;
@@ -136,19 +147,24 @@ fn round(args: &CoreArgs) -> Round {
 
     let mut state = worker.stop();
     state.handles = vec![Handle::from_u64(0); count];
-    let worker = Worker::spawn(state, clock, WorkerConfig::default(), |_| {}).expect("spawn worker");
+    let worker =
+        Worker::spawn(state, clock, WorkerConfig::default(), |_| {}).expect("spawn worker");
     let commands = worker.handle();
     let hour = Duration::from_secs(3600).as_nanos() as u64;
     let inserting = Instant::now();
     for index in 0..count as u32 {
         let deadline = clock.monotonic() + hour;
-        commands.send(BenchCommand::Insert { index, deadline }).expect("worker alive");
+        commands
+            .send(BenchCommand::Insert { index, deadline })
+            .expect("worker alive");
     }
     let inserted = inserting.elapsed();
     sync(&commands);
     let cancelling = Instant::now();
     for index in 0..count as u32 {
-        commands.send(BenchCommand::Cancel { index }).expect("worker alive");
+        commands
+            .send(BenchCommand::Cancel { index })
+            .expect("worker alive");
     }
     let cancelled = cancelling.elapsed();
     sync(&commands);
@@ -164,7 +180,9 @@ fn round(args: &CoreArgs) -> Round {
 
 fn sync(commands: &WorkerHandle<BenchCommand>) {
     let (done, wait) = mpsc::channel();
-    commands.send(BenchCommand::Sync(done)).expect("worker alive");
+    commands
+        .send(BenchCommand::Sync(done))
+        .expect("worker alive");
     wait.recv().expect("worker answers");
 }
 

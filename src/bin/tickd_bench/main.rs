@@ -11,7 +11,10 @@ use clap::{Parser, Subcommand};
 static ALLOCATOR: allocator::CountingAllocator = allocator::CountingAllocator;
 
 #[derive(Parser)]
-#[command(name = "tickd-bench", about = "Benchmarks for tickd; each prints one line")]
+#[command(
+    name = "tickd-bench",
+    about = "Benchmarks for tickd; each prints one line"
+)]
 struct Cli {
     #[command(subcommand)]
     benchmark: Benchmark,
