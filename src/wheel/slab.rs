@@ -51,10 +51,15 @@ impl ListEnds {
 }
 
 /// The entry vector, its free list and the count of live entries.
+///
+/// Entries at or after `fresh_from` are free but on no list: whenever the slab empties, the
+/// free list (scattered in firing order) is forgotten and allocation restarts at index 0, so
+/// a wheel that drains and refills writes its entries in sequence instead of all over memory.
 #[derive(Debug)]
 pub(super) struct Slab<T> {
     entries: Vec<Entry<T>>,
     free_head: u32,
+    fresh_from: usize,
     live_count: usize,
 }
 
@@ -63,6 +68,7 @@ impl<T> Slab<T> {
         Slab {
             entries: Vec::with_capacity(capacity),
             free_head: NO_INDEX,
+            fresh_from: 0,
             live_count: 0,
         }
     }
@@ -74,7 +80,9 @@ impl<T> Slab<T> {
     /// True if another entry can be allocated without exhausting the `u32` index space
     /// (`NO_INDEX` itself is reserved).
     pub(super) fn has_room(&self) -> bool {
-        self.free_head != NO_INDEX || self.entries.len() < NO_INDEX as usize
+        self.free_head != NO_INDEX
+            || self.fresh_from < self.entries.len()
+            || self.entries.len() < NO_INDEX as usize
     }
 
     /// Stores a new timer, unlinked, and returns its index. The caller must check `has_room`.
@@ -90,6 +98,16 @@ impl<T> Slab<T> {
             entry.value = Some(value);
             return index;
         }
+        if let Some(entry) = self.entries.get_mut(self.fresh_from) {
+            let index = self.fresh_from as u32;
+            self.fresh_from += 1;
+            entry.deadline = deadline;
+            entry.prev = NO_INDEX;
+            entry.next = NO_INDEX;
+            entry.value = Some(value);
+            return index;
+        }
+        self.fresh_from += 1;
         let index = u32::try_from(self.entries.len()).expect("caller checked has_room");
         self.entries.push(Entry {
             deadline,
@@ -114,7 +132,12 @@ impl<T> Slab<T> {
         entry.next = self.free_head;
         self.free_head = index;
         self.live_count -= 1;
-        (entry.deadline, generation, value)
+        let deadline = entry.deadline;
+        if self.live_count == 0 {
+            self.free_head = NO_INDEX;
+            self.fresh_from = 0;
+        }
+        (deadline, generation, value)
     }
 
     /// The live entry at `index` if its generation still matches; `None` for stale handles.
