@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use protox::prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/tickd/v1/tickd.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let descriptors = protox::compile([proto], ["proto"])?;
+    let api = "proto/tickd/v1/tickd.proto";
+    let records = "proto/tickd/store/v1/records.proto";
+    println!("cargo:rerun-if-changed={api}");
+    println!("cargo:rerun-if-changed={records}");
+    let descriptors = protox::compile([api], ["proto"])?;
     // The encoded descriptor set feeds the gRPC reflection service.
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(
@@ -19,5 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Payloads stay `Bytes` from the wire to the subscriber: clones share, never copy.
         .bytes(".")
         .compile_fds(descriptors)?;
+    // The log's records: plain prost messages, no gRPC service.
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .bytes(".")
+        .compile_fds(protox::compile([records], ["proto"])?)?;
     Ok(())
 }

@@ -15,5 +15,6 @@ pub mod config;
 pub mod delivery;
 pub mod proto;
 pub mod server;
+pub mod store;
 pub mod wheel;
 pub mod worker;

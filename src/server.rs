@@ -16,12 +16,16 @@ use crate::config::Config;
 use crate::delivery::DeliveryHandle;
 use crate::proto;
 use crate::proto::timers_server::TimersServer;
+use crate::store::{Store, StoreHandle, SyncMode};
 use crate::worker::clock::{Clock, SystemClock};
-use crate::worker::table::TimerTable;
+use crate::worker::journal::Journal;
+use crate::worker::table::{Expiration, TimerTable};
 use crate::worker::Worker;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    #[error("opening the data directory: {0}")]
+    Store(#[from] crate::store::StoreError),
     #[error("starting the timer worker thread: {0}")]
     Worker(#[source] std::io::Error),
     #[error("building the reflection service: {0}")]
@@ -48,14 +52,13 @@ pub async fn run(
     unix_listener: Option<UnixListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stopped, ServerError> {
-    let delivery = DeliveryHandle::spawn(config.delivery());
-    let worker = Worker::spawn(
-        TimerTable::new(config.table()),
-        SystemClock::new(),
-        config.worker(),
-        delivery.fired_sink(),
-    )
-    .map_err(ServerError::Worker)?;
+    // The worker must run on the clock the recovery converted deadlines with.
+    let clock = SystemClock::new();
+    let (table, store, recovered) = tokio::task::block_in_place(|| recover(config, clock))?;
+    let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
+    let delivery = DeliveryHandle::spawn(config.delivery(), store_handle, recovered);
+    let worker = Worker::spawn(table, clock, config.worker(), delivery.fired_sink())
+        .map_err(ServerError::Worker)?;
 
     let (stopping, stop_signal) = watch::channel(false);
     let limits = Limits {
@@ -123,13 +126,48 @@ pub async fn run(
             true
         }
     };
-    let clock = SystemClock::new();
-    let pending_timers = worker.stop().into_pending(clock.now()).len();
+    let table = tokio::task::block_in_place(|| worker.stop());
+    let pending_timers = table.len();
+    drop(table);
+    // Every handle on the store must go before it can finish its last commit.
+    delivery.close().await;
+    if let Some((store, handle)) = store {
+        drop(handle);
+        tokio::task::block_in_place(|| store.join());
+    }
     info!(pending_timers, "tickd stopped");
     Ok(Stopped {
         pending_timers,
         drain_timed_out,
     })
+}
+
+/// Builds the timer table, replaying the data directory into it unless `--sync none`.
+/// Returns the table (journaling), the store, and the expirations to deliver again.
+#[allow(clippy::type_complexity)]
+fn recover(
+    config: &Config,
+    clock: SystemClock,
+) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
+    let mut table = TimerTable::new(config.table());
+    if config.sync == SyncMode::None {
+        return Ok((table, None, Vec::new()));
+    }
+    let now = clock.now();
+    let (store, handle, unsettled) = Store::open(&config.data_dir, config.sync, |record| {
+        table.replay(record, now)
+    })?;
+    table.attach_journal(Journal::new(handle.clone(), config.snapshot_after_bytes));
+    let recovered = unsettled
+        .into_iter()
+        .filter_map(Expiration::recovered)
+        .collect();
+    info!(
+        data_dir = %config.data_dir.display(),
+        pending_timers = table.len(),
+        "recovered timers"
+    );
+    Ok((table, Some((store, handle)), recovered))
 }
 
 async fn stopped(mut stop_signal: watch::Receiver<bool>) {

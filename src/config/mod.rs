@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::delivery::DeliveryConfig;
+use crate::store::SyncMode;
 use crate::worker::table::TableConfig;
 use crate::worker::WorkerConfig;
 
@@ -35,6 +36,16 @@ pub struct Config {
     /// Also serve gRPC on this Unix socket (for sidecars sharing a volume).
     #[arg(long, env = "TICKD_UNIX_SOCKET")]
     pub unix_socket: Option<PathBuf>,
+    /// Where the durable log and snapshots live.
+    #[arg(long, env = "TICKD_DATA_DIR", default_value = "./tickd-data")]
+    pub data_dir: PathBuf,
+    /// When a mutation counts as durable: `always` fsyncs before answering (group commit),
+    /// `interval` fsyncs every 10 ms, `none` keeps timers in memory only (no data dir).
+    #[arg(long, env = "TICKD_SYNC", value_enum, default_value_t = SyncMode::Always)]
+    pub sync: SyncMode,
+    /// Log bytes written since the last snapshot that trigger the next one.
+    #[arg(long, env = "TICKD_SNAPSHOT_AFTER_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub snapshot_after_bytes: usize,
     /// Length of one wheel tick: the lateness bound is one tick plus scheduling noise.
     #[arg(long, env = "TICKD_TICK", default_value = "1ms", value_parser = parse_duration)]
     pub tick: Duration,

@@ -27,6 +27,8 @@ use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
+use crate::store::records::{record::Kind, Record, Settled};
+use crate::store::{Batch, StoreHandle};
 use crate::wheel::Wheel;
 use crate::worker::table::Expiration;
 use queue::{Dead, Delivered, InFlight, NamespaceQueue, Subscriber, Waiting};
@@ -105,6 +107,8 @@ enum Request {
         reply: oneshot::Sender<DeadList>,
     },
     Shutdown,
+    /// Stops journaling (the store is closing) and confirms.
+    Close(oneshot::Sender<()>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -120,10 +124,18 @@ pub struct DeliveryHandle {
 }
 
 impl DeliveryHandle {
-    /// Starts the delivery task on the current tokio runtime.
-    pub fn spawn(config: DeliveryConfig) -> Self {
+    /// Starts the delivery task on the current tokio runtime. With a store, acks are
+    /// journaled before they are answered; `recovered` are expirations fired before a
+    /// restart and never settled, delivered again first.
+    pub fn spawn(
+        config: DeliveryConfig,
+        store: Option<StoreHandle>,
+        recovered: Vec<Expiration>,
+    ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(Delivery::new(config).run(receiver));
+        let mut delivery = Delivery::new(config, store);
+        delivery.enqueue_fired(recovered);
+        tokio::spawn(delivery.run(receiver));
         Self {
             sender,
             next_subscriber_id: Arc::new(AtomicU64::new(1)),
@@ -191,6 +203,14 @@ impl DeliveryHandle {
     pub fn shutdown(&self) {
         let _ = self.sender.send(Request::Shutdown);
     }
+
+    /// Lets go of the store, so that it can finish; acks after this are not journaled.
+    pub async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.sender.send(Request::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
+    }
 }
 
 /// A subscriber's stream of deliveries. Dropping it (the client went away) hands its
@@ -232,19 +252,21 @@ struct Delivery {
     ack_deadlines: Wheel<(Arc<str>, u64)>,
     origin: Instant,
     next_delivery_id: u64,
+    store: Option<StoreHandle>,
 }
 
 /// How many queued requests are handled before ack deadlines are looked at again.
 const REQUEST_BATCH: usize = 256;
 
 impl Delivery {
-    fn new(config: DeliveryConfig) -> Self {
+    fn new(config: DeliveryConfig, store: Option<StoreHandle>) -> Self {
         Self {
             config,
             namespaces: FxHashMap::default(),
             ack_deadlines: Wheel::new(1_000_000, usize::MAX),
             origin: Instant::now(),
             next_delivery_id: 1,
+            store,
         }
     }
 
@@ -288,9 +310,7 @@ impl Delivery {
                 namespace,
                 delivery_ids,
                 reply,
-            } => {
-                let _ = reply.send(self.ack(&namespace, delivery_ids));
-            }
+            } => self.ack(&namespace, delivery_ids, reply),
             Request::Dead { namespace, reply } => {
                 let _ = reply.send(self.dead(&namespace));
             }
@@ -299,6 +319,10 @@ impl Delivery {
                     queue.subscribers.clear();
                     queue.observers.clear();
                 }
+            }
+            Request::Close(done) => {
+                self.store = None;
+                let _ = done.send(());
             }
         }
     }
@@ -310,6 +334,7 @@ impl Delivery {
     fn enqueue_fired(&mut self, batch: Vec<Expiration>) {
         let mut touched: Vec<Arc<str>> = Vec::new();
         let mut overflowed = 0u64;
+        let mut dropped = Vec::new();
         for expiration in batch {
             let namespace = expiration.namespace.clone();
             if touched.last() != Some(&namespace) && !touched.contains(&namespace) {
@@ -334,7 +359,7 @@ impl Delivery {
                     attempts: 0,
                     reason: "delivery buffer full",
                 };
-                queue.bury(dead, dead_capacity);
+                dropped.extend(queue.bury(dead, dead_capacity).map(|dead| dead.expiration));
             } else {
                 queue.waiting.push_back(Waiting {
                     expiration,
@@ -349,6 +374,7 @@ impl Delivery {
                 "delivery buffer full: expirations moved to the dead list"
             );
         }
+        self.journal_settled(&dropped, None);
         for namespace in touched {
             self.dispatch(&namespace);
         }
@@ -409,18 +435,56 @@ impl Delivery {
         }
     }
 
-    fn ack(&mut self, namespace: &str, delivery_ids: Vec<u64>) -> AckOutcome {
+    /// Settles acknowledged deliveries; the answer waits until the settlement is durable.
+    fn ack(&mut self, namespace: &str, delivery_ids: Vec<u64>, reply: oneshot::Sender<AckOutcome>) {
         let mut outcome = AckOutcome::default();
         let namespace: Arc<str> = Arc::from(namespace);
+        let mut settled = Vec::new();
         for delivery_id in delivery_ids {
             match self.settle(&namespace, delivery_id) {
-                Some(_) => outcome.acknowledged += 1,
+                Some(waiting) => {
+                    outcome.acknowledged += 1;
+                    settled.push(waiting.expiration);
+                }
                 None => outcome.unknown.push(delivery_id),
             }
         }
         self.dispatch(&namespace);
         self.forget_if_idle(&namespace);
-        outcome
+        self.journal_settled(
+            &settled,
+            Some(Box::new(move || {
+                let _ = reply.send(outcome);
+            })),
+        );
+    }
+
+    /// Records that these expirations are done with (acknowledged, or dropped for good), so a
+    /// restart does not deliver them again; then runs `after`.
+    fn journal_settled(
+        &self,
+        expirations: &[Arc<Expiration>],
+        after: Option<crate::store::OnDurable>,
+    ) {
+        let Some(store) = self.store.as_ref().filter(|_| !expirations.is_empty()) else {
+            if let Some(after) = after {
+                after();
+            }
+            return;
+        };
+        let mut batch = Batch::default();
+        for expiration in expirations {
+            batch.record(&Record {
+                kind: Some(Kind::Settled(Settled {
+                    id: expiration.id.0,
+                    fired_count: expiration.fired_count,
+                })),
+            });
+        }
+        if let Some(after) = after {
+            batch.on_durable(after);
+        }
+        store.append(batch);
     }
 
     fn dead(&self, namespace: &str) -> DeadList {
@@ -458,7 +522,9 @@ impl Delivery {
                 expiration: waiting.expiration,
                 reason: "max delivery attempts reached without an ack",
             };
-            queue.bury(dead, dead_capacity);
+            if let Some(dropped) = queue.bury(dead, dead_capacity) {
+                self.journal_settled(&[dropped.expiration], None);
+            }
         } else {
             queue.waiting.push_front(waiting);
         }

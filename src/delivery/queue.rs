@@ -91,14 +91,17 @@ impl NamespaceQueue {
             .find(|subscriber| subscriber.id == id)
     }
 
-    /// Keeps a dead expiration visible, within `capacity`; past it the oldest is dropped
-    /// and counted.
-    pub fn bury(&mut self, dead: Dead, capacity: usize) {
-        if self.dead.len() >= capacity {
-            self.dead.pop_front();
+    /// Keeps a dead expiration visible, within `capacity`; past it the oldest is dropped,
+    /// counted, and returned so that it can be settled for good.
+    pub fn bury(&mut self, dead: Dead, capacity: usize) -> Option<Dead> {
+        let dropped = if self.dead.len() >= capacity {
             self.dead_dropped += 1;
-        }
+            self.dead.pop_front()
+        } else {
+            None
+        };
         self.dead.push_back(dead);
+        dropped
     }
 
     /// Copies to observers are best effort: an observer that does not keep up misses copies

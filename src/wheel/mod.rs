@@ -25,9 +25,13 @@
 //! Timers inserted with a deadline at or before [`Wheel::now`] go on a separate "due now" list and
 //! fire on the next [`Wheel::advance`].
 //!
-//! Timers live in a slab (`Vec`) with a free list and are linked into their slot by intrusive
-//! doubly linked lists of `u32` indices, so insert, cancel and reschedule are O(1) and allocate
-//! nothing beyond slab growth. A [`Handle`] carries the slab index and a generation that is bumped
+//! Timers live in a slab (`Vec`) with a free list. Each slot (and the due list) is a `Vec<u32>` of
+//! slab indices, and every entry records its position in its slot's vector, so insert is a push,
+//! cancel and reschedule are a `swap_remove` plus fixing the moved entry's position (all O(1)),
+//! and cascading or firing a slot iterates a dense array of indices: the loads of the entries are
+//! independent, so the CPU overlaps their cache misses instead of chasing a linked list. A slot's
+//! vector keeps its allocation across rotations (shrunk when far larger than needed), so steady
+//! state allocates nothing. A [`Handle`] carries the slab index and a generation that is bumped
 //! whenever an entry is freed, so a stale handle never touches a timer that reused its entry.
 //!
 //! # Guarantees
@@ -36,8 +40,9 @@
 //! * **Less than one tick late**: after `advance(now)` returns, every timer whose deadline is at or
 //!   before `tick * floor(now / tick)` has fired (and any timer inserted at or before the previous
 //!   `now`), so lateness relative to the `advance` call is under one tick.
-//! * **Ordered batches**: each batch appended by `advance` is sorted by deadline, and timers with
-//!   equal deadlines fire in the order they were inserted (a reschedule counts as a new insertion).
+//! * **Ordered batches**: each batch appended by `advance` is sorted by deadline. The order among
+//!   timers with *equal* deadlines is unspecified (removing a timer from a slot moves another one
+//!   into its place, so slots do not keep insertion order).
 //!
 //! A deadline in the last, partial tick below `u64::MAX` (when `u64::MAX` is not a multiple of
 //! the tick) belongs to a tick the clock can never reach, so such a timer stays pending until it is
@@ -47,7 +52,7 @@ mod slab;
 
 use std::fmt;
 
-use slab::{ListEnds, Slab, LOCATION_FREE, NO_INDEX};
+use slab::{Slab, LOCATION_FREE};
 
 /// log2 of the slots per level.
 const SLOT_BITS: u32 = 6;
@@ -66,6 +71,9 @@ const WHEEL_SPAN_TICKS: u64 = 1 << (SLOT_BITS * LEVEL_COUNT as u32);
 const SLOT_LIST_COUNT: usize = LEVEL_COUNT * SLOTS_PER_LEVEL;
 /// List number of the "due now" list, right after the slot lists.
 const DUE_LIST: u16 = SLOT_LIST_COUNT as u16;
+/// A list's vector keeps its allocation across rotations unless its capacity exceeds both this
+/// and four times what the list last held.
+const RETAINED_CAPACITY_FLOOR: usize = 1024;
 
 /// A hierarchical hashed timing wheel holding values of type `T`. See the module docs.
 pub struct Wheel<T> {
@@ -76,8 +84,9 @@ pub struct Wheel<T> {
     /// Tick up to which the wheel has processed slots: `floor(now / tick)` between calls.
     elapsed_ticks: u64,
     slab: Slab<T>,
-    /// All slot lists (`level * 64 + slot`) followed by the due list.
-    lists: Vec<ListEnds>,
+    /// All slot lists (`level * 64 + slot`) followed by the due list, as slab indices; each
+    /// linked entry's `position` is its index here.
+    lists: Vec<Vec<u32>>,
     /// Bit `s` of `occupied_slots[L]` is set iff slot `s` of level `L` is non-empty.
     occupied_slots: [u64; LEVEL_COUNT],
 }
@@ -143,7 +152,7 @@ impl<T> Wheel<T> {
             now: 0,
             elapsed_ticks: 0,
             slab: Slab::with_capacity(capacity),
-            lists: vec![ListEnds::EMPTY; SLOT_LIST_COUNT + 1],
+            lists: (0..=SLOT_LIST_COUNT).map(|_| Vec::new()).collect(),
             occupied_slots: [0; LEVEL_COUNT],
         }
     }
@@ -194,8 +203,7 @@ impl<T> Wheel<T> {
         Some(value)
     }
 
-    /// Moves a pending timer to a new deadline keeping its handle; false if stale. For ordering
-    /// among equal deadlines the timer counts as newly inserted.
+    /// Moves a pending timer to a new deadline keeping its handle; false if stale.
     pub fn reschedule(&mut self, handle: Handle, deadline: u64) -> bool {
         if self.slab.live(handle.index, handle.generation).is_none() {
             return false;
@@ -220,8 +228,8 @@ impl<T> Wheel<T> {
 
     /// Fires every timer whose tick is at or before `floor(now / tick)`, plus every timer inserted
     /// with a deadline at or before the previous `now()`, appending them to `expired` sorted by
-    /// deadline (equal deadlines in insertion order). A `now` earlier than `now()` is treated as
-    /// `now()`: time never goes back.
+    /// deadline (equal deadlines in no particular order). A `now` earlier than `now()` is treated
+    /// as `now()`: time never goes back.
     pub fn advance(&mut self, now: u64, expired: &mut Vec<Expired<T>>) {
         let now = now.max(self.now);
         let target_tick = now / self.tick;
@@ -233,11 +241,8 @@ impl<T> Wheel<T> {
         }
         self.elapsed_ticks = target_tick;
         self.now = now;
-        // Due-list timers go last: any timer in the wheel with the same deadline was inserted
-        // while that deadline was still in the future, i.e. before them.
         self.fire_list(DUE_LIST, expired);
-        // Stable, so equal deadlines keep the insertion order the lists preserved.
-        expired[batch_start..].sort_by_key(|fired| fired.deadline);
+        sort_by_deadline(&mut expired[batch_start..]);
     }
 
     /// The earliest time at which `advance` could have work to do (fire or cascade): `None` if
@@ -260,7 +265,7 @@ impl<T> Wheel<T> {
             self.fire_list(location, &mut drained);
         }
         self.fire_list(DUE_LIST, &mut drained);
-        drained.sort_by_key(|fired| fired.deadline);
+        sort_by_deadline(&mut drained);
         drained
     }
 
@@ -345,41 +350,37 @@ impl<T> Wheel<T> {
     /// least once, so detach every slot list (in the order they would have been processed) and
     /// re-place each timer relative to the target tick.
     fn jump_to(&mut self, target_tick: u64, expired: &mut Vec<Expired<T>>) {
-        let detached: Vec<ListEnds> = self
+        let detached: Vec<(u16, Vec<u32>)> = self
             .occupied_locations_in_processing_order()
             .into_iter()
-            .map(|location| self.detach_list(location))
+            .map(|location| (location, self.detach_list(location)))
             .collect();
         self.elapsed_ticks = target_tick;
-        for list in detached {
-            self.replace_detached(list, expired);
+        for (location, list) in detached {
+            for &index in &list {
+                self.replace_or_fire(index, expired);
+            }
+            self.return_list(location, list);
         }
     }
 
-    /// Takes a slot list off the wheel and re-places or fires each of its timers in order.
+    /// Takes a slot list off the wheel and re-places or fires each of its timers.
     fn replace_list(&mut self, location: u16, expired: &mut Vec<Expired<T>>) {
         let list = self.detach_list(location);
-        self.replace_detached(list, expired);
-    }
-
-    fn replace_detached(&mut self, list: ListEnds, expired: &mut Vec<Expired<T>>) {
-        let mut index = list.head;
-        while index != NO_INDEX {
-            let next = self.slab.entry(index).next;
+        for &index in &list {
             self.replace_or_fire(index, expired);
-            index = next;
         }
+        self.return_list(location, list);
     }
 
     /// Fires every timer on a list, in list order.
     fn fire_list(&mut self, location: u16, expired: &mut Vec<Expired<T>>) {
         let list = self.detach_list(location);
-        let mut index = list.head;
-        while index != NO_INDEX {
-            let next = self.slab.entry(index).next;
+        expired.reserve(list.len());
+        for &index in &list {
             expired.push(self.release_expired(index));
-            index = next;
         }
+        self.return_list(location, list);
     }
 
     fn release_expired(&mut self, index: u32) -> Expired<T> {
@@ -391,9 +392,10 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Empties a list and returns its ends; the entries keep their `next` links for walking.
-    fn detach_list(&mut self, location: u16) -> ListEnds {
-        let list = std::mem::replace(&mut self.lists[usize::from(location)], ListEnds::EMPTY);
+    /// Empties a list and returns its indices; the entries still record their old location and
+    /// position until they are re-linked or released.
+    fn detach_list(&mut self, location: u16) -> Vec<u32> {
+        let list = std::mem::take(&mut self.lists[usize::from(location)]);
         if location < DUE_LIST {
             let (level, slot) = level_and_slot(location);
             self.occupied_slots[level] &= !(1 << slot);
@@ -401,9 +403,27 @@ impl<T> Wheel<T> {
         list
     }
 
+    /// Gives a detached list's allocation back to its (still empty) slot so the next rotation
+    /// does not reallocate, unless its capacity is far above what the slot just needed.
+    fn return_list(&mut self, location: u16, mut list: Vec<u32>) {
+        let used = list.len();
+        list.clear();
+        if list.capacity() > RETAINED_CAPACITY_FLOOR && list.capacity() / 4 > used {
+            list.shrink_to(used.max(RETAINED_CAPACITY_FLOOR));
+        }
+        let slot = &mut self.lists[usize::from(location)];
+        if slot.is_empty() && slot.capacity() < list.capacity() {
+            *slot = list;
+        }
+    }
+
     fn link_entry(&mut self, index: u32, location: u16) {
-        self.slab
-            .push_back(&mut self.lists[usize::from(location)], index, location);
+        let list = &mut self.lists[usize::from(location)];
+        let entry = self.slab.entry_mut(index);
+        entry.location = location;
+        // A list never holds more than the slab's entries, whose indices fit in a u32.
+        entry.position = list.len() as u32;
+        list.push(index);
         if location < DUE_LIST {
             let (level, slot) = level_and_slot(location);
             self.occupied_slots[level] |= 1 << slot;
@@ -411,11 +431,15 @@ impl<T> Wheel<T> {
     }
 
     fn unlink_entry(&mut self, index: u32) {
-        let location = self.slab.entry(index).location;
+        let entry = self.slab.entry(index);
+        let (location, position) = (entry.location, entry.position);
         debug_assert_ne!(location, LOCATION_FREE);
         let list = &mut self.lists[usize::from(location)];
-        self.slab.unlink(list, index);
-        if location < DUE_LIST && list.is_empty() {
+        debug_assert_eq!(list[position as usize], index);
+        list.swap_remove(position as usize);
+        if let Some(&moved) = list.get(position as usize) {
+            self.slab.entry_mut(moved).position = position;
+        } else if location < DUE_LIST && list.is_empty() {
             let (level, slot) = level_and_slot(location);
             self.occupied_slots[level] &= !(1 << slot);
         }
@@ -500,6 +524,12 @@ fn level_for(elapsed: u64, when: u64) -> usize {
 /// Slot of tick `when` within `level`.
 fn slot_for(when: u64, level: usize) -> usize {
     ((when >> (SLOT_BITS * level as u32)) & SLOT_MASK) as usize
+}
+
+/// Sorts a batch by deadline. Batches are mostly runs that are already sorted (or nearly), which
+/// the standard sort detects.
+fn sort_by_deadline<T>(batch: &mut [Expired<T>]) {
+    batch.sort_unstable_by_key(|fired| fired.deadline);
 }
 
 fn slot_list_location(level: usize, slot: usize) -> u16 {
@@ -646,29 +676,91 @@ mod tests {
         assert!(!wheel.reschedule(handle, 50));
     }
 
+    /// Like `advance_collect`, with equal deadlines ordered by value (their relative order is
+    /// unspecified), after checking that the batch is sorted by deadline.
+    fn advance_collect_normalized(wheel: &mut Wheel<u32>, now: u64) -> Vec<(u64, u32)> {
+        let mut fired = advance_collect(wheel, now);
+        assert!(fired.windows(2).all(|pair| pair[0].0 <= pair[1].0));
+        fired.sort_unstable();
+        fired
+    }
+
     #[test]
-    fn same_tick_timers_fire_in_deadline_then_insertion_order() {
+    fn same_tick_timers_fire_in_deadline_order() {
         let mut wheel = Wheel::new(1000, 16);
         wheel.insert(1900, 1).unwrap();
         wheel.insert(1100, 2).unwrap();
         wheel.insert(1500, 3).unwrap();
         wheel.insert(1100, 4).unwrap();
         assert_eq!(
-            advance_collect(&mut wheel, 2000),
+            advance_collect_normalized(&mut wheel, 2000),
             vec![(1100, 2), (1100, 4), (1500, 3), (1900, 1)]
         );
     }
 
     #[test]
-    fn equal_deadlines_keep_insertion_order_across_levels() {
+    fn equal_deadlines_from_different_levels_fire_together() {
         let mut wheel = Wheel::new(1, 16);
         wheel.insert(5000, 1).unwrap(); // placed at level 2
         advance_collect(&mut wheel, 4990);
         wheel.insert(5000, 2).unwrap(); // placed after 1 has cascaded
+        wheel.insert(4995, 3).unwrap();
         assert_eq!(
-            advance_collect(&mut wheel, 6000),
-            vec![(5000, 1), (5000, 2)]
+            advance_collect_normalized(&mut wheel, 6000),
+            vec![(4995, 3), (5000, 1), (5000, 2)]
         );
+    }
+
+    #[test]
+    fn cancel_from_the_middle_of_a_slot_keeps_the_others() {
+        let mut wheel = Wheel::new(1, 64);
+        // Same level-1 slot: cancel moves the last timer into the freed position.
+        let handles: Vec<Handle> = (0..10)
+            .map(|value| wheel.insert(100 + u64::from(value), value).unwrap())
+            .collect();
+        assert_eq!(wheel.cancel(handles[3]), Some(3));
+        assert_eq!(wheel.cancel(handles[0]), Some(0));
+        assert_eq!(wheel.cancel(handles[9]), Some(9));
+        assert!(wheel.reschedule(handles[5], 50));
+        assert!(wheel.reschedule(handles[1], 30));
+        assert_eq!(wheel.cancel(handles[1]), Some(1));
+        assert_eq!(wheel.get(handles[8]), Some((108, &8)));
+        assert_eq!(advance_collect(&mut wheel, 50), vec![(50, 5)]);
+        assert_eq!(
+            advance_collect(&mut wheel, 200),
+            vec![(102, 2), (104, 4), (106, 6), (107, 7), (108, 8)]
+        );
+        assert!(wheel.is_empty());
+    }
+
+    #[test]
+    fn slot_vectors_keep_modest_allocations_across_rotations() {
+        let mut wheel = Wheel::new(1, 1 << 16);
+        for round in 0..3u64 {
+            let base = wheel.now() + 64;
+            for value in 0..5000u32 {
+                wheel
+                    .insert(base + 70 + u64::from(value) % 50, value)
+                    .unwrap();
+            }
+            let mut expired = Vec::new();
+            wheel.advance(base + 200, &mut expired);
+            assert_eq!(expired.len(), 5000, "round {round}");
+            assert!(wheel.is_empty());
+        }
+        let largest = |wheel: &Wheel<u32>| wheel.lists.iter().map(Vec::capacity).max().unwrap();
+        assert!(
+            largest(&wheel) >= 4096,
+            "the cascaded slot kept its allocation"
+        );
+        // A small load afterwards shrinks the big vectors the next time their slot is processed.
+        for _ in 0..300 {
+            wheel.insert(wheel.now() + 70, 1).unwrap();
+            let mut expired = Vec::new();
+            wheel.advance(wheel.now() + 64, &mut expired);
+        }
+        let retained = largest(&wheel);
+        assert!(retained <= RETAINED_CAPACITY_FLOOR, "retained {retained}");
     }
 
     #[test]

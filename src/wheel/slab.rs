@@ -1,14 +1,15 @@
-//! Slab storage for timer entries and the intrusive doubly linked lists threaded through them.
+//! Slab storage for timer entries.
 //!
 //! Every timer lives in one `Vec<Entry<T>>`; a timer is named by its index plus a generation
-//! counter. Slot lists link entries by index (`prev`/`next`), so moving a timer between lists or
-//! removing it from the middle of one is O(1) and costs no allocation. Freed entries are chained
-//! through their `next` field into a free list and reused before the vector grows.
+//! counter. The wheel keeps each slot as a `Vec<u32>` of entry indices, and every linked entry
+//! records its `position` in that vector, so removing a timer from the middle of a slot is a
+//! `swap_remove` plus fixing the moved entry's position: O(1), no allocation. Freed entries are
+//! chained through the same `position` field into a free list and reused before the vector grows.
 
-/// Marks "no entry" in `prev`/`next` links and list ends.
+/// Marks "no entry" at the end of the free list.
 pub(super) const NO_INDEX: u32 = u32::MAX;
 
-/// The `location` of an entry that is on the free list (holds no timer).
+/// The `location` of an entry that is on no list (free, or allocated but not yet placed).
 pub(super) const LOCATION_FREE: u16 = u16::MAX;
 
 /// One timer slot in the slab.
@@ -19,35 +20,15 @@ pub(super) const LOCATION_FREE: u16 = u16::MAX;
 pub(super) struct Entry<T> {
     /// Exact deadline in the caller's time unit; the wheel derives the tick from it on demand.
     pub(super) deadline: u64,
-    /// Previous entry in the same list, or `NO_INDEX`.
-    pub(super) prev: u32,
-    /// Next entry in the same list (or in the free list), or `NO_INDEX`.
-    pub(super) next: u32,
+    /// While linked: the entry's index within its list's vector. While free: the next free
+    /// entry, or `NO_INDEX`.
+    pub(super) position: u32,
     /// Bumped every time the entry is freed, so handles issued earlier stop matching.
     pub(super) generation: u32,
     /// Which list the entry is on (see `Wheel`'s list numbering), or `LOCATION_FREE`.
     pub(super) location: u16,
     /// The caller's payload; `None` exactly when the entry is free.
     pub(super) value: Option<T>,
-}
-
-/// Head and tail of one intrusive list. Appending at the tail keeps insertion order, which the
-/// wheel relies on to fire equal deadlines in the order they were scheduled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ListEnds {
-    pub(super) head: u32,
-    pub(super) tail: u32,
-}
-
-impl ListEnds {
-    pub(super) const EMPTY: ListEnds = ListEnds {
-        head: NO_INDEX,
-        tail: NO_INDEX,
-    };
-
-    pub(super) fn is_empty(self) -> bool {
-        self.head == NO_INDEX
-    }
 }
 
 /// The entry vector, its free list and the count of live entries.
@@ -85,16 +66,14 @@ impl<T> Slab<T> {
             || self.entries.len() < NO_INDEX as usize
     }
 
-    /// Stores a new timer, unlinked, and returns its index. The caller must check `has_room`.
+    /// Stores a new timer, on no list, and returns its index. The caller must check `has_room`.
     pub(super) fn allocate(&mut self, deadline: u64, value: T) -> u32 {
         self.live_count += 1;
         if self.free_head != NO_INDEX {
             let index = self.free_head;
             let entry = &mut self.entries[index as usize];
-            self.free_head = entry.next;
+            self.free_head = entry.position;
             entry.deadline = deadline;
-            entry.prev = NO_INDEX;
-            entry.next = NO_INDEX;
             entry.value = Some(value);
             return index;
         }
@@ -102,8 +81,6 @@ impl<T> Slab<T> {
             let index = self.fresh_from as u32;
             self.fresh_from += 1;
             entry.deadline = deadline;
-            entry.prev = NO_INDEX;
-            entry.next = NO_INDEX;
             entry.value = Some(value);
             return index;
         }
@@ -111,8 +88,7 @@ impl<T> Slab<T> {
         let index = u32::try_from(self.entries.len()).expect("caller checked has_room");
         self.entries.push(Entry {
             deadline,
-            prev: NO_INDEX,
-            next: NO_INDEX,
+            position: NO_INDEX,
             generation: 0,
             location: LOCATION_FREE,
             value: Some(value),
@@ -120,16 +96,15 @@ impl<T> Slab<T> {
         index
     }
 
-    /// Frees an entry that is already unlinked (or on a detached list) and returns its deadline,
-    /// the generation its handle carried, and its value.
+    /// Frees an entry that is already off its list (or on a detached one) and returns its
+    /// deadline, the generation its handle carried, and its value.
     pub(super) fn release(&mut self, index: u32) -> (u64, u32, T) {
         let entry = &mut self.entries[index as usize];
         let value = entry.value.take().expect("released entry must be live");
         let generation = entry.generation;
         entry.generation = generation.wrapping_add(1);
         entry.location = LOCATION_FREE;
-        entry.prev = NO_INDEX;
-        entry.next = self.free_head;
+        entry.position = self.free_head;
         self.free_head = index;
         self.live_count -= 1;
         let deadline = entry.deadline;
@@ -162,44 +137,6 @@ impl<T> Slab<T> {
         &mut self.entries[index as usize]
     }
 
-    /// Appends an unlinked entry to the tail of `list` and records `location` on it.
-    pub(super) fn push_back(&mut self, list: &mut ListEnds, index: u32, location: u16) {
-        let old_tail = list.tail;
-        {
-            let entry = self.entry_mut(index);
-            entry.prev = old_tail;
-            entry.next = NO_INDEX;
-            entry.location = location;
-        }
-        if old_tail == NO_INDEX {
-            list.head = index;
-        } else {
-            self.entry_mut(old_tail).next = index;
-        }
-        list.tail = index;
-    }
-
-    /// Removes an entry from the middle, head or tail of `list` in O(1).
-    pub(super) fn unlink(&mut self, list: &mut ListEnds, index: u32) {
-        let (prev, next) = {
-            let entry = self.entry(index);
-            (entry.prev, entry.next)
-        };
-        if prev == NO_INDEX {
-            list.head = next;
-        } else {
-            self.entry_mut(prev).next = next;
-        }
-        if next == NO_INDEX {
-            list.tail = prev;
-        } else {
-            self.entry_mut(next).prev = prev;
-        }
-        let entry = self.entry_mut(index);
-        entry.prev = NO_INDEX;
-        entry.next = NO_INDEX;
-    }
-
     /// Live entries with their indices, in slab order.
     pub(super) fn iter_live(&self) -> impl Iterator<Item = (u32, &Entry<T>)> {
         self.entries
@@ -217,26 +154,33 @@ mod tests {
     #[test]
     fn freed_entries_are_reused_with_a_new_generation() {
         let mut slab = Slab::with_capacity(2);
+        let keep = slab.allocate(5, "keep");
         let first = slab.allocate(10, "a");
         assert_eq!(slab.release(first), (10, 0, "a"));
         let second = slab.allocate(20, "b");
         assert_eq!(second, first);
         assert!(slab.live(second, 0).is_none());
         assert_eq!(slab.live(second, 1).map(|entry| entry.deadline), Some(20));
+        assert_eq!(slab.live(keep, 0).map(|entry| entry.deadline), Some(5));
     }
 
     #[test]
-    fn unlink_from_middle_keeps_the_rest_in_order() {
-        let mut slab = Slab::with_capacity(3);
-        let mut list = ListEnds::EMPTY;
-        let indices: Vec<u32> = (0..3).map(|n| slab.allocate(n, n)).collect();
-        for &index in &indices {
-            slab.push_back(&mut list, index, 0);
+    fn free_list_is_lifo_and_emptying_restarts_at_zero() {
+        let mut slab = Slab::with_capacity(4);
+        let indices: Vec<u32> = (0..4).map(|n| slab.allocate(n, n)).collect();
+        assert_eq!(indices, vec![0, 1, 2, 3]);
+        slab.release(1);
+        slab.release(3);
+        assert_eq!(slab.allocate(7, 7), 3);
+        assert_eq!(slab.allocate(8, 8), 1);
+        for index in [0, 1, 2, 3] {
+            slab.release(index);
         }
-        slab.unlink(&mut list, indices[1]);
-        assert_eq!(list.head, indices[0]);
-        assert_eq!(slab.entry(indices[0]).next, indices[2]);
-        assert_eq!(slab.entry(indices[2]).prev, indices[0]);
-        assert_eq!(list.tail, indices[2]);
+        assert_eq!(slab.live_count(), 0);
+        // Sequential again from index 0, with the old entries' generations still bumped.
+        assert_eq!(slab.allocate(9, 9), 0);
+        assert_eq!(slab.allocate(9, 9), 1);
+        assert!(slab.live(1, 2).is_some());
+        assert_eq!(slab.iter_live().count(), 2);
     }
 }

@@ -10,6 +10,7 @@
 //! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
 
 pub mod clock;
+pub mod journal;
 pub mod table;
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -28,6 +29,8 @@ pub trait TimerState: Send + 'static {
     fn fire_due(&mut self, now: Now, fired: &mut Vec<Self::Fired>);
     /// The monotonic time at which `fire_due` next has work, if any.
     fn next_expiration(&self) -> Option<u64>;
+    /// Called after each batch of commands: the place to hand off what the batch produced.
+    fn end_batch(&mut self) {}
 }
 
 enum Message<C> {
@@ -174,7 +177,10 @@ where
         while let Some(message) = next {
             match message {
                 Message::Command(command) => state.apply(command, now),
-                Message::Stop => return state,
+                Message::Stop => {
+                    state.end_batch();
+                    return state;
+                }
             }
             applied += 1;
             next = if applied < max_batch {
@@ -183,6 +189,7 @@ where
                 None
             };
         }
+        state.end_batch();
     }
 }
 

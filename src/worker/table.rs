@@ -16,7 +16,9 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use super::clock::Now;
+use super::journal::Journal;
 use super::TimerState;
+use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::{Handle, Wheel};
 
 /// The server-assigned id of a timer, shown to clients as 16 hex digits (a string, so no
@@ -176,6 +178,26 @@ pub struct Expiration {
     pub late: bool,
 }
 
+impl Expiration {
+    /// An expiration fired before a restart and never settled, as the store kept it.
+    pub fn recovered(fired: durable::Fired) -> Option<Self> {
+        let timer = fired.timer?;
+        let nanos = |value: u64| (value > 0).then(|| Duration::from_nanos(value));
+        Some(Self {
+            id: TimerId(timer.id),
+            namespace: Arc::from(timer.namespace.as_str()),
+            key: (!timer.key.is_empty()).then_some(timer.key),
+            payload: timer.payload,
+            deadline_unix: timer.deadline_unix_nanos,
+            fired_unix: fired.fired_unix_nanos,
+            repeat: nanos(timer.repeat_nanos),
+            ttl: nanos(timer.ttl_nanos),
+            fired_count: timer.fired_count,
+            late: false,
+        })
+    }
+}
+
 type Reply<T> = oneshot::Sender<T>;
 
 /// What the API asks of the worker. Each carries the channel its answer goes back on.
@@ -221,6 +243,8 @@ struct TimerRecord {
     repeat: Option<Duration>,
     ttl: Option<Duration>,
     fired_count: u64,
+    /// Recovered with its deadline already past: it fires at once, marked late.
+    late: bool,
 }
 
 struct Namespace {
@@ -236,6 +260,8 @@ pub struct TimerTable {
     namespaces: Vec<Namespace>,
     namespace_ids: FxHashMap<Arc<str>, u32>,
     next_id: u64,
+    /// With a data directory: where records and deferred replies go.
+    journal: Option<Journal>,
 }
 
 impl TimerTable {
@@ -249,6 +275,48 @@ impl TimerTable {
             namespaces: Vec::new(),
             namespace_ids: FxHashMap::default(),
             next_id: 1,
+            journal: None,
+        }
+    }
+
+    /// From now on every mutation is journaled and replies wait until it is durable.
+    pub fn attach_journal(&mut self, journal: Journal) {
+        self.journal = Some(journal);
+    }
+
+    /// Answers a command: at once in memory mode, else once the batch is durable.
+    fn respond<T: Send + 'static>(&mut self, reply: oneshot::Sender<T>, value: T) {
+        // A dropped receiver means the client went away; there is nobody left to tell.
+        match &mut self.journal {
+            Some(journal) => journal.on_durable(Box::new(move || {
+                let _ = reply.send(value);
+            })),
+            None => {
+                let _ = reply.send(value);
+            }
+        }
+    }
+
+    /// Journals a record, built only when there is a journal.
+    fn log(&mut self, record: impl FnOnce(&Self) -> Kind) {
+        if self.journal.is_some() {
+            let kind = record(self);
+            if let Some(journal) = &mut self.journal {
+                journal.record(kind);
+            }
+        }
+    }
+
+    fn durable_timer(&self, record: &TimerRecord) -> durable::Timer {
+        durable::Timer {
+            id: record.id,
+            namespace: self.namespaces[record.namespace as usize].name.to_string(),
+            key: record.key.as_deref().unwrap_or_default().to_owned(),
+            deadline_unix_nanos: record.deadline_unix,
+            payload: record.payload.clone(),
+            repeat_nanos: record.repeat.map_or(0, duration_nanos),
+            ttl_nanos: record.ttl.map_or(0, duration_nanos),
+            fired_count: record.fired_count,
         }
     }
 
@@ -299,6 +367,7 @@ impl TimerTable {
             repeat: timer.repeat,
             ttl: timer.ttl,
             fired_count: 0,
+            late: false,
         };
         let handle = self
             .wheel
@@ -311,6 +380,10 @@ impl TimerTable {
             })?;
         self.next_id += 1;
         self.index(handle);
+        self.log(|table| {
+            let (_, record) = table.wheel.get(handle).expect("just inserted");
+            Kind::Registered(table.durable_timer(record))
+        });
         Ok(Registered {
             timer: self.view_of(handle, now),
             created: true,
@@ -394,6 +467,12 @@ impl TimerTable {
         };
         let record = self.wheel.cancel(handle).expect("indexed handles are live");
         self.unindex(&record);
+        self.log(|table| {
+            Kind::Cancelled(durable::Cancelled {
+                id: record.id,
+                namespace: table.namespaces[record.namespace as usize].name.to_string(),
+            })
+        });
         Ok(true)
     }
 
@@ -415,8 +494,16 @@ impl TimerTable {
         })?;
         let ttl = duration_nanos(ttl);
         record.deadline_unix = now.unix.saturating_add(ttl);
+        let (id, namespace, deadline_unix) = (record.id, record.namespace, record.deadline_unix);
         self.wheel
             .reschedule(handle, now.monotonic.saturating_add(ttl));
+        self.log(|table| {
+            Kind::Touched(durable::Touched {
+                id,
+                namespace: table.namespaces[namespace as usize].name.to_string(),
+                deadline_unix_nanos: deadline_unix,
+            })
+        });
         Ok(self.view_of(handle, now))
     }
 
@@ -493,30 +580,161 @@ impl TimerTable {
             repeat: record.repeat,
             ttl: record.ttl,
             fired_count: record.fired_count,
-            late: false,
+            late: record.late,
         };
-        match record.repeat {
+        let fired_timer = self.journal.is_some().then(|| self.durable_timer(&record));
+        let rearmed_deadline = match record.repeat {
             Some(interval) => self.rearm(record, deadline_monotonic, interval, now),
-            None => self.unindex(&record),
-        }
+            None => {
+                self.unindex(&record);
+                0
+            }
+        };
+        self.log(|_| {
+            Kind::Fired(durable::Fired {
+                timer: fired_timer,
+                fired_unix_nanos: now.unix,
+                rearmed_deadline_unix_nanos: rearmed_deadline,
+            })
+        });
         expiration
     }
 
     /// Re-arms a repeating timer one interval after its previous deadline, so it does not
     /// drift; intervals missed entirely (a long stall) are skipped, not fired in a burst.
-    fn rearm(&mut self, mut record: TimerRecord, previous: u64, interval: Duration, now: Now) {
+    /// Returns the new wall-clock deadline.
+    fn rearm(
+        &mut self,
+        mut record: TimerRecord,
+        previous: u64,
+        interval: Duration,
+        now: Now,
+    ) -> u64 {
         let interval = duration_nanos(interval).max(1);
         let behind = now.monotonic.saturating_sub(previous);
         let steps = behind / interval + 1;
         let advance = steps.saturating_mul(interval);
         record.deadline_unix = record.deadline_unix.saturating_add(advance);
-        let key = (record.namespace, record.id);
+        record.late = false;
+        let (key, deadline_unix) = ((record.namespace, record.id), record.deadline_unix);
         // The slot just freed by firing makes room, so this insert cannot hit the limit.
         let handle = self
             .wheel
             .insert(previous.saturating_add(advance), record)
             .expect("re-arming reuses the fired timer's place");
         self.handles.insert(key, handle);
+        deadline_unix
+    }
+
+    /// Applies one record from the store at start-up. Replay is idempotent per timer, so a
+    /// record already reflected in a (fuzzy) snapshot changes nothing.
+    pub fn replay(&mut self, record: Record, now: Now) {
+        match record.kind {
+            Some(Kind::Registered(timer)) => self.restore(timer, now),
+            Some(Kind::Cancelled(cancelled)) => {
+                if let Some(handle) = self.find(&cancelled.namespace, cancelled.id) {
+                    let record = self.wheel.cancel(handle).expect("indexed handles are live");
+                    self.unindex(&record);
+                }
+            }
+            Some(Kind::Touched(touched)) => {
+                if let Some(handle) = self.find(&touched.namespace, touched.id) {
+                    self.move_deadline(handle, touched.deadline_unix_nanos, now);
+                }
+            }
+            Some(Kind::Fired(fired)) => self.replay_fired(fired, now),
+            Some(Kind::Settled(_)) | None => {}
+            Some(Kind::NextId(next_id)) => self.next_id = self.next_id.max(next_id),
+        }
+    }
+
+    fn find(&self, namespace: &str, id: u64) -> Option<Handle> {
+        let namespace = *self.namespace_ids.get(namespace)?;
+        self.handles.get(&(namespace, id)).copied()
+    }
+
+    fn replay_fired(&mut self, fired: durable::Fired, now: Now) {
+        let Some(timer) = fired.timer else {
+            return;
+        };
+        let Some(handle) = self.find(&timer.namespace, timer.id) else {
+            return;
+        };
+        let (_, record) = self
+            .wheel
+            .get_mut(handle)
+            .expect("indexed handles are live");
+        if record.fired_count >= timer.fired_count {
+            return;
+        }
+        record.fired_count = timer.fired_count;
+        match fired.rearmed_deadline_unix_nanos {
+            0 => {
+                let record = self.wheel.cancel(handle).expect("indexed handles are live");
+                self.unindex(&record);
+            }
+            rearmed => self.move_deadline(handle, rearmed, now),
+        }
+    }
+
+    fn move_deadline(&mut self, handle: Handle, deadline_unix: u64, now: Now) {
+        if let Some((_, record)) = self.wheel.get_mut(handle) {
+            record.deadline_unix = deadline_unix;
+            record.late = deadline_unix < now.unix;
+        }
+        self.wheel
+            .reschedule(handle, now.monotonic_at(deadline_unix));
+    }
+
+    /// Puts a whole timer back (replacing an older copy of it).
+    fn restore(&mut self, timer: durable::Timer, now: Now) {
+        if let Some(handle) = self.find(&timer.namespace, timer.id) {
+            let record = self.wheel.cancel(handle).expect("indexed handles are live");
+            self.unindex(&record);
+        }
+        let namespace = self.intern(&timer.namespace);
+        let nanos = |value: u64| (value > 0).then(|| Duration::from_nanos(value));
+        let record = TimerRecord {
+            id: timer.id,
+            namespace,
+            key: (!timer.key.is_empty()).then(|| timer.key.into_boxed_str()),
+            payload: timer.payload,
+            deadline_unix: timer.deadline_unix_nanos,
+            repeat: nanos(timer.repeat_nanos),
+            ttl: nanos(timer.ttl_nanos),
+            fired_count: timer.fired_count,
+            late: timer.deadline_unix_nanos < now.unix,
+        };
+        self.next_id = self.next_id.max(timer.id + 1);
+        // Recovery restores what was accepted before, even past a since-lowered limit.
+        if let Ok(handle) = self
+            .wheel
+            .insert(now.monotonic_at(timer.deadline_unix_nanos), record)
+        {
+            self.index(handle);
+        }
+    }
+
+    /// Streams the next chunk of a snapshot in progress, if any.
+    fn continue_snapshot(&mut self) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        let Some(cursor) = journal.snapshot_cursor() else {
+            return;
+        };
+        let size = journal.snapshot_chunk_size();
+        let start = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut last = None;
+        let mut timers = Vec::with_capacity(size);
+        for (&position, &handle) in self.handles.range((start, Bound::Unbounded)).take(size) {
+            let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
+            timers.push(Kind::Registered(self.durable_timer(record)));
+            last = Some(position);
+        }
+        let done = timers.len() < size;
+        let journal = self.journal.as_mut().expect("checked above");
+        journal.write_snapshot_chunk(timers, if done { None } else { last });
     }
 }
 
@@ -529,30 +747,40 @@ impl TimerState for TimerTable {
     type Fired = Expiration;
 
     fn apply(&mut self, command: Command, now: Now) {
-        // A dropped receiver means the client went away; there is nobody left to tell.
         match command {
             Command::Register { timers, reply } => {
                 let results = timers
                     .into_iter()
                     .map(|timer| self.register(timer, now))
                     .collect();
-                let _ = reply.send(results);
+                self.respond(reply, results);
             }
             Command::Cancel { timer, reply } => {
-                let _ = reply.send(self.cancel(&timer));
+                let cancelled = self.cancel(&timer);
+                self.respond(reply, cancelled);
             }
             Command::Get { timer, reply } => {
                 let result = self
                     .lookup_pending(&timer)
                     .map(|handle| self.view_of(handle, now));
-                let _ = reply.send(result);
+                self.respond(reply, result);
             }
             Command::Touch { timer, ttl, reply } => {
-                let _ = reply.send(self.touch(&timer, ttl, now));
+                let touched = self.touch(&timer, ttl, now);
+                self.respond(reply, touched);
             }
             Command::Pending { query, reply } => {
-                let _ = reply.send(self.pending(query, now));
+                let page = self.pending(query, now);
+                self.respond(reply, page);
             }
+        }
+    }
+
+    fn end_batch(&mut self) {
+        let next_id = self.next_id;
+        if let Some(journal) = &mut self.journal {
+            journal.flush();
+            journal.maybe_begin_snapshot(next_id);
         }
     }
 
@@ -563,9 +791,21 @@ impl TimerState for TimerTable {
         for entry in expired {
             fired.push(self.expire(entry.value, entry.deadline, now));
         }
+        self.continue_snapshot();
+        if let Some(journal) = &mut self.journal {
+            journal.flush();
+        }
     }
 
     fn next_expiration(&self) -> Option<u64> {
+        // A snapshot in progress asks to be woken at once for its next chunk.
+        let snapshotting = self
+            .journal
+            .as_ref()
+            .is_some_and(Journal::snapshot_in_progress);
+        if snapshotting {
+            return Some(0);
+        }
         self.wheel.next_expiration()
     }
 }

@@ -45,8 +45,11 @@ impl TestServer {
         Self::start_inner(config, true).await
     }
 
-    async fn start_inner(config: Config, with_unix: bool) -> Self {
+    async fn start_inner(mut config: Config, with_unix: bool) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
+        if config.data_dir == Config::defaults().data_dir {
+            config.data_dir = dir.path().join("data");
+        }
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let unix_socket = with_unix.then(|| dir.path().join("tickd.sock"));

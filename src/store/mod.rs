@@ -1,0 +1,404 @@
+//! The durable log: every mutation is appended (checksummed) before its RPC is answered,
+//! and replayed into the wheel on start.
+//!
+//! Layout of the data directory: segments `<first-seq>.log` and snapshots
+//! `<seq>.snapshot`, where a snapshot numbered S holds the live state as of the start of
+//! segment S, so recovery loads the newest snapshot and replays segments S and later.
+//!
+//! One thread ("tickd-store") owns the files. Appends queue up while it is writing or
+//! syncing and are then written and synced together (group commit), so concurrent callers
+//! share one fsync. Each append carries the replies to send once it is durable.
+//!
+//! Snapshots are fuzzy: the worker streams the live timers in chunks while it keeps
+//! serving, and every mutation meanwhile goes to the new segment. Replay is idempotent per
+//! timer (see [`records`]), so snapshot + later segments give the exact state. The store
+//! adds the fired-but-unsettled expirations it tracks itself, then deletes what the
+//! snapshot replaces: disk use follows the live set, not the history.
+
+pub mod frame;
+pub mod recovery;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+use rustc_hash::FxHashMap;
+use tracing::{info, warn};
+
+/// The generated record types of `proto/tickd/store/v1/records.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod records {
+    include!(concat!(env!("OUT_DIR"), "/tickd.store.v1.rs"));
+}
+
+use records::record::Kind;
+use records::Record;
+
+/// When an append counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyncMode {
+    /// fsync before answering; concurrent appends share one fsync.
+    Always,
+    /// Answer once written to the OS; fsync every `SYNC_INTERVAL`. A machine crash loses at
+    /// most that window; a process crash loses nothing.
+    Interval,
+    /// No log at all: timers live in memory only.
+    None,
+}
+
+/// How often `--sync interval` fsyncs.
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Work to run once an append is durable (typically: send the RPC's reply).
+pub type OnDurable = Box<dyn FnOnce() + Send>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: corrupt record at byte offset {offset} ({damage:?}); refusing to start rather than lose what follows it")]
+    Corrupt {
+        path: PathBuf,
+        offset: usize,
+        damage: frame::Damage,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Records to append together, and what to run once they are durable.
+#[derive(Default)]
+pub struct Batch {
+    frames: Vec<u8>,
+    /// Fired expirations in this batch, by (timer id, fired count), with their frame.
+    fired: Vec<((u64, u64), Vec<u8>)>,
+    settled: Vec<(u64, u64)>,
+    on_durable: Vec<OnDurable>,
+}
+
+impl Batch {
+    pub fn record(&mut self, record: &Record) {
+        match &record.kind {
+            Some(Kind::Fired(fired)) => {
+                let mut frame = Vec::new();
+                frame::encode(record, &mut frame);
+                self.frames.extend_from_slice(&frame);
+                let timer = fired.timer.as_ref();
+                let key = timer.map_or((0, 0), |timer| (timer.id, timer.fired_count));
+                self.fired.push((key, frame));
+            }
+            Some(Kind::Settled(settled)) => {
+                frame::encode(record, &mut self.frames);
+                self.settled.push((settled.id, settled.fired_count));
+            }
+            _ => frame::encode(record, &mut self.frames),
+        }
+    }
+
+    pub fn on_durable(&mut self, callback: OnDurable) {
+        self.on_durable.push(callback);
+    }
+
+    pub fn has_records(&self) -> bool {
+        !self.frames.is_empty()
+    }
+
+    pub fn encoded_bytes(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The encoded frames alone (snapshot chunks carry no callbacks).
+    pub fn into_frames(self) -> Vec<u8> {
+        self.frames
+    }
+
+    /// Runs the callbacks now: for batches with nothing to make durable.
+    pub fn complete(self) {
+        for callback in self.on_durable {
+            callback();
+        }
+    }
+}
+
+enum Request {
+    Append(Batch),
+    /// Starts a new segment; what follows until `EndSnapshot` is the snapshot's content.
+    BeginSnapshot,
+    SnapshotChunk(Vec<u8>),
+    EndSnapshot,
+}
+
+/// The way to the store thread; cheap to clone.
+#[derive(Clone)]
+pub struct StoreHandle {
+    sender: Sender<Request>,
+}
+
+impl StoreHandle {
+    /// Appends a batch; its callbacks run once it is on disk (per the sync mode). If the
+    /// store has stopped, nothing runs: the callers' reply channels close, which they report
+    /// as unavailable.
+    pub fn append(&self, batch: Batch) {
+        let _ = self.sender.send(Request::Append(batch));
+    }
+
+    pub fn begin_snapshot(&self) {
+        let _ = self.sender.send(Request::BeginSnapshot);
+    }
+
+    pub fn snapshot_chunk(&self, frames: Vec<u8>) {
+        let _ = self.sender.send(Request::SnapshotChunk(frames));
+    }
+
+    pub fn end_snapshot(&self) {
+        let _ = self.sender.send(Request::EndSnapshot);
+    }
+}
+
+/// The store thread; dropping every [`StoreHandle`] lets it finish, and `join` waits.
+pub struct Store {
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the data directory and replays it: `replay` sees every
+    /// snapshot and log record in order. Returns the running store and the fired expirations
+    /// that were never settled, to be delivered again.
+    pub fn open(
+        dir: &Path,
+        sync: SyncMode,
+        replay: impl FnMut(Record),
+    ) -> Result<(Store, StoreHandle, Vec<records::Fired>), StoreError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let recovered = recovery::recover(dir, replay)?;
+        let next_segment = recovered.last_segment + 1;
+        let (frames, unsettled) = recovered
+            .unsettled
+            .into_iter()
+            .map(|(key, (frame, fired))| ((key, frame), fired))
+            .unzip();
+        let writer = Writer::start(dir.to_owned(), next_segment, sync, frames)?;
+        let (sender, receiver) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("tickd-store".into())
+            .spawn(move || writer.run(receiver))
+            .map_err(io_error(dir))?;
+        Ok((Store { thread }, StoreHandle { sender }, unsettled))
+    }
+
+    pub fn join(self) {
+        let _ = self.thread.join();
+    }
+}
+
+pub fn segment_path(dir: &Path, sequence: u64) -> PathBuf {
+    dir.join(format!("{sequence:020}.log"))
+}
+
+pub fn snapshot_path(dir: &Path, sequence: u64) -> PathBuf {
+    dir.join(format!("{sequence:020}.snapshot"))
+}
+
+/// Fired expirations not yet settled: their frames, by (timer id, fired count).
+type Unsettled = FxHashMap<(u64, u64), Vec<u8>>;
+
+/// The store thread's state.
+struct Writer {
+    dir: PathBuf,
+    sync: SyncMode,
+    segment: File,
+    segment_sequence: u64,
+    snapshot: Option<(u64, File)>,
+    unsettled: Unsettled,
+    unsynced: bool,
+    last_sync: Instant,
+}
+
+impl Writer {
+    fn start(
+        dir: PathBuf,
+        sequence: u64,
+        sync: SyncMode,
+        unsettled: Unsettled,
+    ) -> Result<Self, StoreError> {
+        let segment = create_segment(&dir, sequence)?;
+        Ok(Self {
+            dir,
+            sync,
+            segment,
+            segment_sequence: sequence,
+            snapshot: None,
+            unsettled,
+            unsynced: false,
+            last_sync: Instant::now(),
+        })
+    }
+
+    fn run(mut self, requests: Receiver<Request>) {
+        let mut pending = Batch::default();
+        loop {
+            let first = if self.unsynced {
+                match requests.recv_timeout(SYNC_INTERVAL) {
+                    Ok(request) => Some(request),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match requests.recv() {
+                    Ok(request) => Some(request),
+                    Err(_) => break,
+                }
+            };
+            // Everything queued meanwhile joins this group commit.
+            for request in first.into_iter().chain(requests.try_iter()) {
+                if let Err(error) = self.handle(request, &mut pending) {
+                    warn!(error = %error, "store request failed");
+                }
+            }
+            if let Err(error) = self.commit(&mut pending) {
+                // The replies are dropped unsent: their callers see the store as unavailable
+                // rather than a false acknowledgement.
+                warn!(error = %error, "log append failed");
+                pending = Batch::default();
+            }
+        }
+        let _ = self.commit(&mut pending);
+        let _ = self.segment.sync_data();
+    }
+
+    fn handle(&mut self, request: Request, pending: &mut Batch) -> Result<(), StoreError> {
+        match request {
+            Request::Append(batch) => {
+                for (key, frame) in batch.fired {
+                    self.unsettled.insert(key, frame);
+                }
+                for key in &batch.settled {
+                    self.unsettled.remove(key);
+                }
+                pending.frames.extend_from_slice(&batch.frames);
+                pending.on_durable.extend(batch.on_durable);
+            }
+            Request::BeginSnapshot => {
+                self.commit(pending)?;
+                self.begin_snapshot()?;
+            }
+            Request::SnapshotChunk(chunk) => self.write_snapshot(&chunk)?,
+            Request::EndSnapshot => {
+                self.commit(pending)?;
+                self.end_snapshot()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending, syncs as the mode asks, then runs the callbacks.
+    fn commit(&mut self, pending: &mut Batch) -> Result<(), StoreError> {
+        let path = segment_path(&self.dir, self.segment_sequence);
+        if !pending.frames.is_empty() {
+            self.segment
+                .write_all(&pending.frames)
+                .map_err(io_error(&path))?;
+            pending.frames.clear();
+            self.unsynced = true;
+        }
+        let sync_now = match self.sync {
+            SyncMode::Always => self.unsynced,
+            SyncMode::Interval => self.unsynced && self.last_sync.elapsed() >= SYNC_INTERVAL,
+            SyncMode::None => false,
+        };
+        if sync_now {
+            self.segment.sync_data().map_err(io_error(&path))?;
+            self.unsynced = false;
+            self.last_sync = Instant::now();
+        }
+        for callback in pending.on_durable.drain(..) {
+            callback();
+        }
+        Ok(())
+    }
+
+    fn begin_snapshot(&mut self) -> Result<(), StoreError> {
+        self.segment_sequence += 1;
+        self.segment = create_segment(&self.dir, self.segment_sequence)?;
+        let path = snapshot_path(&self.dir, self.segment_sequence).with_extension("partial");
+        let file = File::create(&path).map_err(io_error(&path))?;
+        self.snapshot = Some((self.segment_sequence, file));
+        Ok(())
+    }
+
+    fn write_snapshot(&mut self, chunk: &[u8]) -> Result<(), StoreError> {
+        let Some((sequence, file)) = &mut self.snapshot else {
+            return Ok(());
+        };
+        let path = snapshot_path(&self.dir, *sequence);
+        file.write_all(chunk).map_err(io_error(&path))
+    }
+
+    /// Seals the snapshot (adding the unsettled expirations), makes it the one recovery
+    /// starts from, and deletes the files it replaces.
+    fn end_snapshot(&mut self) -> Result<(), StoreError> {
+        let Some((sequence, mut file)) = self.snapshot.take() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let path = snapshot_path(&self.dir, sequence);
+        let partial = path.with_extension("partial");
+        for frame in self.unsettled.values() {
+            file.write_all(frame).map_err(io_error(&partial))?;
+        }
+        file.sync_all().map_err(io_error(&partial))?;
+        fs::rename(&partial, &path).map_err(io_error(&path))?;
+        sync_dir(&self.dir)?;
+        let removed = remove_older_than(&self.dir, sequence)?;
+        info!(
+            snapshot = %path.display(),
+            removed_files = removed,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "snapshot written, log compacted"
+        );
+        Ok(())
+    }
+}
+
+fn create_segment(dir: &Path, sequence: u64) -> Result<File, StoreError> {
+    let path = segment_path(dir, sequence);
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io_error(&path))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Makes a file's creation or rename durable.
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(io_error(dir))
+}
+
+/// Deletes segments and snapshots (and stray partial snapshots) numbered below `sequence`.
+fn remove_older_than(dir: &Path, sequence: u64) -> Result<usize, StoreError> {
+    let mut removed = 0;
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let path = entry.map_err(io_error(dir))?.path();
+        if recovery::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
+            fs::remove_file(&path).map_err(io_error(&path))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}

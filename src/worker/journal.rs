@@ -1,0 +1,95 @@
+//! The worker's side of durability: the records each batch of commands produced, held
+//! with the batch's replies until the store has made them durable, and the fuzzy snapshot
+//! streamed a chunk at a time between batches.
+
+use crate::store::records::{record::Kind, Record};
+use crate::store::{Batch, OnDurable, StoreHandle};
+
+/// Timers written per snapshot chunk: small enough that the worker never pauses long.
+const SNAPSHOT_CHUNK_TIMERS: usize = 4_096;
+
+pub struct Journal {
+    store: StoreHandle,
+    batch: Batch,
+    bytes_since_snapshot: usize,
+    snapshot_after_bytes: usize,
+    /// Some while a snapshot is being streamed: the last (namespace, id) written, if any.
+    snapshot_cursor: Option<Option<(u32, u64)>>,
+}
+
+impl Journal {
+    pub fn new(store: StoreHandle, snapshot_after_bytes: usize) -> Self {
+        Self {
+            store,
+            batch: Batch::default(),
+            bytes_since_snapshot: 0,
+            snapshot_after_bytes,
+            snapshot_cursor: None,
+        }
+    }
+
+    pub fn record(&mut self, kind: Kind) {
+        self.batch.record(&Record { kind: Some(kind) });
+    }
+
+    pub fn on_durable(&mut self, callback: OnDurable) {
+        self.batch.on_durable(callback);
+    }
+
+    /// Hands the batch to the store, or answers at once when it changed nothing.
+    pub fn flush(&mut self) {
+        let batch = std::mem::take(&mut self.batch);
+        if batch.has_records() {
+            self.bytes_since_snapshot += batch.encoded_bytes();
+            self.store.append(batch);
+        } else {
+            batch.complete();
+        }
+    }
+
+    pub fn snapshot_in_progress(&self) -> bool {
+        self.snapshot_cursor.is_some()
+    }
+
+    /// Starts a snapshot once the log has grown past the threshold since the last one.
+    pub fn maybe_begin_snapshot(&mut self, next_id: u64) -> bool {
+        if self.snapshot_in_progress() || self.bytes_since_snapshot < self.snapshot_after_bytes {
+            return false;
+        }
+        self.flush();
+        self.store.begin_snapshot();
+        let mut chunk = Batch::default();
+        chunk.record(&Record {
+            kind: Some(Kind::NextId(next_id)),
+        });
+        self.store.snapshot_chunk(chunk.into_frames());
+        self.bytes_since_snapshot = 0;
+        self.snapshot_cursor = Some(None);
+        true
+    }
+
+    /// Where the next snapshot chunk starts, if a snapshot is in progress.
+    pub fn snapshot_cursor(&self) -> Option<Option<(u32, u64)>> {
+        self.snapshot_cursor
+    }
+
+    pub fn snapshot_chunk_size(&self) -> usize {
+        SNAPSHOT_CHUNK_TIMERS
+    }
+
+    /// Writes one chunk of live timers; `last` is where it ended (None when done).
+    pub fn write_snapshot_chunk(&mut self, timers: Vec<Kind>, last: Option<(u32, u64)>) {
+        let mut chunk = Batch::default();
+        for timer in timers {
+            chunk.record(&Record { kind: Some(timer) });
+        }
+        self.store.snapshot_chunk(chunk.into_frames());
+        match last {
+            Some(position) => self.snapshot_cursor = Some(Some(position)),
+            None => {
+                self.store.end_snapshot();
+                self.snapshot_cursor = None;
+            }
+        }
+    }
+}
