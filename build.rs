@@ -27,5 +27,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(false)
         .bytes(".")
         .compile_fds(protox::compile([records], ["proto"])?)?;
+
+    // --- Benchmarks only: etcd's lease API (a minimal subset, `proto/peers/`), client side
+    // only, for `tickd-bench etcd-grant` / `etcd-keepalive` (side-by-side comparison with
+    // etcd). Nothing in the tickd library or server uses it.
+    let etcd_lease = "proto/peers/etcd_lease.proto";
+    println!("cargo:rerun-if-changed={etcd_lease}");
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_fds(protox::compile([etcd_lease], ["proto"])?)?;
+    // --- end of the benchmark-only block.
     Ok(())
 }

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod config;
 pub mod delivery;
+pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod store;

@@ -2,18 +2,21 @@
 //! listeners and a future that resolves when it should stop.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
 
 use crate::api::convert::Limits;
 use crate::api::TimersService;
 use crate::config::Config;
 use crate::delivery::DeliveryHandle;
+use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;
 use crate::proto::timers_server::TimersServer;
 use crate::store::{Store, StoreHandle, SyncMode};
@@ -34,6 +37,15 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// Where tickd listens; bound by the caller, so that tests can use port 0.
+pub struct Listeners {
+    pub grpc: TcpListener,
+    /// An extra gRPC listener for sidecars sharing a volume.
+    pub unix: Option<UnixListener>,
+    /// Prometheus `/metrics`.
+    pub metrics: Option<TcpListener>,
+}
+
 /// What [`run`] leaves behind once stopped.
 #[derive(Debug)]
 pub struct Stopped {
@@ -43,21 +55,23 @@ pub struct Stopped {
     pub drain_timed_out: bool,
 }
 
-/// Serves tickd on `listener` (and `unix_listener`, if given) until `shutdown` resolves,
+/// Serves tickd on its listeners until `shutdown` resolves,
 /// then drains: reports NOT_SERVING, ends subscription and heartbeat streams, and waits
 /// at most `config.drain_timeout` for calls in progress.
 pub async fn run(
     config: &Config,
-    listener: TcpListener,
-    unix_listener: Option<UnixListener>,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stopped, ServerError> {
+    let metrics = Metrics::new();
     // The worker must run on the clock the recovery converted deadlines with.
     let clock = SystemClock::new();
-    let (table, store, recovered) = tokio::task::block_in_place(|| recover(config, clock))?;
+    let (table, store, recovered) =
+        tokio::task::block_in_place(|| recover(config, clock, &metrics))?;
     let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
-    let delivery = DeliveryHandle::spawn(config.delivery(), store_handle, recovered);
-    let worker = Worker::spawn(table, clock, config.worker(), delivery.fired_sink())
+    let delivery =
+        DeliveryHandle::spawn(config.delivery(), store_handle, recovered, metrics.clone());
+    let worker = Worker::spawn(table, clock, config.worker(&metrics), delivery.fired_sink())
         .map_err(ServerError::Worker)?;
 
     let (stopping, stop_signal) = watch::channel(false);
@@ -82,17 +96,33 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
 
+    let (stop_metrics, metrics_stopped) = watch::channel(false);
+    if let Some(metrics_listener) = listeners.metrics {
+        tokio::spawn(crate::metrics::serve(
+            metrics_listener,
+            metrics.clone(),
+            stopped(metrics_stopped),
+        ));
+    }
+    // Past the limit, calls are refused at once with RESOURCE_EXHAUSTED instead of queueing.
+    let overload = tower::ServiceBuilder::new()
+        .layer(RpcMetricsLayer::new(metrics.clone()))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(
+            config.max_concurrent_calls,
+        ));
     let router = Server::builder()
+        .layer(overload)
         .add_service(health)
         .add_service(reflection)
         .add_service(timers);
     let tcp = router.clone().serve_with_incoming_shutdown(
         // Without TCP_NODELAY small answers wait for Nagle's algorithm (tens of ms).
-        TcpIncoming::from(listener).with_nodelay(Some(true)),
+        TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
         stopped(stop_signal.clone()),
     );
     let unix = async {
-        match unix_listener {
+        match listeners.unix {
             Some(unix_listener) => {
                 router
                     .serve_with_incoming_shutdown(
@@ -135,6 +165,7 @@ pub async fn run(
         drop(handle);
         tokio::task::block_in_place(|| store.join());
     }
+    let _ = stop_metrics.send(true);
     info!(pending_timers, "tickd stopped");
     Ok(Stopped {
         pending_timers,
@@ -148,15 +179,17 @@ pub async fn run(
 fn recover(
     config: &Config,
     clock: SystemClock,
+    metrics: &Arc<Metrics>,
 ) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
-    let mut table = TimerTable::new(config.table());
+    let mut table = TimerTable::new(config.table(), metrics.clone());
     if config.sync == SyncMode::None {
         return Ok((table, None, Vec::new()));
     }
     let now = clock.now();
-    let (store, handle, unsettled) = Store::open(&config.data_dir, config.sync, |record| {
-        table.replay(record, now)
-    })?;
+    let (store, handle, unsettled) =
+        Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
+            table.replay(record, now)
+        })?;
     table.attach_journal(Journal::new(handle.clone(), config.snapshot_after_bytes));
     let recovered = unsettled
         .into_iter()

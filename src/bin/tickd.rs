@@ -5,6 +5,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tracing::{error, info};
 
 use tickd::config::{Config, LogFormat};
+use tickd::server::Listeners;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -37,13 +38,27 @@ async fn serve(config: Config) -> Result<(), String> {
         Some(path) => Some(bind_unix(path)?),
         None => None,
     };
+    let metrics_listener = TcpListener::bind(config.metrics_listen)
+        .await
+        .map_err(|error| {
+            format!(
+                "binding --metrics-listen {}: {error}",
+                config.metrics_listen
+            )
+        })?;
     info!(
         listen = %listener.local_addr().map_err(|error| error.to_string())?,
         unix_socket = ?config.unix_socket,
+        metrics = %metrics_listener.local_addr().map_err(|error| error.to_string())?,
         tick = ?config.tick,
         "tickd serving"
     );
-    let stopped = tickd::server::run(&config, listener, unix_listener, shutdown_signal())
+    let listeners = Listeners {
+        grpc: listener,
+        unix: unix_listener,
+        metrics: Some(metrics_listener),
+    };
+    let stopped = tickd::server::run(&config, listeners, shutdown_signal())
         .await
         .map_err(|error| error.to_string())?;
     if let Some(path) = &config.unix_socket {

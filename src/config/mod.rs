@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::delivery::DeliveryConfig;
+use crate::metrics::Metrics;
 use crate::store::SyncMode;
 use crate::worker::table::TableConfig;
 use crate::worker::WorkerConfig;
@@ -76,6 +77,15 @@ pub struct Config {
     /// Default number of unacknowledged deliveries a subscriber holds.
     #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
     pub max_unacked: usize,
+    /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
+    pub max_concurrent_calls: usize,
+    /// Prometheus metrics listen address (`/metrics`).
+    #[arg(long, env = "TICKD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
+    /// Pending timers one namespace may hold (0: no quota beyond --max-pending).
+    #[arg(long, env = "TICKD_MAX_PENDING_PER_NAMESPACE", default_value_t = 0)]
+    pub max_pending_per_namespace: u64,
     /// How long shutdown waits for calls in progress before closing them.
     #[arg(long, env = "TICKD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -94,12 +104,14 @@ impl Config {
         TableConfig {
             tick: self.tick,
             max_pending: self.max_pending,
+            max_pending_per_namespace: self.max_pending_per_namespace,
         }
     }
 
-    pub fn worker(&self) -> WorkerConfig {
+    pub fn worker(&self, metrics: &Metrics) -> WorkerConfig {
         WorkerConfig {
             queue_capacity: self.worker_queue,
+            busy_seconds: Some(metrics.worker_busy_seconds.clone()),
             ..WorkerConfig::default()
         }
     }

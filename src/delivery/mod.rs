@@ -27,6 +27,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
+use crate::metrics::Metrics;
 use crate::store::records::{record::Kind, Record, Settled};
 use crate::store::{Batch, StoreHandle};
 use crate::wheel::Wheel;
@@ -131,9 +132,10 @@ impl DeliveryHandle {
         config: DeliveryConfig,
         store: Option<StoreHandle>,
         recovered: Vec<Expiration>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut delivery = Delivery::new(config, store);
+        let mut delivery = Delivery::new(config, store, metrics);
         delivery.enqueue_fired(recovered);
         tokio::spawn(delivery.run(receiver));
         Self {
@@ -253,13 +255,14 @@ struct Delivery {
     origin: Instant,
     next_delivery_id: u64,
     store: Option<StoreHandle>,
+    metrics: Arc<Metrics>,
 }
 
 /// How many queued requests are handled before ack deadlines are looked at again.
 const REQUEST_BATCH: usize = 256;
 
 impl Delivery {
-    fn new(config: DeliveryConfig, store: Option<StoreHandle>) -> Self {
+    fn new(config: DeliveryConfig, store: Option<StoreHandle>, metrics: Arc<Metrics>) -> Self {
         Self {
             config,
             namespaces: FxHashMap::default(),
@@ -267,6 +270,7 @@ impl Delivery {
             origin: Instant::now(),
             next_delivery_id: 1,
             store,
+            metrics,
         }
     }
 
@@ -360,11 +364,13 @@ impl Delivery {
                     reason: "delivery buffer full",
                 };
                 dropped.extend(queue.bury(dead, dead_capacity).map(|dead| dead.expiration));
+                self.metrics.expirations_dead.inc();
             } else {
                 queue.waiting.push_back(Waiting {
                     expiration,
                     attempts: 0,
                 });
+                self.metrics.delivery_buffered.inc();
             }
         }
         if overflowed > 0 {
@@ -515,6 +521,7 @@ impl Delivery {
             return;
         };
         let (max_attempts, dead_capacity) = (self.config.max_attempts, self.config.dead_capacity);
+        let metrics = self.metrics.clone();
         let queue = self.queue(namespace);
         if waiting.attempts >= max_attempts {
             let dead = Dead {
@@ -522,11 +529,13 @@ impl Delivery {
                 expiration: waiting.expiration,
                 reason: "max delivery attempts reached without an ack",
             };
+            metrics.expirations_dead.inc();
             if let Some(dropped) = queue.bury(dead, dead_capacity) {
                 self.journal_settled(&[dropped.expiration], None);
             }
         } else {
             queue.waiting.push_front(waiting);
+            metrics.delivery_buffered.inc();
         }
     }
 
@@ -561,6 +570,7 @@ impl Delivery {
                 break;
             };
             let waiting = queue.waiting.pop_front().expect("checked non-empty");
+            self.metrics.delivery_buffered.dec();
             let delivered = Delivered {
                 delivery_id: self.next_delivery_id,
                 expiration: waiting.expiration.clone(),
@@ -571,8 +581,14 @@ impl Delivery {
                 // `least_loaded` saw room, so the stream has closed: its Unsubscribe is on the
                 // way and will hand back its in-flight deliveries.
                 queue.waiting.push_front(waiting);
+                self.metrics.delivery_buffered.inc();
                 queue.subscribers.remove(index);
                 continue;
+            }
+            if waiting.attempts == 0 {
+                self.metrics.expirations_delivered.inc();
+            } else {
+                self.metrics.expirations_redelivered.inc();
             }
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id += 1;

@@ -24,9 +24,13 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use clap::ValueEnum;
 use rustc_hash::FxHashMap;
 use tracing::{info, warn};
+
+use crate::metrics::Metrics;
 
 /// The generated record types of `proto/tickd/store/v1/records.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -179,6 +183,7 @@ impl Store {
     pub fn open(
         dir: &Path,
         sync: SyncMode,
+        metrics: Arc<Metrics>,
         replay: impl FnMut(Record),
     ) -> Result<(Store, StoreHandle, Vec<records::Fired>), StoreError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
@@ -189,7 +194,7 @@ impl Store {
             .into_iter()
             .map(|(key, (frame, fired))| ((key, frame), fired))
             .unzip();
-        let writer = Writer::start(dir.to_owned(), next_segment, sync, frames)?;
+        let writer = Writer::start(dir.to_owned(), next_segment, sync, frames, metrics)?;
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tickd-store".into())
@@ -224,6 +229,7 @@ struct Writer {
     unsettled: Unsettled,
     unsynced: bool,
     last_sync: Instant,
+    metrics: Arc<Metrics>,
 }
 
 impl Writer {
@@ -232,6 +238,7 @@ impl Writer {
         sequence: u64,
         sync: SyncMode,
         unsettled: Unsettled,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
         Ok(Self {
@@ -243,6 +250,7 @@ impl Writer {
             unsettled,
             unsynced: false,
             last_sync: Instant::now(),
+            metrics,
         })
     }
 
@@ -319,7 +327,11 @@ impl Writer {
             SyncMode::None => false,
         };
         if sync_now {
+            let started = Instant::now();
             self.segment.sync_data().map_err(io_error(&path))?;
+            self.metrics
+                .log_fsync_seconds
+                .observe(started.elapsed().as_secs_f64());
             self.unsynced = false;
             self.last_sync = Instant::now();
         }

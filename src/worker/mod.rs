@@ -17,7 +17,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::AtomicU64;
+
 use clock::{Clock, Now};
+use prometheus_client::metrics::counter::Counter;
+
+use crate::metrics::BusyTimer;
 
 /// The state a worker thread owns and drives: a wheel plus whatever the commands need.
 pub trait TimerState: Send + 'static {
@@ -82,12 +87,14 @@ impl<C> WorkerHandle<C> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Commands that may wait in the channel; beyond it `try_send` fails.
     pub queue_capacity: usize,
     /// Commands applied under one clock reading before timers are fired again.
     pub max_batch: usize,
+    /// Where to count the time the thread spends working, if anywhere.
+    pub busy_seconds: Option<Counter<f64, AtomicU64>>,
 }
 
 impl Default for WorkerConfig {
@@ -95,6 +102,7 @@ impl Default for WorkerConfig {
         Self {
             queue_capacity: 65_536,
             max_batch: 4_096,
+            busy_seconds: None,
         }
     }
 }
@@ -112,14 +120,12 @@ impl<S: TimerState> Worker<S> {
         K: Clock,
         F: FnMut(Vec<S::Fired>) + Send + 'static,
     {
-        let (sender, receiver) = mpsc::sync_channel(config.queue_capacity);
+        let capacity = config.queue_capacity;
+        let (sender, receiver) = mpsc::sync_channel(capacity);
         let thread = std::thread::Builder::new()
             .name("tickd-wheel".into())
-            .spawn(move || run(state, clock, receiver, config.max_batch, sink))?;
-        let handle = WorkerHandle {
-            sender,
-            capacity: config.queue_capacity,
-        };
+            .spawn(move || run(state, clock, receiver, config, sink))?;
+        let handle = WorkerHandle { sender, capacity };
         Ok(Self { handle, thread })
     }
 
@@ -142,7 +148,7 @@ fn run<S, K, F>(
     mut state: S,
     clock: K,
     receiver: Receiver<Message<S::Command>>,
-    max_batch: usize,
+    config: WorkerConfig,
     mut sink: F,
 ) -> S
 where
@@ -150,8 +156,10 @@ where
     K: Clock,
     F: FnMut(Vec<S::Fired>),
 {
+    let (max_batch, busy_seconds) = (config.max_batch, config.busy_seconds);
     let mut now = clock.now();
     loop {
+        let busy = busy_seconds.as_ref().map(BusyTimer::start);
         if state
             .next_expiration()
             .is_some_and(|due| due <= now.monotonic)
@@ -162,6 +170,7 @@ where
                 sink(fired);
             }
         }
+        drop(busy);
         let first = match wait_for_message(&state, &receiver, now) {
             Wake::Message(message) => message,
             Wake::Timeout => {
@@ -172,6 +181,7 @@ where
         };
         // One reading serves the whole batch and the firing that follows it.
         now = clock.now();
+        let _busy = busy_seconds.as_ref().map(BusyTimer::start);
         let mut next = Some(first);
         let mut applied = 0;
         while let Some(message) = next {

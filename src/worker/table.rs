@@ -12,12 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use super::clock::Now;
 use super::journal::Journal;
 use super::TimerState;
+use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::{Handle, Wheel};
 
@@ -230,6 +232,8 @@ pub enum Command {
 pub struct TableConfig {
     pub tick: Duration,
     pub max_pending: usize,
+    /// 0: no per-namespace quota.
+    pub max_pending_per_namespace: u64,
 }
 
 /// What the wheel holds for each pending timer.
@@ -250,6 +254,7 @@ struct TimerRecord {
 struct Namespace {
     name: Arc<str>,
     pending: u64,
+    pending_gauge: Gauge,
     keys: FxHashMap<Box<str>, u64>,
 }
 
@@ -262,10 +267,12 @@ pub struct TimerTable {
     next_id: u64,
     /// With a data directory: where records and deferred replies go.
     journal: Option<Journal>,
+    max_pending_per_namespace: u64,
+    metrics: Arc<Metrics>,
 }
 
 impl TimerTable {
-    pub fn new(config: TableConfig) -> Self {
+    pub fn new(config: TableConfig, metrics: Arc<Metrics>) -> Self {
         let tick = u64::try_from(config.tick.as_nanos())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -276,6 +283,8 @@ impl TimerTable {
             namespace_ids: FxHashMap::default(),
             next_id: 1,
             journal: None,
+            max_pending_per_namespace: config.max_pending_per_namespace,
+            metrics,
         }
     }
 
@@ -348,6 +357,13 @@ impl TimerTable {
                 });
             }
         }
+        let quota = self.max_pending_per_namespace;
+        if quota > 0 && self.namespaces[namespace as usize].pending >= quota {
+            return Err(TimerError::ResourceExhausted(format!(
+                "namespace {:?} holds its quota of pending timers (--max-pending-per-namespace {quota})",
+                timer.namespace
+            )));
+        }
         let (deadline_monotonic, deadline_unix) = match timer.due {
             Due::After(delay) => {
                 let delay = duration_nanos(delay);
@@ -380,6 +396,7 @@ impl TimerTable {
             })?;
         self.next_id += 1;
         self.index(handle);
+        self.metrics.timers_registered.inc();
         self.log(|table| {
             let (_, record) = table.wheel.get(handle).expect("just inserted");
             Kind::Registered(table.durable_timer(record))
@@ -398,6 +415,7 @@ impl TimerTable {
         let name: Arc<str> = Arc::from(name);
         self.namespace_ids.insert(name.clone(), id);
         self.namespaces.push(Namespace {
+            pending_gauge: self.metrics.pending_gauge(&name),
             name,
             pending: 0,
             keys: FxHashMap::default(),
@@ -412,6 +430,7 @@ impl TimerTable {
         self.handles.insert((namespace, id), handle);
         let entry = &mut self.namespaces[namespace as usize];
         entry.pending += 1;
+        entry.pending_gauge.inc();
         if let Some(key) = key {
             entry.keys.insert(key, id);
         }
@@ -421,6 +440,7 @@ impl TimerTable {
         self.handles.remove(&(record.namespace, record.id));
         let entry = &mut self.namespaces[record.namespace as usize];
         entry.pending -= 1;
+        entry.pending_gauge.dec();
         if let Some(key) = &record.key {
             entry.keys.remove(key);
         }
@@ -467,6 +487,7 @@ impl TimerTable {
         };
         let record = self.wheel.cancel(handle).expect("indexed handles are live");
         self.unindex(&record);
+        self.metrics.timers_cancelled.inc();
         self.log(|table| {
             Kind::Cancelled(durable::Cancelled {
                 id: record.id,
@@ -570,6 +591,9 @@ impl TimerTable {
     /// Turns a fired record into its expiration, and re-arms it if it repeats.
     fn expire(&mut self, mut record: TimerRecord, deadline_monotonic: u64, now: Now) -> Expiration {
         record.fired_count += 1;
+        self.metrics.timers_fired.inc();
+        let lateness = now.monotonic.saturating_sub(deadline_monotonic);
+        self.metrics.firing_lateness.observe(lateness as f64 / 1e9);
         let expiration = Expiration {
             id: TimerId(record.id),
             namespace: self.namespaces[record.namespace as usize].name.clone(),

@@ -19,6 +19,7 @@ pub use proto::*;
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
     pub unix_socket: Option<PathBuf>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Stopped>,
@@ -56,9 +57,18 @@ impl TestServer {
         let unix_listener = unix_socket
             .as_ref()
             .map(|path| UnixListener::bind(path).expect("bind unix socket"));
+        let metrics_listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind metrics");
+        let metrics_addr = metrics_listener.local_addr().expect("metrics addr");
+        let listeners = tickd::server::Listeners {
+            grpc: listener,
+            unix: unix_listener,
+            metrics: Some(metrics_listener),
+        };
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            tickd::server::run(&config, listener, unix_listener, async {
+            tickd::server::run(&config, listeners, async {
                 let _ = stop.await;
             })
             .await
@@ -66,6 +76,7 @@ impl TestServer {
         });
         Self {
             addr,
+            metrics_addr,
             unix_socket,
             shutdown: Some(shutdown),
             task,

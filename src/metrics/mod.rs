@@ -1,0 +1,381 @@
+//! Prometheus metrics, served as text at `/metrics` on `--metrics-listen`.
+//!
+//! One [`Metrics`] is shared by every layer; each updates its own figures with atomic
+//! operations (no locks on the hot paths), and a scrape encodes them with
+//! `prometheus-client`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::server::conn::http1;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use tokio::net::TcpListener;
+use tracing::{debug, warn};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabels {
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabels {
+    pub method: &'static str,
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    pub method: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latency buckets from 50 µs to about 3 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub timers_pending: Family<NamespaceLabels, Gauge>,
+    pub timers_registered: Counter,
+    pub timers_cancelled: Counter,
+    pub timers_fired: Counter,
+    /// Seconds between a timer's deadline and its firing.
+    pub firing_lateness: Histogram,
+    pub expirations_delivered: Counter,
+    pub expirations_redelivered: Counter,
+    pub expirations_dead: Counter,
+    /// Expirations waiting for a subscriber, all namespaces.
+    pub delivery_buffered: Gauge,
+    pub worker_busy_seconds: Counter<f64, AtomicU64>,
+    pub log_fsync_seconds: Histogram,
+    pub rpc_requests: Family<RpcLabels, Counter>,
+    pub rpc_seconds: HistogramFamily<MethodLabels>,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        let mut metrics = Self {
+            registry: Registry::with_prefix("tickd"),
+            timers_pending: Family::default(),
+            timers_registered: Counter::default(),
+            timers_cancelled: Counter::default(),
+            timers_fired: Counter::default(),
+            firing_lateness: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            expirations_delivered: Counter::default(),
+            expirations_redelivered: Counter::default(),
+            expirations_dead: Counter::default(),
+            delivery_buffered: Gauge::default(),
+            worker_busy_seconds: Counter::default(),
+            log_fsync_seconds: latency_histogram(),
+            rpc_requests: Family::default(),
+            rpc_seconds: Family::new_with_constructor(latency_histogram),
+        };
+        metrics.register_all();
+        Arc::new(metrics)
+    }
+
+    fn register_all(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "timers_pending",
+            "Pending timers",
+            self.timers_pending.clone(),
+        );
+        registry.register(
+            "timers_registered",
+            "Timers registered",
+            self.timers_registered.clone(),
+        );
+        registry.register(
+            "timers_cancelled",
+            "Timers cancelled while pending",
+            self.timers_cancelled.clone(),
+        );
+        registry.register("timers_fired", "Timer firings", self.timers_fired.clone());
+        registry.register_with_unit(
+            "firing_lateness",
+            "Time from a timer's deadline to its firing",
+            Unit::Seconds,
+            self.firing_lateness.clone(),
+        );
+        registry.register(
+            "expirations_delivered",
+            "First deliveries to a subscriber",
+            self.expirations_delivered.clone(),
+        );
+        registry.register(
+            "expirations_redelivered",
+            "Deliveries after an ack timeout or a lost subscriber",
+            self.expirations_redelivered.clone(),
+        );
+        registry.register(
+            "expirations_dead",
+            "Expirations given up on (attempts used up or buffer full)",
+            self.expirations_dead.clone(),
+        );
+        registry.register(
+            "delivery_buffered",
+            "Expirations waiting for a subscriber",
+            self.delivery_buffered.clone(),
+        );
+        registry.register_with_unit(
+            "worker_busy",
+            "Time the wheel worker thread spent working (not sleeping)",
+            Unit::Seconds,
+            self.worker_busy_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "log_fsync",
+            "Log fsync latency",
+            Unit::Seconds,
+            self.log_fsync_seconds.clone(),
+        );
+        registry.register(
+            "rpc_requests",
+            "gRPC calls by method and status code",
+            self.rpc_requests.clone(),
+        );
+        registry.register_with_unit(
+            "rpc",
+            "gRPC call latency by method",
+            Unit::Seconds,
+            self.rpc_seconds.clone(),
+        );
+    }
+
+    pub fn pending_gauge(&self, namespace: &str) -> Gauge {
+        self.timers_pending
+            .get_or_create(&NamespaceLabels {
+                namespace: namespace.to_owned(),
+            })
+            .clone()
+    }
+
+    /// Counts one finished call.
+    pub fn observe_rpc(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
+        self.rpc_requests
+            .get_or_create(&RpcLabels {
+                method,
+                code: code_name(code),
+            })
+            .inc();
+        self.rpc_seconds
+            .get_or_create(&MethodLabels { method })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Measures how long the worker spends between two sleeps.
+pub struct BusyTimer<'a> {
+    counter: &'a Counter<f64, AtomicU64>,
+    started: Instant,
+}
+
+impl<'a> BusyTimer<'a> {
+    pub fn start(counter: &'a Counter<f64, AtomicU64>) -> Self {
+        Self {
+            counter,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for BusyTimer<'_> {
+    fn drop(&mut self) {
+        self.counter.inc_by(self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// Serves `GET /metrics` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    warn!(error = %error, "metrics listener accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => return,
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let metrics = metrics.clone();
+                async move { Ok::<_, Infallible>(respond(&metrics, &request)) }
+            });
+            if let Err(error) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                debug!(error = %error, "metrics connection ended");
+            }
+        });
+    }
+}
+
+fn respond(metrics: &Metrics, request: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    if request.uri().path() != "/metrics" {
+        let mut response =
+            Response::new(Full::new(Bytes::from_static(b"not found; try /metrics\n")));
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        return response;
+    }
+    let mut response = Response::new(Full::new(Bytes::from(metrics.encode())));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+/// The gRPC methods counted by name; anything else counts as "other", so a client cannot
+/// grow the label set.
+const KNOWN_METHODS: [&str; 11] = [
+    "NewTimeout",
+    "NewTimeouts",
+    "Cancel",
+    "Pending",
+    "Get",
+    "Touch",
+    "KeepAlive",
+    "Subscribe",
+    "Ack",
+    "Check",
+    "Watch",
+];
+
+fn method_name(path: &str) -> &'static str {
+    let method = path.rsplit('/').next().unwrap_or_default();
+    KNOWN_METHODS
+        .iter()
+        .find(|known| **known == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// A tower layer counting every gRPC call by method and status code, with its latency up
+/// to the response headers (the whole call for unary methods, the opening for streams).
+#[derive(Clone)]
+pub struct RpcMetricsLayer {
+    metrics: Arc<Metrics>,
+}
+
+impl RpcMetricsLayer {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for RpcMetricsLayer {
+    type Service = RpcMetricsService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RpcMetricsService {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RpcMetricsService<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+type HttpRequest<B> = tonic::codegen::http::Request<B>;
+type HttpResponse<B> = tonic::codegen::http::Response<B>;
+
+impl<S, RequestBody, ResponseBody> tower::Service<HttpRequest<RequestBody>> for RpcMetricsService<S>
+where
+    S: tower::Service<HttpRequest<RequestBody>, Response = HttpResponse<ResponseBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    RequestBody: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: HttpRequest<RequestBody>) -> Self::Future {
+        // The clone is not polled ready; the ready one serves this call (tower's usual dance).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let metrics = self.metrics.clone();
+        let method = method_name(request.uri().path());
+        let started = Instant::now();
+        Box::pin(async move {
+            let response = inner.call(request).await?;
+            // A call that failed before any message carries its status in the headers;
+            // otherwise it is OK (or its stream's own status comes later, in trailers).
+            let code = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.parse::<i32>().ok())
+                .map_or(tonic::Code::Ok, tonic::Code::from);
+            metrics.observe_rpc(method, code, started.elapsed());
+            Ok(response)
+        })
+    }
+}
