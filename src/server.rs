@@ -7,11 +7,14 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
 
+use crate::api::auth::{Authenticator, Tokens};
 use crate::api::convert::Limits;
 use crate::api::TimersService;
 use crate::config::Config;
@@ -35,6 +38,14 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("loading TLS material {path}: {source}")]
+    Tls {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tokens(#[from] crate::api::auth::TokenFileError),
 }
 
 /// Where tickd listens; bound by the caller, so that tests can use port 0.
@@ -80,6 +91,11 @@ pub async fn run(
         max_batch: config.max_batch,
         ..Limits::default()
     };
+    let tokens = config
+        .auth_token_file
+        .as_deref()
+        .map(Tokens::load)
+        .transpose()?;
     let timers = TimersServer::new(TimersService::new(
         worker.handle(),
         delivery.clone(),
@@ -87,6 +103,8 @@ pub async fn run(
         stop_signal.clone(),
     ))
     .max_decoding_message_size(max_message_bytes(config));
+    let timers = InterceptedService::new(timers, Authenticator::new(tokens));
+    let tls = tls_config(config)?;
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<TimersServer<TimersService>>()
@@ -111,20 +129,28 @@ pub async fn run(
         .layer(GlobalConcurrencyLimitLayer::new(
             config.max_concurrent_calls,
         ));
-    let router = Server::builder()
-        .layer(overload)
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(timers);
-    let tcp = router.clone().serve_with_incoming_shutdown(
+    let router = |tls: Option<ServerTlsConfig>| -> Result<_, ServerError> {
+        let mut builder = Server::builder();
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls)?;
+        }
+        Ok(builder
+            .layer(overload.clone())
+            .add_service(health.clone())
+            .add_service(reflection.clone())
+            .add_service(timers.clone()))
+    };
+    let tcp = router(tls)?.serve_with_incoming_shutdown(
         // Without TCP_NODELAY small answers wait for Nagle's algorithm (tens of ms).
         TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
         stopped(stop_signal.clone()),
     );
+    // The Unix socket is local and guarded by its file mode: no TLS there.
+    let unix_router = router(None)?;
     let unix = async {
         match listeners.unix {
             Some(unix_listener) => {
-                router
+                unix_router
                     .serve_with_incoming_shutdown(
                         UnixListenerStream::new(unix_listener),
                         stopped(stop_signal.clone()),
@@ -205,6 +231,24 @@ fn recover(
 
 async fn stopped(mut stop_signal: watch::Receiver<bool>) {
     let _ = stop_signal.wait_for(|stopping| *stopping).await;
+}
+
+/// TLS for the TCP listener, mutual when a client CA is given.
+fn tls_config(config: &Config) -> Result<Option<ServerTlsConfig>, ServerError> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| ServerError::Tls {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+    if let Some(client_ca) = &config.tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(client_ca)?));
+    }
+    Ok(Some(tls))
 }
 
 /// A whole batch of maximal payloads must fit in one message, with room for the framing.

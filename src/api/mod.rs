@@ -1,6 +1,7 @@
 //! The tonic service: validates each request, turns it into a worker command or a
 //! delivery request, and maps every refusal to a gRPC status. No timer logic lives here.
 
+pub mod auth;
 pub mod convert;
 
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use crate::delivery::{DeliveryHandle, SubscribeOptions};
 use crate::proto;
 use crate::worker::table::{Command, PendingQuery, TimerError};
 use crate::worker::{SendError, WorkerHandle};
+use auth::{grant_of, Grant};
 use convert::Limits;
 
 pub fn status(error: TimerError) -> Status {
@@ -24,6 +26,7 @@ pub fn status(error: TimerError) -> Status {
         TimerError::ResourceExhausted(_) => Status::resource_exhausted(message),
         TimerError::FailedPrecondition(_) => Status::failed_precondition(message),
         TimerError::Unavailable(_) => Status::unavailable(message),
+        TimerError::PermissionDenied(_) => Status::permission_denied(message),
     }
 }
 
@@ -64,6 +67,17 @@ impl TimersService {
         }
     }
 
+    /// Validates a timer reference and checks the caller may use its namespace.
+    fn authorized_ref(
+        &self,
+        grant: &Grant,
+        reference: Option<proto::TimerRef>,
+    ) -> Result<crate::worker::table::TimerRef, TimerError> {
+        let timer = self.limits.timer_ref(reference)?;
+        grant.check(Some(&timer.namespace))?;
+        Ok(timer)
+    }
+
     /// Sends one command built around a reply channel and waits for the answer.
     async fn ask<T>(
         &self,
@@ -85,11 +99,13 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::NewTimeoutRequest>,
     ) -> Result<Response<proto::NewTimeoutResponse>, Status> {
+        let grant = grant_of(&request);
         let spec = request
             .into_inner()
             .timer
             .ok_or_else(|| status(TimerError::invalid("timer", "is required")))?;
         let timer = self.limits.new_timer(spec).map_err(status)?;
+        grant.check(Some(&timer.namespace)).map_err(status)?;
         let mut results = self
             .ask(|reply| Command::Register {
                 timers: vec![timer],
@@ -107,6 +123,7 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::NewTimeoutsRequest>,
     ) -> Result<Response<proto::NewTimeoutsResponse>, Status> {
+        let grant = grant_of(&request);
         let specs = request.into_inner().timers;
         if specs.len() > self.limits.max_batch {
             return Err(Status::resource_exhausted(format!(
@@ -118,7 +135,11 @@ impl proto::timers_server::Timers for TimersService {
         // Invalid items are answered here; only the valid ones go to the worker.
         let validated: Vec<_> = specs
             .into_iter()
-            .map(|spec| self.limits.new_timer(spec))
+            .map(|spec| {
+                let timer = self.limits.new_timer(spec)?;
+                grant.check(Some(&timer.namespace))?;
+                Ok(timer)
+            })
             .collect();
         let valid = validated
             .iter()
@@ -163,9 +184,9 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::CancelRequest>,
     ) -> Result<Response<proto::CancelResponse>, Status> {
+        let grant = grant_of(&request);
         let timer = self
-            .limits
-            .timer_ref(request.into_inner().timer)
+            .authorized_ref(&grant, request.into_inner().timer)
             .map_err(status)?;
         let cancelled = self
             .ask(|reply| Command::Cancel { timer, reply })
@@ -178,11 +199,13 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::PendingRequest>,
     ) -> Result<Response<proto::PendingResponse>, Status> {
+        let grant = grant_of(&request);
         let request = request.into_inner();
         let namespace = match request.namespace.as_str() {
             "" => None,
             name => Some(self.limits.namespace(name).map_err(status)?),
         };
+        grant.check(namespace.as_deref()).map_err(status)?;
         let after = match request.page_token.as_str() {
             "" => None,
             token => Some(token.parse().map_err(status)?),
@@ -217,9 +240,9 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
+        let grant = grant_of(&request);
         let timer = self
-            .limits
-            .timer_ref(request.into_inner().timer)
+            .authorized_ref(&grant, request.into_inner().timer)
             .map_err(status)?;
         let view = self
             .ask(|reply| Command::Get { timer, reply })
@@ -234,8 +257,9 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::TouchRequest>,
     ) -> Result<Response<proto::TouchResponse>, Status> {
+        let grant = grant_of(&request);
         let request = request.into_inner();
-        let timer = self.limits.timer_ref(request.timer).map_err(status)?;
+        let timer = self.authorized_ref(&grant, request.timer).map_err(status)?;
         let ttl = self
             .limits
             .optional_ttl(request.ttl.as_ref())
@@ -255,9 +279,10 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let grant = grant_of(&request);
         let heartbeats = request.into_inner();
         let (answers, pending_answers) = mpsc::channel(KEEPALIVE_IN_FLIGHT);
-        tokio::spawn(self.clone().forward_heartbeats(heartbeats, answers));
+        tokio::spawn(self.clone().forward_heartbeats(heartbeats, grant, answers));
         let responses = ReceiverStream::new(pending_answers)
             .then(|answer: PendingAnswer| async move { Ok(answer.resolve().await) });
         Ok(Response::new(Box::pin(responses)))
@@ -269,8 +294,10 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let grant = grant_of(&request);
         let request = request.into_inner();
         let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
+        grant.check(Some(&namespace)).map_err(status)?;
         let ack_timeout = match &request.ack_timeout {
             Some(timeout) => Some(
                 self.limits
@@ -300,8 +327,10 @@ impl proto::timers_server::Timers for TimersService {
         &self,
         request: Request<proto::AckRequest>,
     ) -> Result<Response<proto::AckResponse>, Status> {
+        let grant = grant_of(&request);
         let request = request.into_inner();
         let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
+        grant.check(Some(&namespace)).map_err(status)?;
         let mut unknown = Vec::new();
         let mut delivery_ids = Vec::with_capacity(request.delivery_ids.len());
         for text in request.delivery_ids {
@@ -374,6 +403,7 @@ impl TimersService {
     async fn forward_heartbeats(
         self,
         mut heartbeats: Streaming<proto::KeepAliveRequest>,
+        grant: Grant,
         answers: mpsc::Sender<PendingAnswer>,
     ) {
         let mut shutdown = self.shutdown.clone();
@@ -385,19 +415,21 @@ impl TimersService {
             let Ok(Some(heartbeat)) = heartbeat else {
                 return;
             };
-            let pending = self.send_heartbeat(heartbeat);
+            let pending = self.send_heartbeat(heartbeat, &grant);
             if answers.send(pending).await.is_err() {
                 return;
             }
         }
     }
 
-    fn send_heartbeat(&self, heartbeat: proto::KeepAliveRequest) -> PendingAnswer {
+    fn send_heartbeat(&self, heartbeat: proto::KeepAliveRequest, grant: &Grant) -> PendingAnswer {
         let sequence = heartbeat.sequence;
-        let command = self.limits.timer_ref(heartbeat.timer).and_then(|timer| {
-            let ttl = self.limits.optional_ttl(heartbeat.ttl.as_ref())?;
-            Ok((timer, ttl))
-        });
+        let command = self
+            .authorized_ref(grant, heartbeat.timer)
+            .and_then(|timer| {
+                let ttl = self.limits.optional_ttl(heartbeat.ttl.as_ref())?;
+                Ok((timer, ttl))
+            });
         let (timer, ttl) = match command {
             Ok(command) => command,
             Err(error) => {

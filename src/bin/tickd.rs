@@ -35,7 +35,7 @@ async fn serve(config: Config) -> Result<(), String> {
         .await
         .map_err(|error| format!("binding --listen {}: {error}", config.listen))?;
     let unix_listener = match &config.unix_socket {
-        Some(path) => Some(bind_unix(path)?),
+        Some(path) => Some(bind_unix(path, config.unix_socket_mode)?),
         None => None,
     };
     let metrics_listener = TcpListener::bind(config.metrics_listen)
@@ -68,14 +68,19 @@ async fn serve(config: Config) -> Result<(), String> {
     Ok(())
 }
 
-/// A stale socket file from a previous run would make bind fail; it is replaced.
-fn bind_unix(path: &std::path::Path) -> Result<UnixListener, String> {
+/// A stale socket file from a previous run would make bind fail; it is replaced. The file
+/// mode decides who may connect.
+fn bind_unix(path: &std::path::Path, mode: u32) -> Result<UnixListener, String> {
+    use std::os::unix::fs::PermissionsExt;
     if path.exists() {
         std::fs::remove_file(path)
             .map_err(|error| format!("removing stale socket {}: {error}", path.display()))?;
     }
-    UnixListener::bind(path)
-        .map_err(|error| format!("binding --unix-socket {}: {error}", path.display()))
+    let listener = UnixListener::bind(path)
+        .map_err(|error| format!("binding --unix-socket {}: {error}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|error| format!("setting the mode of {}: {error}", path.display()))?;
+    Ok(listener)
 }
 
 async fn shutdown_signal() {

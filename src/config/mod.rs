@@ -24,6 +24,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("invalid duration {text:?}: {error}"))
 }
 
+fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("invalid file mode {text:?}: give octal digits like 660"))
+}
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "tickd",
@@ -80,6 +87,22 @@ pub struct Config {
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
+    /// PEM certificate chain: serve gRPC over TLS on --listen (the Unix socket stays plain).
+    #[arg(long, env = "TICKD_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, env = "TICKD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: require client certificates signed by it (mutual TLS).
+    #[arg(long, env = "TICKD_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Bearer tokens and the namespaces each may use (`<token> <ns>[,<ns>...]` or `<token> *`
+    /// per line); without it, calls need no token.
+    #[arg(long, env = "TICKD_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// File mode of --unix-socket, in octal; the default lets the owner and group connect.
+    #[arg(long, env = "TICKD_UNIX_SOCKET_MODE", default_value = "660", value_parser = parse_mode)]
+    pub unix_socket_mode: u32,
     /// Prometheus metrics listen address (`/metrics`).
     #[arg(long, env = "TICKD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,

@@ -59,6 +59,8 @@ pub enum TimerError {
     FailedPrecondition(String),
     #[error("{0}")]
     Unavailable(String),
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 impl TimerError {

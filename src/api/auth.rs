@@ -1,0 +1,176 @@
+//! Bearer-token authentication: each token may use a set of namespaces.
+//!
+//! The token file has one token per line, `<token> <namespace>[,<namespace>...]`, or
+//! `<token> *` for every namespace; `#` starts a comment. Tokens are never logged.
+//! Authentication happens in an interceptor (no token or an unknown one:
+//! `UNAUTHENTICATED`); authorisation in each handler, which knows the namespaces a call
+//! touches (outside the token's set: `PERMISSION_DENIED`). The health service has no
+//! interceptor, so Kubernetes probes, which send no metadata, keep working.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use tonic::{Request, Status};
+
+use crate::worker::table::TimerError;
+
+/// What a caller may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    AllNamespaces,
+    Namespaces(Arc<HashSet<String>>),
+}
+
+impl Grant {
+    pub fn allows(&self, namespace: &str) -> bool {
+        match self {
+            Grant::AllNamespaces => true,
+            Grant::Namespaces(allowed) => allowed.contains(namespace),
+        }
+    }
+
+    /// PERMISSION_DENIED unless `namespace` is allowed; `None` means every namespace.
+    pub fn check(&self, namespace: Option<&str>) -> Result<(), TimerError> {
+        let allowed = match namespace {
+            Some(namespace) => self.allows(namespace),
+            None => *self == Grant::AllNamespaces,
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(TimerError::PermissionDenied(match namespace {
+            Some(namespace) => format!("the token may not use namespace {namespace:?}"),
+            None => "listing every namespace needs a token granted `*`".to_owned(),
+        }))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} line {line}: expected `<token> <namespace>[,<namespace>...]` or `<token> *`")]
+    Malformed { path: String, line: usize },
+}
+
+/// The tokens a server accepts.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    grants: HashMap<String, Grant>,
+}
+
+impl Tokens {
+    pub fn load(path: &Path) -> Result<Self, TokenFileError> {
+        let display = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+            path: display.clone(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|line| TokenFileError::Malformed {
+            path: display,
+            line,
+        })
+    }
+
+    /// Parses the file's text; the error is the 1-based number of the bad line.
+    pub fn parse(text: &str) -> Result<Self, usize> {
+        let mut grants = HashMap::new();
+        for (index, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut fields = line.split_whitespace();
+            let (Some(token), Some(namespaces), None) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return Err(index + 1);
+            };
+            let grant = if namespaces == "*" {
+                Grant::AllNamespaces
+            } else {
+                let names = namespaces
+                    .split(',')
+                    .filter(|name| !name.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                Grant::Namespaces(Arc::new(names))
+            };
+            grants.insert(token.to_owned(), grant);
+        }
+        Ok(Self { grants })
+    }
+
+    fn grant(&self, token: &str) -> Option<&Grant> {
+        self.grants.get(token)
+    }
+}
+
+/// The interceptor in front of the Timers service. Without tokens configured every call
+/// gets [`Grant::AllNamespaces`].
+#[derive(Clone, Default)]
+pub struct Authenticator {
+    tokens: Option<Arc<Tokens>>,
+}
+
+impl Authenticator {
+    pub fn new(tokens: Option<Tokens>) -> Self {
+        Self {
+            tokens: tokens.map(Arc::new),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Authenticator {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let grant = match &self.tokens {
+            None => Grant::AllNamespaces,
+            Some(tokens) => {
+                let token = request
+                    .metadata()
+                    .get("authorization")
+                    .and_then(|value| value.to_str().ok())
+                    .and_then(|value| value.strip_prefix("Bearer "))
+                    .ok_or_else(|| {
+                        Status::unauthenticated("missing `authorization: Bearer <token>`")
+                    })?;
+                tokens
+                    .grant(token.trim())
+                    .cloned()
+                    .ok_or_else(|| Status::unauthenticated("unknown token"))?
+            }
+        };
+        request.extensions_mut().insert(grant);
+        Ok(request)
+    }
+}
+
+/// The grant the interceptor attached to a request; none at all allows nothing.
+pub fn grant_of<T>(request: &Request<T>) -> Grant {
+    request
+        .extensions()
+        .get::<Grant>()
+        .cloned()
+        .unwrap_or_else(|| Grant::Namespaces(Arc::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grants_and_rejects_malformed_lines() {
+        let tokens = Tokens::parse("# ops\nadmin-token *\nteam-a orders,payments # two\n").unwrap();
+        assert_eq!(tokens.grant("admin-token"), Some(&Grant::AllNamespaces));
+        let team = tokens.grant("team-a").unwrap();
+        assert!(team.allows("orders") && team.allows("payments") && !team.allows("other"));
+        assert!(tokens.grant("nobody").is_none());
+        assert_eq!(Tokens::parse("lonely-token\n").unwrap_err(), 1);
+        assert_eq!(Tokens::parse("ok *\na b c\n").unwrap_err(), 2);
+    }
+}
