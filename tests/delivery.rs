@@ -266,9 +266,9 @@ async fn expiration_is_dead_after_max_attempts() {
     .await;
     let pending = pending_with_dead(&mut client, ns).await;
     assert_eq!(pending.dead_count, 1);
-    assert_eq!(pending.dead.len(), 1);
-    assert_eq!(timer_id(&pending.dead[0]), ids[0]);
-    assert_eq!(pending.dead[0].attempt, 2);
+    assert_eq!(pending.dead_expirations.len(), 1);
+    assert_eq!(timer_id(&pending.dead_expirations[0]), ids[0]);
+    assert_eq!(pending.dead_expirations[0].attempt, 2);
 
     // Had it been put back in line, it would be on the stream before this marker fires.
     let marker = register_all(&mut client, specs(ns, 1, 0)).await;

@@ -228,7 +228,7 @@ impl proto::timers_server::Timers for TimersService {
                 .map(|token| token.to_string())
                 .unwrap_or_default(),
             dead_count: dead.count,
-            dead: if request.include_dead {
+            dead_expirations: if request.include_dead {
                 dead.dead.iter().map(convert::dead_expiration).collect()
             } else {
                 Vec::new()

@@ -510,11 +510,14 @@ impl TimerTable {
             .wheel
             .get_mut(handle)
             .expect("indexed handles are live");
+        let given_ttl = ttl;
         let ttl = ttl.or(record.ttl).ok_or_else(|| {
             TimerError::FailedPrecondition(
                 "ttl: the timer has no ttl (not a lease); give one in the request".into(),
             )
         })?;
+        // A ttl given with the heartbeat becomes the timer's ttl from now on.
+        record.ttl = Some(ttl);
         let ttl = duration_nanos(ttl);
         record.deadline_unix = now.unix.saturating_add(ttl);
         let (id, namespace, deadline_unix) = (record.id, record.namespace, record.deadline_unix);
@@ -525,6 +528,7 @@ impl TimerTable {
                 id,
                 namespace: table.namespaces[namespace as usize].name.to_string(),
                 deadline_unix_nanos: deadline_unix,
+                ttl_nanos: given_ttl.map_or(0, duration_nanos),
             })
         });
         Ok(self.view_of(handle, now))
@@ -666,6 +670,11 @@ impl TimerTable {
             Some(Kind::Touched(touched)) => {
                 if let Some(handle) = self.find(&touched.namespace, touched.id) {
                     self.move_deadline(handle, touched.deadline_unix_nanos, now);
+                    if touched.ttl_nanos > 0 {
+                        if let Some((_, record)) = self.wheel.get_mut(handle) {
+                            record.ttl = Some(Duration::from_nanos(touched.ttl_nanos));
+                        }
+                    }
                 }
             }
             Some(Kind::Fired(fired)) => self.replay_fired(fired, now),

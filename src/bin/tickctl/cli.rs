@@ -46,7 +46,7 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// tickd's gRPC endpoint: `http://HOST:PORT`, `HOST:PORT` or `unix:PATH`.
+    /// tickd's gRPC endpoint: `HOST:PORT`, `http://HOST:PORT`, `https://HOST:PORT` or `unix:PATH`.
     #[arg(
         long,
         global = true,
@@ -68,6 +68,39 @@ pub struct Connection {
     /// Read the bearer token from this file (surrounding whitespace is ignored).
     #[arg(long, global = true, env = "TICKCTL_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+
+    /// PEM CA bundle to verify tickd's certificate with; turns TLS on (as does `https://`).
+    #[arg(long, global = true, env = "TICKCTL_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate, for tickd servers that require mutual TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "TICKCTL_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "TICKCTL_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Name to verify tickd's certificate against (default: the endpoint's host).
+    #[arg(
+        long,
+        global = true,
+        env = "TICKCTL_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
 
     /// Connection timeout, and deadline of each unary call.
     #[arg(long, global = true, env = "TICKCTL_TIMEOUT", default_value = "10s", value_parser = duration)]

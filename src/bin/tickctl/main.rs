@@ -13,7 +13,7 @@ mod cli;
 mod output;
 
 use std::future::Future;
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -205,7 +205,7 @@ impl Ctx {
 
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let auth = Auth(token(&cli.connection)?);
-    let channel = connect(&cli.connection.endpoint, cli.connection.timeout).await?;
+    let channel = connect(&cli.connection).await?;
     let ctx = Ctx {
         timers: TimersClient::with_interceptor(channel.clone(), auth.clone()),
         channel,
@@ -248,8 +248,48 @@ fn token(connection: &cli::Connection) -> Result<Option<MetadataValue<Ascii>>, F
         .map_err(|_| Failure::Usage("the token has characters not allowed in a header".into()))
 }
 
+/// Reads a PEM file named by a TLS flag.
+fn read_pem(flag: &str, path: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path)
+        .map_err(|error| Failure::Usage(format!("reading {flag} {}: {error}", path.display())))
+}
+
+/// The client TLS settings, or None for plaintext; `https://` needs `--tls-ca` (this build
+/// carries no system trust roots).
+fn tls_config(
+    connection: &cli::Connection,
+    https: bool,
+) -> Result<Option<ClientTlsConfig>, Failure> {
+    let wanted = https
+        || connection.tls_ca.is_some()
+        || connection.tls_cert.is_some()
+        || connection.tls_server_name.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let Some(ca) = &connection.tls_ca else {
+        return Err(Failure::Usage(
+            "TLS needs --tls-ca (the CA that signed tickd's certificate)".into(),
+        ));
+    };
+    let mut tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read_pem("--tls-ca", ca)?));
+    if let (Some(cert), Some(key)) = (&connection.tls_cert, &connection.tls_key) {
+        tls = tls.identity(Identity::from_pem(
+            read_pem("--tls-cert", cert)?,
+            read_pem("--tls-key", key)?,
+        ));
+    }
+    if let Some(name) = &connection.tls_server_name {
+        tls = tls.domain_name(name.clone());
+    }
+    Ok(Some(tls))
+}
+
 /// Connects eagerly, so an unreachable server is reported before any call is made.
-async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, Failure> {
+async fn connect(connection: &cli::Connection) -> Result<Channel, Failure> {
+    let endpoint = connection.endpoint.as_str();
+    let timeout = connection.timeout;
     let unreachable = |error: &dyn std::error::Error| {
         Failure::Unreachable(format!(
             "cannot reach tickd at {endpoint}: {}",
@@ -262,6 +302,11 @@ async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, Failure> 
             return Err(Failure::Usage(format!(
                 "--endpoint {endpoint:?}: no socket path"
             )));
+        }
+        if tls_config(connection, false)?.is_some() {
+            return Err(Failure::Usage(
+                "TLS is for TCP endpoints; tickd's Unix socket is plaintext".into(),
+            ));
         }
         // The URI is a placeholder: the connector dials the socket.
         let endpoint = Endpoint::from_static("http://tickd.sock").connect_timeout(timeout);
@@ -277,19 +322,30 @@ async fn connect(endpoint: &str, timeout: Duration) -> Result<Channel, Failure> 
         )
         .await
     } else {
+        let explicit_http = endpoint.starts_with("http://");
+        let https = endpoint.starts_with("https://");
+        let tls = tls_config(connection, https)?;
+        if explicit_http && tls.is_some() {
+            return Err(Failure::Usage(format!(
+                "--endpoint {endpoint:?} is plaintext; use https:// (or HOST:PORT) with the --tls-* flags"
+            )));
+        }
         let url = if endpoint.contains("://") {
             endpoint.to_owned()
+        } else if tls.is_some() {
+            format!("https://{endpoint}")
         } else {
             format!("http://{endpoint}")
         };
-        let parsed = Endpoint::from_shared(url)
-            .map_err(|error| Failure::Usage(format!("--endpoint {endpoint:?}: {error}")))?;
-        if parsed.uri().scheme_str() == Some("https") {
-            return Err(Failure::Usage(format!(
-                "--endpoint {endpoint:?}: TLS is not supported by this build of tickctl yet"
-            )));
+        let mut parsed = Endpoint::from_shared(url)
+            .map_err(|error| Failure::Usage(format!("--endpoint {endpoint:?}: {error}")))?
+            .connect_timeout(timeout);
+        if let Some(tls) = tls {
+            parsed = parsed
+                .tls_config(tls)
+                .map_err(|error| Failure::Usage(format!("TLS settings: {}", root_cause(&error))))?;
         }
-        tokio::time::timeout(timeout, parsed.connect_timeout(timeout).connect()).await
+        tokio::time::timeout(timeout, parsed.connect()).await
     };
     match connecting {
         Ok(Ok(channel)) => Ok(channel),
@@ -555,7 +611,7 @@ async fn pending(ctx: Ctx, args: cli::PendingArgs) -> Result<ExitCode, Failure> 
             value["dead_count"] = json!(first.dead_count);
         }
         if args.dead {
-            value["dead"] = first.dead.iter().map(output::expiration_json).collect();
+            value["dead"] = first.dead_expirations.iter().map(output::expiration_json).collect();
         }
         output::json_pretty(&value);
         return Ok(ExitCode::SUCCESS);
@@ -572,10 +628,10 @@ async fn pending(ctx: Ctx, args: cli::PendingArgs) -> Result<ExitCode, Failure> 
         summary.push_str(&format!(", {} dead", first.dead_count));
     }
     output::line(summary);
-    if args.dead && !first.dead.is_empty() {
+    if args.dead && !first.dead_expirations.is_empty() {
         let header = ["DELIVERY", "ID", "KEY", "FIRED_AT", "ATTEMPTS", "PAYLOAD"];
         let rows: Vec<_> = first
-            .dead
+            .dead_expirations
             .iter()
             .map(|dead| {
                 let timer = dead.timer.clone().unwrap_or_default();
@@ -669,11 +725,11 @@ async fn keepalive(ctx: Ctx, args: cli::KeepaliveArgs) -> Result<ExitCode, Failu
         .await
         .map_err(|_| Failure::Status(Status::deadline_exceeded("KeepAlive stream did not open")))??
         .into_inner();
-    if !ctx.json() {
+    if std::io::stderr().is_terminal() {
         eprintln!(
             "tickctl: keeping {} lease(s) alive every {}; Ctrl-C to stop",
             targets.len(),
-            humantime::format_duration(interval)
+            humantime::format_duration(Duration::from_millis(interval.as_millis() as u64))
         );
     }
     let mut ticker = tokio::time::interval(interval);

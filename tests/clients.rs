@@ -1,0 +1,353 @@
+//! The client examples under `clients/` (Python, Node.js, Java), each run against a real
+//! in-process server. Every example checks its own results and exits non-zero when an
+//! expiration does not arrive or arrives wrong; here its exit status and summary lines are
+//! checked.
+//!
+//! What each needs, installed by the test when missing:
+//! - Python: `python3` 3.11+; the venv `target/polyglot-venv` that tests/polyglot.rs builds
+//!   from tests/python/requirements.txt (PyPI), shared with that test.
+//! - Node.js: `node` 18+ and `npm`; `npm ci` fills clients/node/node_modules from the committed
+//!   package-lock.json (npm registry), again whenever the lock changes.
+//! - Java: a JDK and Debian's gRPC Java packages, `apt-get install`ed (as root) when missing.
+//!
+//! Environment:
+//! - `TICKD_SKIP_POLYGLOT=1`: skip these tests (e.g. offline), as tests/polyglot.rs does.
+//! - `TICKD_PYTHON`: the interpreter to build the venv from (default `python3`).
+
+mod common;
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::TestServer;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/` (or `$CARGO_TARGET_DIR`): the parent of the integration tests' tmp dir.
+fn target_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
+}
+
+fn skipped() -> bool {
+    let skip = std::env::var_os("TICKD_SKIP_POLYGLOT").is_some_and(|value| value == "1");
+    if skip {
+        eprintln!("clients: skipped (TICKD_SKIP_POLYGLOT=1)");
+    }
+    skip
+}
+
+fn describe(command: &Command) -> String {
+    let mut text = command.get_program().to_string_lossy().into_owned();
+    for arg in command.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
+
+fn run(mut command: Command) -> Result<Output, String> {
+    let shown = describe(&command);
+    let output = command
+        .output()
+        .map_err(|error| format!("could not run `{shown}`: {error}"))?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(format!(
+            "`{shown}` failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+        ))
+    }
+}
+
+/// An exclusive lock on `target/NAME.lock`, held until dropped: serialises installs across
+/// test processes.
+fn lock(name: &str) -> Result<File, String> {
+    let target = target_dir();
+    fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
+    let path = target.join(format!("{name}.lock"));
+    let file = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.lock()
+        .map_err(|e| format!("lock {}: {e}", path.display()))?;
+    Ok(file)
+}
+
+/// Runs an example with `TICKD_ADDR` pointing at a fresh server, and checks that it exits 0
+/// and prints each expected line.
+async fn run_example(
+    build: impl FnOnce() -> Result<Command, String> + Send + 'static,
+    expected: &[&str],
+) {
+    let server = TestServer::start().await;
+    let addr = format!("127.0.0.1:{}", server.addr.port());
+    let outcome = tokio::task::spawn_blocking(move || {
+        let mut command = build()?;
+        command
+            .env("TICKD_ADDR", addr)
+            .env("TICKD_PROTO_DIR", repo().join("proto"));
+        run(command)
+    })
+    .await
+    .expect("example task panicked");
+    let output = outcome.unwrap_or_else(|failure| panic!("{failure}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    let lines: Vec<_> = stdout.lines().collect();
+    for line in expected {
+        assert!(lines.contains(line), "missing line {line:?} in:\n{stdout}");
+    }
+    assert_eq!(lines.last(), Some(&"all ok"), "{stdout}");
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------- Python
+
+const PYTHON_MARKER: &str = ".tickd-requirements";
+
+fn venv_python(venv: &Path) -> PathBuf {
+    venv.join("bin").join("python")
+}
+
+/// The venv of tests/polyglot.rs (same path, lock, marker and requirements), built here too
+/// when missing, so either test may run first.
+fn ensure_venv() -> Result<PathBuf, String> {
+    let _lock = lock("polyglot-venv")?;
+    let venv = target_dir().join("polyglot-venv");
+    let requirements = repo().join("tests/python/requirements.txt");
+    let base = std::env::var("TICKD_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let mut version = Command::new(&base);
+    version.args(["-c", "import sys; print(sys.version)"]);
+    let version = run(version)
+        .map_err(|e| format!("{e}\n(python3 3.11+ is needed; set TICKD_PYTHON to pick one)"))?;
+    let expected = format!(
+        "python: {}\n{}",
+        String::from_utf8_lossy(&version.stdout).trim(),
+        fs::read_to_string(&requirements)
+            .map_err(|e| format!("{}: {e}", requirements.display()))?
+    );
+    let python = venv_python(&venv);
+    let marker = venv.join(PYTHON_MARKER);
+    if python.exists() && fs::read_to_string(&marker).ok().as_deref() == Some(&expected) {
+        return Ok(python);
+    }
+    eprintln!(
+        "clients: building {} (pip install from PyPI)",
+        venv.display()
+    );
+    if venv.exists() {
+        fs::remove_dir_all(&venv).map_err(|e| format!("remove {}: {e}", venv.display()))?;
+    }
+    let mut create = Command::new(&base);
+    create.arg("-m").arg("venv").arg(&venv);
+    let mut install = match run(create) {
+        Ok(_) => {
+            let mut install = Command::new(&python);
+            install.args(["-m", "pip"]);
+            install
+        }
+        Err(with_pip) => {
+            let _ = fs::remove_dir_all(&venv);
+            let mut bare = Command::new(&base);
+            bare.args(["-m", "venv", "--without-pip"]).arg(&venv);
+            run(bare).map_err(|e| format!("{with_pip}\n{e}"))?;
+            let mut install = Command::new(&base);
+            install.args(["-m", "pip", "--python"]).arg(&python);
+            install
+        }
+    };
+    install
+        .args(["install", "--disable-pip-version-check", "-q", "-r"])
+        .arg(&requirements);
+    run(install)?;
+    fs::write(&marker, expected).map_err(|e| format!("{}: {e}", marker.display()))?;
+    Ok(python)
+}
+
+fn pins(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn python_requirements_agree_with_the_test_venv() {
+    let tested = pins(&repo().join("tests/python/requirements.txt"));
+    for pin in pins(&repo().join("clients/python/requirements.txt")) {
+        assert!(
+            tested.contains(&pin),
+            "clients/python/requirements.txt pins {pin:?}, which tests/python/requirements.txt \
+             (the venv the example is tested in) does not"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_example() {
+    if skipped() {
+        return;
+    }
+    let build = || {
+        let mut command = Command::new(ensure_venv()?);
+        command
+            .arg(repo().join("clients/python/tickd_example.py"))
+            .current_dir(repo())
+            // Keep __pycache__ out of the source tree and the caller's Python path out of the venv.
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME");
+        Ok(command)
+    };
+    run_example(build, &EXAMPLE_LINES).await;
+}
+
+/// What the Python and Node examples print when everything checked out.
+const EXAMPLE_LINES: [&str; 3] = [
+    "timeouts ok: 3 fired in deadline order and were acknowledged; the cancelled one never fired",
+    "lease ok: 3 heartbeats kept it alive; it expired once they stopped",
+    "all ok",
+];
+
+// ---------------------------------------------------------------- Node.js
+
+/// `npm ci` into clients/node/node_modules unless it already matches package-lock.json.
+fn ensure_node_modules() -> Result<(), String> {
+    let _lock = lock("clients-node")?;
+    let dir = repo().join("clients/node");
+    let package_lock = dir.join("package-lock.json");
+    let expected = fs::read_to_string(&package_lock)
+        .map_err(|e| format!("{}: {e}", package_lock.display()))?;
+    // Written after a successful `npm ci`: the lock it installed from.
+    let marker = dir.join("node_modules/.tickd-package-lock.json");
+    if fs::read_to_string(&marker).ok().as_deref() == Some(&expected) {
+        return Ok(());
+    }
+    eprintln!(
+        "clients: npm ci in {} (from the npm registry)",
+        dir.display()
+    );
+    let mut install = Command::new("npm");
+    install
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&dir);
+    run(install).map_err(|e| format!("{e}\n(node 18+ and npm are needed)"))?;
+    fs::write(&marker, expected).map_err(|e| format!("{}: {e}", marker.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_example() {
+    if skipped() {
+        return;
+    }
+    let build = || {
+        ensure_node_modules()?;
+        let mut command = Command::new("node");
+        command
+            .arg("example.js")
+            .current_dir(repo().join("clients/node"));
+        Ok(command)
+    };
+    run_example(build, &EXAMPLE_LINES).await;
+}
+
+// ---------------------------------------------------------------- Java
+
+/// Debian packages clients/java/run.sh compiles and runs with, and a file each provides.
+const JAVA_PACKAGES: [(&str, &str); 10] = [
+    ("default-jdk-headless", "/usr/bin/javac"),
+    ("protobuf-compiler", "/usr/bin/protoc"),
+    (
+        "protobuf-compiler-grpc-java-plugin",
+        "/usr/bin/grpc_java_plugin",
+    ),
+    ("libgrpc-java", "/usr/share/java/grpc-stub.jar"),
+    ("libprotobuf-java", "/usr/share/java/protobuf.jar"),
+    ("libguava-java", "/usr/share/java/guava.jar"),
+    ("libnetty-java", "/usr/share/java/netty-codec-http2.jar"),
+    // grpc-java 1.41 needs these at run and compile time, but libgrpc-java does not depend on them.
+    ("libperfmark-java", "/usr/share/java/perfmark-api.jar"),
+    (
+        "libgeronimo-annotation-1.3-spec-java",
+        "/usr/share/java/geronimo-annotation-1.3-spec.jar",
+    ),
+    (
+        "libprotobuf-dev",
+        "/usr/include/google/protobuf/duration.proto",
+    ),
+];
+
+/// `apt-get install -y` what is missing (with `apt-get update` first only if that fails).
+fn ensure_java_packages() -> Result<(), String> {
+    let _lock = lock("clients-java-apt")?;
+    let missing: Vec<&str> = JAVA_PACKAGES
+        .iter()
+        .filter(|(_, file)| !Path::new(file).exists())
+        .map(|(package, _)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("clients: apt-get install -y {}", missing.join(" "));
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        run(command)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        run(update).map_err(|e| {
+            format!(
+                "{e}\n(the Java example needs Debian's packages: {})",
+                missing.join(" ")
+            )
+        })?;
+        install()
+            .map_err(|e| format!("{e}\n(installing as root is needed for the Java example)"))?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_example() {
+    if skipped() {
+        return;
+    }
+    // Each test run compiles into its own directory, so concurrent runs do not collide.
+    let out = target_dir()
+        .join("clients-java")
+        .join(format!("run-{}", std::process::id()));
+    let build_out = out.clone();
+    let build = move || {
+        ensure_java_packages()?;
+        let out = build_out;
+        let mut command = Command::new("sh");
+        command
+            .arg(repo().join("clients/java/run.sh"))
+            .env("TICKD_JAVA_OUT", &out);
+        Ok(command)
+    };
+    run_example(
+        build,
+        &[
+            "newTimeout ok: 3 tasks ran in deadline order; the cancelled one did not run",
+            "lease ok: 3 heartbeats kept it alive; its task ran once they stopped",
+            "consume ok: a payload timer from another service was handled and acknowledged",
+            "all ok",
+        ],
+    )
+    .await;
+    let _ = fs::remove_dir_all(out);
+}

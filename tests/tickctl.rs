@@ -1,0 +1,935 @@
+//! `tickctl` end to end: the built binary against a real in-process server.
+//!
+//! Streaming commands (`watch`, `consume`, `keepalive`) run as child processes whose output
+//! lines are awaited one by one; `watch` and `consume` announce on stderr once their
+//! subscription is registered, and only then is a timer added.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use common::TestServer;
+
+/// Only a safety net, so a broken build fails instead of hanging: never a synchronisation.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn tickctl(endpoint: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tickctl"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("TICKCTL_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("TICKCTL_ENDPOINT", endpoint)
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null());
+    command
+}
+
+fn endpoint(server: &TestServer) -> String {
+    format!("http://{}", server.addr)
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    fn from(output: Output) -> Self {
+        let ran = Ran {
+            code: output
+                .status
+                .code()
+                .expect("tickctl was killed by a signal"),
+            stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+        };
+        assert!(
+            !ran.stderr.contains("panicked") && !ran.stderr.contains("backtrace"),
+            "tickctl panicked:\n{}",
+            ran.stderr
+        );
+        ran
+    }
+
+    fn ok(self) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "tickctl failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|error| panic!("{error}: not JSON:\n{}", self.stdout))
+    }
+
+    /// A failure reported as exactly one line on stderr.
+    fn one_error_line(&self) -> &str {
+        let lines: Vec<_> = self.stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected one line on stderr, got:\n{}",
+            self.stderr
+        );
+        lines[0]
+    }
+}
+
+/// Runs tickctl to completion (off the async workers, which serve the server).
+async fn run(endpoint: &str, args: &[&str]) -> Ran {
+    run_with_stdin(endpoint, args, None).await
+}
+
+async fn run_with_stdin(endpoint: &str, args: &[&str], stdin: Option<&[u8]>) -> Ran {
+    let mut command = tickctl(endpoint);
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let stdin = stdin.map(<[u8]>::to_vec);
+    if stdin.is_some() {
+        command.stdin(Stdio::piped());
+    }
+    let output = tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().expect("spawn tickctl");
+        if let Some(bytes) = stdin {
+            let mut pipe = child.stdin.take().unwrap();
+            pipe.write_all(&bytes).expect("write stdin");
+        }
+        child.wait_with_output().expect("wait for tickctl")
+    });
+    let output = tokio::time::timeout(PATIENCE, output)
+        .await
+        .unwrap_or_else(|_| panic!("tickctl {args:?} did not finish"))
+        .unwrap();
+    Ran::from(output)
+}
+
+/// A long-running tickctl whose output lines arrive on channels.
+struct Running {
+    child: Child,
+    stdout: mpsc::UnboundedReceiver<String>,
+    stderr: mpsc::UnboundedReceiver<String>,
+}
+
+fn forward_lines(pipe: impl std::io::Read + Send + 'static) -> mpsc::UnboundedReceiver<String> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+impl Running {
+    fn start(endpoint: &str, args: &[&str]) -> Self {
+        let mut child = tickctl(endpoint)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tickctl");
+        let stdout = forward_lines(child.stdout.take().unwrap());
+        let stderr = forward_lines(child.stderr.take().unwrap());
+        Running {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    async fn stdout_line(&mut self) -> String {
+        next_line(&mut self.stdout, "stdout").await
+    }
+
+    async fn stderr_line(&mut self) -> String {
+        next_line(&mut self.stderr, "stderr").await
+    }
+
+    /// Waits for the exit status (the process was told how many lines to print).
+    async fn finished(mut self) -> i32 {
+        let status = tokio::time::timeout(
+            PATIENCE,
+            tokio::task::spawn_blocking(move || self.child.wait().expect("wait")),
+        )
+        .await
+        .expect("tickctl did not exit")
+        .unwrap();
+        status.code().expect("killed by a signal")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+async fn next_line(lines: &mut mpsc::UnboundedReceiver<String>, name: &str) -> String {
+    tokio::time::timeout(PATIENCE, lines.recv())
+        .await
+        .unwrap_or_else(|_| panic!("no line on tickctl's {name}"))
+        .unwrap_or_else(|| panic!("tickctl's {name} closed"))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_then_watch_prints_the_expiration() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let mut text = Running::start(&endpoint, &["watch", "-n", "orders", "--count", "1"]);
+    let mut json = Running::start(
+        &endpoint,
+        &["watch", "-n", "orders", "--count", "1", "-o", "json"],
+    );
+    for watcher in [&mut text, &mut json] {
+        let ready = watcher.stderr_line().await;
+        assert!(ready.contains("watching namespace orders"), "{ready}");
+    }
+
+    let added = run(
+        &endpoint,
+        &[
+            "add",
+            "-n",
+            "orders",
+            "--delay",
+            "100ms",
+            "--key",
+            "order-42",
+            "--payload",
+            "close order 42",
+        ],
+    )
+    .await
+    .ok();
+    let id = added.stdout.trim().to_owned();
+    assert_eq!(added.stdout.lines().count(), 1, "add prints the id alone");
+    assert!(!id.is_empty());
+
+    let line = text.stdout_line().await;
+    assert!(line.starts_with("fired "), "{line}");
+    for field in [
+        format!("id={id}"),
+        "namespace=orders".into(),
+        "key=order-42".into(),
+        "attempt=1".into(),
+        "payload=\"close order 42\"".into(),
+    ] {
+        assert!(line.contains(&field), "{field} missing from {line}");
+    }
+    let object: Value = serde_json::from_str(&json.stdout_line().await).expect("a JSON line");
+    assert_eq!(object["timer"]["id"], id.as_str());
+    assert_eq!(object["timer"]["key"], "order-42");
+    assert_eq!(object["timer"]["payload"], "close order 42");
+    assert_eq!(object["attempt"], 1);
+    assert_eq!(text.finished().await, 0);
+    assert_eq!(json.finished().await, 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_lists_timers_and_cancel_removes_them() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let first = run(
+        &endpoint,
+        &["add", "-n", "jobs", "--delay", "1h", "--payload", "one"],
+    )
+    .await
+    .ok();
+    let first = first.stdout.trim().to_owned();
+    let second = run(
+        &endpoint,
+        &["add", "-n", "jobs", "--delay", "2h", "--key", "nightly"],
+    )
+    .await
+    .ok();
+    let second = second.stdout.trim().to_owned();
+    run(&endpoint, &["add", "-n", "other", "--delay", "1h"])
+        .await
+        .ok();
+
+    let table = run(&endpoint, &["pending", "-n", "jobs"]).await.ok().stdout;
+    let lines: Vec<_> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("DEADLINE"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&first) && lines[1].contains("\"one\""),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with(&second) && lines[2].contains("nightly"),
+        "{table}"
+    );
+    assert_eq!(lines[3], "2 pending", "{table}");
+    // Without a namespace: every namespace.
+    let all = run(&endpoint, &["pending"]).await.ok().stdout;
+    assert!(all.ends_with("3 pending\n"), "{all}");
+    // Counting only.
+    let count = run(&endpoint, &["pending", "-n", "jobs", "--limit", "0"])
+        .await
+        .ok()
+        .stdout;
+    assert_eq!(count, "2 pending\n");
+
+    let listed = run(&endpoint, &["pending", "-n", "jobs", "--output", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(listed["count"], 2);
+    let ids: Vec<_> = listed["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [Value::from(first.clone()), Value::from(second.clone())]
+    );
+    assert_eq!(listed["timers"][1]["key"], "nightly");
+    assert_eq!(listed["timers"][0]["payload"], "one");
+
+    assert_eq!(
+        run(&endpoint, &["cancel", "-n", "jobs", &first])
+            .await
+            .ok()
+            .stdout,
+        "cancelled\n"
+    );
+    let again = run(&endpoint, &["cancel", "-n", "jobs", &first, "-o", "json"])
+        .await
+        .ok();
+    assert_eq!(again.json()["cancelled"], false);
+    let cancelled = run(
+        &endpoint,
+        &["cancel", "-n", "jobs", "--key", "nightly", "-o", "json"],
+    )
+    .await
+    .ok();
+    assert_eq!(cancelled.json()["cancelled"], true);
+    let listed = run(&endpoint, &["pending", "-n", "jobs", "-o", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(listed["count"], 0);
+    assert_eq!(listed["timers"], Value::Array(vec![]));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_touch_and_keepalive_a_lease() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let id = run(
+        &endpoint,
+        &["add", "-n", "workers", "--ttl", "1h", "--key", "worker-1"],
+    )
+    .await
+    .ok();
+    let id = id.stdout.trim().to_owned();
+
+    let got = run(
+        &endpoint,
+        &["get", "-n", "workers", "--key", "worker-1", "-o", "json"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(got["id"], id.as_str());
+    assert_eq!(got["ttl"], "3600s");
+    let text = run(&endpoint, &["get", "-n", "workers", &id])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        text.contains(&format!("id: {id}\n")) && text.contains("ttl: 1h\n"),
+        "{text}"
+    );
+
+    let touched = run(
+        &endpoint,
+        &["touch", "-n", "workers", &id, "--ttl", "2h", "-o", "json"],
+    )
+    .await
+    .ok()
+    .json();
+    // now + 2h is later than the deadline the lease had (about now + 1h).
+    assert!(touched["deadline"].as_str().unwrap() > got["deadline"].as_str().unwrap());
+
+    // Two rounds of heartbeats for the lease, by id and by key, over one stream.
+    let kept = run(
+        &endpoint,
+        &[
+            "keepalive",
+            "-n",
+            "workers",
+            &id,
+            "--key",
+            "worker-1",
+            "--interval",
+            "10ms",
+            "--count",
+            "2",
+        ],
+    )
+    .await
+    .ok();
+    let lines: Vec<_> = kept.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", kept.stdout);
+    for (index, line) in lines.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("kept id={id} deadline=")),
+            "{line}"
+        );
+        assert!(line.ends_with(&format!("sequence={}", index + 1)), "{line}");
+    }
+    // The default interval comes from the lease's own ttl, read with Get.
+    let kept = run(
+        &endpoint,
+        &[
+            "keepalive",
+            "-n",
+            "workers",
+            &id,
+            "--count",
+            "1",
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .ok();
+    assert_eq!(kept.json()["id"], id.as_str());
+
+    // Not a lease: nothing to derive the interval from.
+    let plain = run(&endpoint, &["add", "-n", "workers", "--delay", "1h"])
+        .await
+        .ok();
+    let refused = run(
+        &endpoint,
+        &["keepalive", "-n", "workers", plain.stdout.trim()],
+    )
+    .await;
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.one_error_line().contains("not a lease"),
+        "{}",
+        refused.stderr
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_stops_with_the_code_when_the_lease_is_gone() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let lost = run(
+        &endpoint,
+        &["keepalive", "-n", "workers", "--key", "gone", "--ttl", "1s"],
+    )
+    .await;
+    assert_eq!(lost.code, 1);
+    assert!(
+        lost.one_error_line().contains("NOT_FOUND"),
+        "{}",
+        lost.stderr
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_prints_and_acknowledges() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let mut consumer = Running::start(
+        &endpoint,
+        &["consume", "-n", "mail", "--count", "2", "-o", "json"],
+    );
+    assert!(consumer
+        .stderr_line()
+        .await
+        .contains("consuming namespace mail"));
+    // From stdin, and bytes that are not UTF-8.
+    let ran = run_with_stdin(
+        &endpoint,
+        &[
+            "add",
+            "-n",
+            "mail",
+            "--delay",
+            "10ms",
+            "--payload-file",
+            "-",
+        ],
+        Some(b"\xff\x00raw"),
+    )
+    .await
+    .ok();
+    let first = ran.stdout.trim().to_owned();
+    let second = run(
+        &endpoint,
+        &["add", "-n", "mail", "--delay", "20ms", "--payload", "2"],
+    )
+    .await
+    .ok();
+    let second = second.stdout.trim().to_owned();
+
+    let mut deliveries = Vec::new();
+    for expected in [&first, &second] {
+        let object: Value = serde_json::from_str(&consumer.stdout_line().await).unwrap();
+        assert_eq!(object["timer"]["id"], expected.as_str());
+        deliveries.push(object["delivery_id"].as_str().unwrap().to_owned());
+        if *expected == first {
+            assert_eq!(object["timer"]["payload"], Value::Null);
+            assert_eq!(object["timer"]["payload_base64"], "/wByYXc=");
+        }
+    }
+    assert_eq!(consumer.finished().await, 0);
+
+    // consume acknowledged both: acknowledging again finds nothing awaiting.
+    let again = run(
+        &endpoint,
+        &["ack", "-n", "mail", &deliveries[0], &deliveries[1]],
+    )
+    .await;
+    assert_eq!(again.code, 1);
+    assert_eq!(again.stdout, "acknowledged 0\n");
+    assert!(again.one_error_line().contains(&deliveries[0]));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_acknowledges_a_delivery() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    // A sharing subscriber that leaves acknowledging to tickctl.
+    let mut client = server.client().await;
+    let mut stream = common::subscribe(&mut client, "acks", 60_000, 10).await;
+    let id = run(&endpoint, &["add", "-n", "acks", "--delay", "1ms"])
+        .await
+        .ok();
+    let expiration = common::next_expiration(&mut stream).await;
+    assert_eq!(expiration.timer.unwrap().id, id.stdout.trim());
+
+    let acked = run(&endpoint, &["ack", "-n", "acks", &expiration.delivery_id])
+        .await
+        .ok();
+    assert_eq!(acked.stdout, "acknowledged 1\n");
+    let again = run(
+        &endpoint,
+        &["ack", "-n", "acks", &expiration.delivery_id, "-o", "json"],
+    )
+    .await;
+    assert_eq!(again.code, 1);
+    assert_eq!(again.json()["acknowledged"], 0);
+    assert_eq!(again.json()["unknown"][0], expiration.delivery_id.as_str());
+    assert!(again.one_error_line().contains(&expiration.delivery_id));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_batch_reports_each_item() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let input = b"{\"key\": \"a\", \"delay\": \"1h\", \"payload\": \"x\"}\n\n{\"delay\": \"1h\", \"repeat\": \"0s\"}\n{\"namespace\": \"elsewhere\", \"deadline\": \"2100-01-01T00:00:00Z\"}\n";
+    let ran = run_with_stdin(&endpoint, &["add-batch", "-n", "batch"], Some(input)).await;
+    assert_eq!(ran.code, 1, "one item was refused");
+    let lines: Vec<_> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", ran.stdout);
+    assert!(
+        lines[1].starts_with("error line=3 INVALID_ARGUMENT"),
+        "{}",
+        lines[1]
+    );
+    let got = run(
+        &endpoint,
+        &["get", "-n", "elsewhere", lines[2], "-o", "json"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(got["deadline"], "2100-01-01T00:00:00.000000000Z");
+    let got = run(
+        &endpoint,
+        &["get", "-n", "batch", "--key", "a", "-o", "json"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(got["id"], lines[0]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_with_offsets_and_health() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let id = run(
+        &endpoint,
+        &[
+            "add",
+            "--deadline",
+            "2100-01-01T01:30:00+01:30",
+            "--payload",
+            "y2k1",
+        ],
+    )
+    .await
+    .ok();
+    let got = run(&endpoint, &["get", id.stdout.trim(), "-o", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(got["deadline"], "2100-01-01T00:00:00.000000000Z");
+
+    assert_eq!(run(&endpoint, &["health"]).await.ok().stdout, "SERVING\n");
+    assert_eq!(
+        run(&endpoint, &["health", "--service", ""])
+            .await
+            .ok()
+            .stdout,
+        "SERVING\n"
+    );
+    // A token is sent as metadata; today's server does not check it.
+    let with_token = run(&endpoint, &["--token", "s3cret", "health", "-o", "json"])
+        .await
+        .ok();
+    assert_eq!(with_token.json()["status"], "SERVING");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_over_a_unix_socket() {
+    let server = TestServer::start_with_unix_socket(tickd::config::Config::defaults()).await;
+    let endpoint = format!("unix:{}", server.unix_socket.as_ref().unwrap().display());
+    assert_eq!(run(&endpoint, &["health"]).await.ok().stdout, "SERVING\n");
+    let id = run(&endpoint, &["add", "-n", "sidecar", "--delay", "1h"])
+        .await
+        .ok();
+    let got = run(
+        &endpoint,
+        &["get", "-n", "sidecar", id.stdout.trim(), "-o", "json"],
+    )
+    .await
+    .ok();
+    assert_eq!(got.json()["id"], id.stdout.trim());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_clear_line_with_an_exit_code() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+
+    // Usage: clap's own message, exit 2, before anything is sent.
+    let bad = run(&endpoint, &["add", "--delay", "ten seconds"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(
+        first_line(&bad.stderr).contains("invalid duration \"ten seconds\""),
+        "{}",
+        bad.stderr
+    );
+    let bad = run(&endpoint, &["--timeout", "5x", "health"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("--timeout"), "{}", bad.stderr);
+    let bad = run(&endpoint, &["add", "--deadline", "tomorrow"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(
+        first_line(&bad.stderr).contains("invalid RFC 3339 time"),
+        "{}",
+        bad.stderr
+    );
+    let bad = run(&endpoint, &["add", "--payload", "x"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(bad.one_error_line().contains("--delay"), "{}", bad.stderr);
+    let bad = run(&endpoint, &["--token-file", "/nonexistent/token", "health"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.one_error_line()
+            .starts_with("tickctl: reading --token-file"),
+        "{}",
+        bad.stderr
+    );
+
+    // Server errors: exit 1, naming the gRPC code.
+    let missing = run(&endpoint, &["get", "-n", "jobs", "--key", "no-such-key"]).await;
+    assert_eq!(missing.code, 1);
+    let line = missing.one_error_line();
+    assert!(line.starts_with("tickctl: NOT_FOUND: "), "{line}");
+    assert!(missing.stdout.is_empty());
+    let invalid = run(&endpoint, &["cancel", "not-an-id"]).await;
+    assert_eq!(invalid.code, 1);
+    assert!(
+        invalid
+            .one_error_line()
+            .starts_with("tickctl: INVALID_ARGUMENT: "),
+        "{}",
+        invalid.stderr
+    );
+    server.stop().await;
+
+    // Unreachable: exit 3. A port that was just free refuses connections.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("127.0.0.1:{port}");
+    let down = run(&endpoint, &["pending"]).await;
+    assert_eq!(down.code, 3);
+    let line = down.one_error_line();
+    assert!(
+        line.starts_with(&format!("tickctl: cannot reach tickd at {endpoint}: ")),
+        "{line}"
+    );
+    assert!(line.to_lowercase().contains("refused"), "{line}");
+    let socket = run("unix:/nonexistent/tickd.sock", &["health"]).await;
+    assert_eq!(socket.code, 3);
+    assert!(
+        socket
+            .one_error_line()
+            .contains("unix:/nonexistent/tickd.sock"),
+        "{}",
+        socket.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_tokens_are_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "s3cret orders\nadmin *\n").unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let server = TestServer::start_with(common::config(|c| c.auth_token_file = Some(tokens))).await;
+    let endpoint = endpoint(&server);
+
+    let refused = run(&endpoint, &["add", "-n", "orders", "--delay", "1h"]).await;
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused
+            .one_error_line()
+            .starts_with("tickctl: UNAUTHENTICATED: "),
+        "{}",
+        refused.stderr
+    );
+
+    let added = run(
+        &endpoint,
+        &["--token", "s3cret", "add", "-n", "orders", "--delay", "1h"],
+    )
+    .await
+    .ok();
+    let token_file = token_file.to_str().unwrap();
+    let got = run(
+        &endpoint,
+        &[
+            "--token-file",
+            token_file,
+            "get",
+            "-n",
+            "orders",
+            added.stdout.trim(),
+        ],
+    )
+    .await
+    .ok();
+    assert!(got
+        .stdout
+        .starts_with(&format!("id: {}", added.stdout.trim())));
+    let mut from_env = tickctl(&endpoint);
+    from_env
+        .env("TICKCTL_TOKEN", "s3cret")
+        .args(["pending", "-n", "orders", "--limit", "0"]);
+    let output = tokio::task::spawn_blocking(move || from_env.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(Ran::from(output).ok().stdout, "1 pending\n");
+
+    let elsewhere = run(&endpoint, &["--token", "s3cret", "pending", "-n", "jobs"]).await;
+    assert_eq!(elsewhere.code, 1);
+    assert!(
+        elsewhere
+            .one_error_line()
+            .starts_with("tickctl: PERMISSION_DENIED: "),
+        "{}",
+        elsewhere.stderr
+    );
+    // Health stays open, for probes.
+    assert_eq!(run(&endpoint, &["health"]).await.ok().stdout, "SERVING\n");
+    server.stop().await;
+}
+
+/// A CA, and a certificate it signed, in PEM files.
+struct Pki {
+    dir: tempfile::TempDir,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "tickctl test CA");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = params.self_signed(&key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        Self {
+            dir,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// Writes NAME.pem and NAME.key, and returns their paths.
+    fn sign(
+        &self,
+        name: &str,
+        names: &[&str],
+        usage: rcgen::ExtendedKeyUsagePurpose,
+    ) -> (String, String) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![usage];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let cert_path = self.dir.path().join(format!("{name}.pem"));
+        let key_path = self.dir.path().join(format!("{name}.key"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (
+            cert_path.display().to_string(),
+            key_path.display().to_string(),
+        )
+    }
+
+    fn ca(&self) -> String {
+        self.dir.path().join("ca.pem").display().to_string()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_mutual_tls() {
+    let pki = Pki::new();
+    let (cert, key) = pki.sign(
+        "tickd",
+        &["localhost", "127.0.0.1"],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (client_cert, client_key) =
+        pki.sign("client", &[], rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+    let server = TestServer::start_with(common::config(|c| {
+        c.tls_cert = Some(cert.clone().into());
+        c.tls_key = Some(key.clone().into());
+    }))
+    .await;
+    let port = server.addr.port();
+    let ca = pki.ca();
+    let https = format!("https://127.0.0.1:{port}");
+    assert_eq!(
+        run(&https, &["--tls-ca", &ca, "health"]).await.ok().stdout,
+        "SERVING\n"
+    );
+    // HOST:PORT with a TLS flag means https; the certificate is checked against a given name.
+    let plain = format!("127.0.0.1:{port}");
+    let added = run(
+        &plain,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-server-name",
+            "localhost",
+            "add",
+            "--delay",
+            "1h",
+        ],
+    )
+    .await
+    .ok();
+    assert!(!added.stdout.trim().is_empty());
+
+    let no_ca = run(&https, &["health"]).await;
+    assert_eq!(no_ca.code, 2);
+    assert!(
+        no_ca.one_error_line().contains("--tls-ca"),
+        "{}",
+        no_ca.stderr
+    );
+    let wrong_name = run(
+        &https,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-server-name",
+            "elsewhere.example",
+            "health",
+        ],
+    )
+    .await;
+    assert_ne!(wrong_name.code, 0);
+    wrong_name.one_error_line();
+    server.stop().await;
+
+    // Mutual TLS: a client certificate signed by the client CA is required.
+    let server = TestServer::start_with(common::config(|c| {
+        c.tls_cert = Some(cert.into());
+        c.tls_key = Some(key.into());
+        c.tls_client_ca = Some(ca.clone().into());
+    }))
+    .await;
+    let https = format!("https://127.0.0.1:{}", server.addr.port());
+    let with_identity = run(
+        &https,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &client_cert,
+            "--tls-key",
+            &client_key,
+            "pending",
+        ],
+    )
+    .await;
+    assert_eq!(with_identity.ok().stdout, "0 pending\n");
+    let without = run(&https, &["--tls-ca", &ca, "pending"]).await;
+    assert_ne!(without.code, 0);
+    without.one_error_line();
+    server.stop().await;
+}
