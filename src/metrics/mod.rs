@@ -365,7 +365,11 @@ where
         let method = method_name(request.uri().path());
         let started = Instant::now();
         Box::pin(async move {
-            let response = inner.call(request).await?;
+            // Below this layer only load shedding fails a call (tonic answers it with
+            // RESOURCE_EXHAUSTED); count it too.
+            let response = inner.call(request).await.inspect_err(|_| {
+                metrics.observe_rpc(method, tonic::Code::ResourceExhausted, started.elapsed())
+            })?;
             // A call that failed before any message carries its status in the headers;
             // otherwise it is OK (or its stream's own status comes later, in trailers).
             let code = response

@@ -342,6 +342,11 @@ impl Writer {
     }
 
     fn begin_snapshot(&mut self) -> Result<(), StoreError> {
+        // Recovery only forgives a torn record at the end of the newest segment, so the
+        // segment being closed must be whole on disk first (`--sync interval` may owe it).
+        let closing = segment_path(&self.dir, self.segment_sequence);
+        self.segment.sync_data().map_err(io_error(&closing))?;
+        self.unsynced = false;
         self.segment_sequence += 1;
         self.segment = create_segment(&self.dir, self.segment_sequence)?;
         let path = snapshot_path(&self.dir, self.segment_sequence).with_extension("partial");

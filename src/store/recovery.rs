@@ -151,7 +151,12 @@ fn read_frames(
                     OpenOptions::new()
                         .write(true)
                         .open(path)
-                        .and_then(|file| file.set_len(offset as u64))
+                        .and_then(|file| {
+                            file.set_len(offset as u64)?;
+                            // Durable before a newer segment exists, or a power loss could
+                            // bring the torn record back into what is then an older segment.
+                            file.sync_all()
+                        })
                         .map_err(io_error(path))?;
                     return Ok(());
                 }

@@ -1,0 +1,84 @@
+# Shared helpers for the benchmark scripts (sourced, not run). Everything listens on
+# 127.0.0.1 only; every process started here is stopped by `bench_cleanup` (set as the
+# EXIT trap by the caller), and the scratch directory removed.
+
+BENCH_PIDS=()
+BENCH_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tickd-bench.XXXXXX")
+BIN=target/release
+
+bench_cleanup() {
+    local pid
+    for pid in "${BENCH_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${BENCH_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$BENCH_WORK"
+}
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits until something accepts connections on 127.0.0.1:$1 (at most ~20 s).
+wait_port() {
+    local i
+    for i in $(seq 200); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2
+    return 1
+}
+
+# start_tickd SYNC: starts a fresh tickd (fresh data dir) with --sync SYNC; sets TICKD_URL
+# and TICKD_PID. Waits for its "tickd serving" line.
+start_tickd() {
+    local sync=$1 port log
+    port=$(free_port)
+    log="$BENCH_WORK/tickd-$port.log"
+    mkdir -p "$BENCH_WORK/tickd-$port"
+    "$BIN/tickd" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+        --data-dir "$BENCH_WORK/tickd-$port" --sync "$sync" >"$log" 2>&1 &
+    TICKD_PID=$!
+    BENCH_PIDS+=("$TICKD_PID")
+    local i
+    for i in $(seq 200); do
+        if grep -q "tickd serving" "$log"; then
+            TICKD_URL="http://127.0.0.1:$port"
+            return 0
+        fi
+        if ! kill -0 "$TICKD_PID" 2>/dev/null; then
+            break
+        fi
+        sleep 0.1
+    done
+    echo "tickd did not start:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+stop_tickd() {
+    kill "$TICKD_PID" 2>/dev/null || true
+    wait "$TICKD_PID" 2>/dev/null || true
+}
+
+# The value of KEY in a `name key=value ...` line.
+field() {
+    local line=$1 key=$2
+    sed -n "s/.* $key=\([^ ]*\).*/\1/p" <<<"$line"
+}
+
+# ratio A B: A / B with one decimal, or "nan".
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "nan" }'
+}
+
+# The machine's 1-minute load average, to print next to results (the box is shared).
+load1() {
+    cut -d' ' -f1 /proc/loadavg
+}

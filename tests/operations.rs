@@ -1,0 +1,1013 @@
+//! What an operator relies on: the Prometheus endpoint, TLS and mutual TLS, bearer tokens,
+//! load shedding with bounded memory, and the Unix socket's file mode. Each test starts the
+//! real server (in process, or the `tickd` binary) and talks to it over real connections.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use tickd::proto::timers_client::TimersClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Request};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .expect("no answer in time")
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics
+
+/// One scrape: `name{label="value",...}` (labels sorted by name) → value.
+#[derive(Debug)]
+struct Scrape(BTreeMap<String, f64>);
+
+impl Scrape {
+    fn parse(text: &str) -> Self {
+        let mut samples = BTreeMap::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect("`series value` line");
+            let value: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                value => value
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+            };
+            samples.insert(canonical(series), value);
+        }
+        Scrape(samples)
+    }
+
+    /// The value of `series` (written with or without labels, in any label order).
+    fn get(&self, series: &str) -> Option<f64> {
+        self.0.get(&canonical(series)).copied()
+    }
+
+    fn value(&self, series: &str) -> f64 {
+        self.get(series)
+            .unwrap_or_else(|| panic!("no series {series} in the scrape:\n{self:#?}"))
+    }
+}
+
+/// `name{b="2",a="1"}` → `name{a="1",b="2"}`, so lookups ignore label order.
+fn canonical(series: &str) -> String {
+    let Some((name, labels)) = series.split_once('{') else {
+        return series.to_owned();
+    };
+    let labels = labels.strip_suffix('}').expect("closing brace");
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut rest = labels;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"").expect("label=\"value\"");
+        // Values are escaped with backslashes; find the closing quote.
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = None;
+        while let Some((index, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, escaped)) = chars.next() {
+                        value.push('\\');
+                        value.push(escaped);
+                    }
+                }
+                '"' => {
+                    end = Some(index);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        let end = end.expect("closing quote");
+        pairs.push((key.trim_start_matches(',').to_owned(), value));
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    pairs.sort();
+    let labels: Vec<String> = pairs
+        .into_iter()
+        .map(|(key, value)| format!("{key}=\"{value}\""))
+        .collect();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// `GET /metrics` over a plain TCP stream (HTTP/1.0, so the body ends with the connection).
+async fn scrape_text(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: tickd\r\n\r\n")
+        .await
+        .expect("send request");
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .await
+        .expect("read response");
+    let response = String::from_utf8(response).expect("utf-8 response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("headers and body");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    body.to_owned()
+}
+
+async fn scrape(addr: SocketAddr) -> Scrape {
+    Scrape::parse(&scrape_text(addr).await)
+}
+
+/// Scrapes until `ready` holds (the counters of a call are updated as it ends, a moment
+/// after its answer left), at most for [`PATIENCE`].
+async fn scrape_until(addr: SocketAddr, ready: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let scrape = scrape(addr).await;
+        if ready(&scrape) || tokio::time::Instant::now() > deadline {
+            return scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn the_scrape_parser_reads_the_text_format() {
+    let scrape = Scrape::parse(
+        "# HELP x X.\n# TYPE x counter\nx_total 3\ny{b=\"2\",a=\"q\\\"z\"} 1.5\nh_bucket{le=\"+Inf\"} 2\n# EOF\n",
+    );
+    assert_eq!(scrape.value("x_total"), 3.0);
+    assert_eq!(scrape.value("y{a=\"q\\\"z\",b=\"2\"}"), 1.5);
+    assert_eq!(scrape.value("h_bucket{le=\"+Inf\"}"), 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_counts_the_life_of_timers_and_calls() {
+    // The default --sync always: every registration is fsynced before it is answered.
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, "m", 30_000, 0).await;
+
+    let doomed = register(&mut client, spec("m", 3_600_000, b"never")).await;
+    let first = register(&mut client, spec("m", 50, b"one")).await;
+    let second = register(&mut client, spec("m", 80, b"two")).await;
+    let cancelled = client
+        .cancel(CancelRequest {
+            timer: by_id("m", &doomed.id),
+        })
+        .await
+        .expect("cancel")
+        .into_inner()
+        .cancelled;
+    assert!(cancelled);
+
+    let mut fired = Vec::new();
+    let mut delivery_ids = Vec::new();
+    for _ in 0..2 {
+        let expiration = within(next_expiration(&mut stream)).await;
+        fired.push(expiration.timer.expect("timer").id);
+        delivery_ids.push(expiration.delivery_id);
+    }
+    fired.sort();
+    let mut expected = vec![first.id.clone(), second.id.clone()];
+    expected.sort();
+    assert_eq!(fired, expected);
+    assert_eq!(ack(&mut client, "m", delivery_ids).await.acknowledged, 2);
+
+    let missing = client
+        .get(GetRequest {
+            timer: by_key("m", "no-such-key"),
+        })
+        .await
+        .expect_err("no such timer");
+    assert_eq!(missing.code(), Code::NotFound);
+
+    let not_found = "tickd_rpc_requests_total{method=\"Get\",code=\"NOT_FOUND\"}";
+    let scrape = scrape_until(server.metrics_addr, |scrape| {
+        scrape.get(not_found) == Some(1.0)
+            && scrape.get("tickd_expirations_delivered_total") == Some(2.0)
+            && scrape.get("tickd_rpc_requests_total{method=\"Ack\",code=\"OK\"}") == Some(1.0)
+    })
+    .await;
+    assert_eq!(scrape.value("tickd_timers_registered_total"), 3.0);
+    assert_eq!(scrape.value("tickd_timers_cancelled_total"), 1.0);
+    assert_eq!(scrape.value("tickd_timers_fired_total"), 2.0);
+    assert_eq!(scrape.value("tickd_timers_pending{namespace=\"m\"}"), 0.0);
+    assert_eq!(scrape.value("tickd_expirations_delivered_total"), 2.0);
+    assert_eq!(scrape.value("tickd_expirations_redelivered_total"), 0.0);
+    assert_eq!(scrape.value("tickd_expirations_dead_total"), 0.0);
+    assert_eq!(scrape.value("tickd_delivery_buffered"), 0.0);
+    assert_eq!(
+        scrape.value("tickd_rpc_requests_total{code=\"OK\",method=\"NewTimeout\"}"),
+        3.0
+    );
+    assert_eq!(
+        scrape.value("tickd_rpc_requests_total{method=\"Cancel\",code=\"OK\"}"),
+        1.0
+    );
+    assert_eq!(
+        scrape.value("tickd_rpc_requests_total{method=\"Subscribe\",code=\"OK\"}"),
+        1.0
+    );
+    assert_eq!(scrape.value(not_found), 1.0);
+    assert_eq!(
+        scrape.value("tickd_rpc_seconds_count{method=\"NewTimeout\"}"),
+        3.0
+    );
+    assert_eq!(scrape.value("tickd_firing_lateness_seconds_count"), 2.0);
+    assert_eq!(
+        scrape.value("tickd_firing_lateness_seconds_bucket{le=\"+Inf\"}"),
+        2.0
+    );
+    assert!(scrape.value("tickd_firing_lateness_seconds_sum") >= 0.0);
+    assert!(scrape.value("tickd_log_fsync_seconds_count") > 0.0);
+    assert!(scrape.value("tickd_worker_busy_seconds_total") > 0.0);
+
+    // Anything but /metrics is a 404, not a crash.
+    let mut stream = tokio::net::TcpStream::connect(server.metrics_addr)
+        .await
+        .unwrap();
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.contains(" 404 "), "{response}");
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// TLS
+
+/// A CA and what it signs, in PEM.
+struct Pki {
+    ca_pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+struct CertAndKey {
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl Pki {
+    fn new(name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = params.self_signed(&key).unwrap();
+        Self {
+            ca_pem: ca.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    fn sign(
+        &self,
+        common_name: &str,
+        names: &[&str],
+        usage: rcgen::ExtendedKeyUsagePurpose,
+    ) -> CertAndKey {
+        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        params.extended_key_usages = vec![usage];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        CertAndKey {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    fn server(&self) -> CertAndKey {
+        self.sign(
+            "tickd",
+            &["localhost", "127.0.0.1"],
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    fn client(&self) -> CertAndKey {
+        self.sign(
+            "tickd client",
+            &[],
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+}
+
+fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("write test file");
+    path
+}
+
+/// Connects over TLS trusting `ca_pem`, optionally presenting a client identity, and makes
+/// one Timers call and one health call; any failure (handshake, certificate, call) is an Err.
+async fn tls_call(
+    addr: SocketAddr,
+    host: &str,
+    ca_pem: &str,
+    identity: Option<&CertAndKey>,
+) -> Result<(), String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    if let Some(identity) = identity {
+        tls = tls.identity(Identity::from_pem(&identity.cert_pem, &identity.key_pem));
+    }
+    let endpoint = Endpoint::from_shared(format!("https://{host}:{}", addr.port()))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|error| format!("tls config: {error}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|error| format!("connect: {error:?}"))?;
+    let mut timers = TimersClient::new(channel.clone());
+    let timer = timers
+        .new_timeout(NewTimeoutRequest {
+            timer: Some(spec("tls", 3_600_000, b"over tls")),
+        })
+        .await
+        .map_err(|status| format!("NewTimeout: {status:?}"))?
+        .into_inner()
+        .timer
+        .ok_or("no timer")?;
+    assert_eq!(timer.namespace, "tls");
+    let health = HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .map_err(|status| format!("health: {status:?}"))?
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+    Ok(())
+}
+
+/// A plaintext HTTP/2 client against a TLS listener gets nowhere.
+async fn plaintext_call(addr: SocketAddr) -> Result<(), String> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|error| format!("connect: {error}"))?;
+    HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .map(|_| ())
+        .map_err(|status| format!("health: {status:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_handshake_needs_the_right_ca() {
+    let pki = Pki::new("good");
+    let other = Pki::new("other");
+    let dir = tempfile::tempdir().unwrap();
+    let server_cert = pki.server();
+    let cert = write(dir.path(), "server.pem", &server_cert.cert_pem);
+    let key = write(dir.path(), "server.key", &server_cert.key_pem);
+    let server = TestServer::start_with(config(|c| {
+        c.tls_cert = Some(cert);
+        c.tls_key = Some(key);
+    }))
+    .await;
+
+    within(tls_call(server.addr, "127.0.0.1", &pki.ca_pem, None))
+        .await
+        .expect("TLS with the server's CA");
+    within(tls_call(server.addr, "localhost", &pki.ca_pem, None))
+        .await
+        .expect("TLS by name");
+    // A client certificate is harmless when none is asked for.
+    within(tls_call(
+        server.addr,
+        "127.0.0.1",
+        &pki.ca_pem,
+        Some(&pki.client()),
+    ))
+    .await
+    .expect("TLS with an unrequested client certificate");
+    let wrong_ca = within(tls_call(server.addr, "127.0.0.1", &other.ca_pem, None)).await;
+    assert!(
+        wrong_ca.is_err(),
+        "a server cert from another CA was trusted"
+    );
+    let plaintext = within(plaintext_call(server.addr)).await;
+    assert!(
+        plaintext.is_err(),
+        "plaintext call on the TLS port succeeded"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_needs_a_client_certificate_from_the_client_ca() {
+    let pki = Pki::new("good");
+    let other = Pki::new("other");
+    let dir = tempfile::tempdir().unwrap();
+    let server_cert = pki.server();
+    let cert = write(dir.path(), "server.pem", &server_cert.cert_pem);
+    let key = write(dir.path(), "server.key", &server_cert.key_pem);
+    let client_ca = write(dir.path(), "clients.pem", &pki.ca_pem);
+    let server = TestServer::start_with_unix_socket(config(|c| {
+        c.tls_cert = Some(cert);
+        c.tls_key = Some(key);
+        c.tls_client_ca = Some(client_ca);
+    }))
+    .await;
+
+    within(tls_call(
+        server.addr,
+        "127.0.0.1",
+        &pki.ca_pem,
+        Some(&pki.client()),
+    ))
+    .await
+    .expect("mTLS with a client cert signed by the client CA");
+    let without = within(tls_call(server.addr, "127.0.0.1", &pki.ca_pem, None)).await;
+    assert!(
+        without.is_err(),
+        "mTLS accepted a client with no certificate"
+    );
+    let foreign = within(tls_call(
+        server.addr,
+        "127.0.0.1",
+        &pki.ca_pem,
+        Some(&other.client()),
+    ))
+    .await;
+    assert!(
+        foreign.is_err(),
+        "mTLS accepted a client cert from another CA"
+    );
+    // A client that does not trust the server fails even with a good certificate.
+    let distrust = within(tls_call(
+        server.addr,
+        "127.0.0.1",
+        &other.ca_pem,
+        Some(&pki.client()),
+    ))
+    .await;
+    assert!(distrust.is_err());
+
+    // The Unix socket stays plaintext (guarded by its file mode).
+    let path = server.unix_socket.clone().expect("unix socket");
+    let channel = Endpoint::from_static("http://[::]:50051")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect over the unix socket");
+    let health = within(HealthClient::new(channel).check(HealthCheckRequest::default()))
+        .await
+        .expect("health over the unix socket")
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Bearer tokens
+
+fn with_token<T>(message: T, token: Option<&str>) -> Request<T> {
+    let mut request = Request::new(message);
+    if let Some(token) = token {
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("ascii token"),
+        );
+    }
+    request
+}
+
+const TOKEN_FILE: &str = "\
+# test tokens
+admin-secret *
+team-a-secret a
+team-ab-secret a,c
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_matrix_missing_wrong_namespace_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = write(dir.path(), "tokens", TOKEN_FILE);
+    let server = TestServer::start_with(config(|c| c.auth_token_file = Some(tokens))).await;
+    let mut client = server.client().await;
+    let new = |namespace: &str| NewTimeoutRequest {
+        timer: Some(spec(namespace, 3_600_000, b"x")),
+    };
+
+    // Without a token, or with an unknown one (or a malformed header): UNAUTHENTICATED.
+    for token in [None, Some("nope"), Some("team-a-secretX")] {
+        let error = client
+            .new_timeout(with_token(new("a"), token))
+            .await
+            .expect_err("unauthenticated call");
+        assert_eq!(error.code(), Code::Unauthenticated, "{token:?}: {error:?}");
+        assert!(
+            !error.message().contains("team-a-secret"),
+            "token echoed: {error:?}"
+        );
+    }
+    let mut raw = Request::new(new("a"));
+    raw.metadata_mut()
+        .insert("authorization", "team-a-secret".parse().unwrap());
+    assert_eq!(
+        client.new_timeout(raw).await.unwrap_err().code(),
+        Code::Unauthenticated,
+        "a token without the Bearer scheme"
+    );
+    let error = client
+        .pending(with_token(PendingRequest::default(), None))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Code::Unauthenticated);
+    let error = client
+        .subscribe(with_token(
+            SubscribeRequest {
+                namespace: "a".into(),
+                ..Default::default()
+            },
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Code::Unauthenticated);
+
+    // The right token on its namespace: OK.
+    let a = Some("team-a-secret");
+    let timer = client
+        .new_timeout(with_token(new("a"), a))
+        .await
+        .expect("allowed namespace")
+        .into_inner()
+        .timer
+        .unwrap();
+    let got = client
+        .get(with_token(
+            GetRequest {
+                timer: by_id("a", &timer.id),
+            },
+            a,
+        ))
+        .await
+        .expect("get in allowed namespace")
+        .into_inner();
+    assert_eq!(got.timer.unwrap().id, timer.id);
+    let count = client
+        .pending(with_token(
+            PendingRequest {
+                namespace: "a".into(),
+                ..Default::default()
+            },
+            a,
+        ))
+        .await
+        .expect("pending in allowed namespace")
+        .into_inner()
+        .count;
+    assert_eq!(count, 1);
+    client
+        .subscribe(with_token(
+            SubscribeRequest {
+                namespace: "a".into(),
+                ..Default::default()
+            },
+            a,
+        ))
+        .await
+        .expect("subscribe in allowed namespace");
+    client
+        .ack(with_token(
+            AckRequest {
+                namespace: "a".into(),
+                delivery_ids: vec![],
+            },
+            a,
+        ))
+        .await
+        .expect("ack in allowed namespace");
+    // A second grant in the same file works too.
+    client
+        .new_timeout(with_token(new("c"), Some("team-ab-secret")))
+        .await
+        .expect("second namespace of a multi-namespace token");
+
+    // The same token outside its namespaces: PERMISSION_DENIED, whatever the call.
+    let denied = |result: Result<Code, tonic::Status>, what: &str| match result {
+        Ok(_) => panic!("{what}: allowed outside the token's namespaces"),
+        Err(status) => assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}"),
+    };
+    denied(
+        client
+            .new_timeout(with_token(new("b"), a))
+            .await
+            .map(|_| Code::Ok),
+        "NewTimeout",
+    );
+    denied(
+        client
+            .get(with_token(
+                GetRequest {
+                    timer: by_key("b", "k"),
+                },
+                a,
+            ))
+            .await
+            .map(|_| Code::Ok),
+        "Get",
+    );
+    denied(
+        client
+            .cancel(with_token(
+                CancelRequest {
+                    timer: by_id("b", &timer.id),
+                },
+                a,
+            ))
+            .await
+            .map(|_| Code::Ok),
+        "Cancel",
+    );
+    denied(
+        client
+            .touch(with_token(
+                TouchRequest {
+                    timer: by_key("b", "k"),
+                    ttl: Some(millis(1_000)),
+                },
+                a,
+            ))
+            .await
+            .map(|_| Code::Ok),
+        "Touch",
+    );
+    denied(
+        client
+            .subscribe(with_token(
+                SubscribeRequest {
+                    namespace: "b".into(),
+                    ..Default::default()
+                },
+                a,
+            ))
+            .await
+            .map(|_| Code::Ok),
+        "Subscribe",
+    );
+    denied(
+        client
+            .ack(with_token(
+                AckRequest {
+                    namespace: "b".into(),
+                    delivery_ids: vec!["1".into()],
+                },
+                a,
+            ))
+            .await
+            .map(|_| Code::Ok),
+        "Ack",
+    );
+    denied(
+        client
+            .pending(with_token(
+                PendingRequest {
+                    namespace: "b".into(),
+                    ..Default::default()
+                },
+                a,
+            ))
+            .await
+            .map(|_| Code::Ok),
+        "Pending in another namespace",
+    );
+    denied(
+        client
+            .pending(with_token(PendingRequest::default(), a))
+            .await
+            .map(|_| Code::Ok),
+        "Pending without a namespace",
+    );
+
+    // A batch mixing namespaces: the allowed item registers, the other fails alone.
+    let results = client
+        .new_timeouts(with_token(
+            NewTimeoutsRequest {
+                timers: vec![
+                    spec("a", 3_600_000, b"1"),
+                    spec("b", 3_600_000, b"2"),
+                    spec("a", 3_600_000, b"3"),
+                ],
+            },
+            a,
+        ))
+        .await
+        .expect("batch")
+        .into_inner()
+        .results;
+    assert_eq!(results.len(), 3);
+    for (index, result) in results.iter().enumerate() {
+        match (index, result.result.as_ref().expect("result")) {
+            (1, new_timeout_result::Result::Error(error)) => {
+                assert_eq!(error.code, Code::PermissionDenied as i32, "{error:?}")
+            }
+            (1, other) => panic!("namespace b registered: {other:?}"),
+            (_, new_timeout_result::Result::Registered(registered)) => {
+                assert_eq!(registered.timer.as_ref().unwrap().namespace, "a")
+            }
+            (_, other) => panic!("item {index} failed: {other:?}"),
+        }
+    }
+
+    // The admin token sees everything, and nothing leaked into b.
+    let admin = Some("admin-secret");
+    let all = client
+        .pending(with_token(PendingRequest::default(), admin))
+        .await
+        .expect("pending for every namespace")
+        .into_inner()
+        .count;
+    assert_eq!(all, 4, "a: 1 + 2 from the batch, c: 1");
+    let b = client
+        .pending(with_token(
+            PendingRequest {
+                namespace: "b".into(),
+                ..Default::default()
+            },
+            admin,
+        ))
+        .await
+        .expect("admin may look at b")
+        .into_inner()
+        .count;
+    assert_eq!(b, 0);
+
+    // Kubernetes probes send no metadata: health stays open.
+    let health = HealthClient::new(server.channel().await)
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("health without a token")
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Overload
+
+/// Resident set size of this process (the server runs in it), in bytes.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .expect("VmRSS line");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|kb| kb.parse().ok())
+        .expect("VmRSS value");
+    kb * 1024
+}
+
+async fn channels(server: &TestServer, count: usize) -> Vec<Channel> {
+    let mut channels = Vec::with_capacity(count);
+    for _ in 0..count {
+        channels.push(server.channel().await);
+    }
+    channels
+}
+
+/// `calls` concurrent NewTimeout calls (timers an hour away) spread over `channels`, all
+/// launched before any is awaited. Returns the status code of each call.
+async fn burst(channels: &[Channel], calls: usize, namespace: &str) -> Vec<tonic::Status> {
+    let tasks: Vec<_> = (0..calls)
+        .map(|index| {
+            let mut client = TimersClient::new(channels[index % channels.len()].clone());
+            let namespace = namespace.to_owned();
+            tokio::spawn(async move {
+                match client
+                    .new_timeout(NewTimeoutRequest {
+                        timer: Some(spec(&namespace, 3_600_000, &[7u8; 64])),
+                    })
+                    .await
+                {
+                    Ok(_) => tonic::Status::ok(""),
+                    Err(status) => status,
+                }
+            })
+        })
+        .collect();
+    let mut statuses = Vec::with_capacity(calls);
+    for task in tasks {
+        statuses.push(within(task).await.expect("call task"));
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overload_is_shed_with_resource_exhausted_and_memory_stays_bounded() {
+    const CALLS: usize = 2_000;
+    const ROUNDS: usize = 3;
+    let server = TestServer::start_with(config(|c| c.max_concurrent_calls = 8)).await;
+    let channels = channels(&server, 8).await;
+    let rss_before = rss_bytes();
+    let mut accepted = 0u64;
+    let mut shed = 0u64;
+    let mut rss_after_first = 0;
+    for round in 0..ROUNDS {
+        let statuses = burst(&channels, CALLS, "burst").await;
+        for status in &statuses {
+            match status.code() {
+                Code::Ok => accepted += 1,
+                Code::ResourceExhausted => shed += 1,
+                _ => panic!("neither answered nor shed: {status:?}"),
+            }
+        }
+        if round == 0 {
+            rss_after_first = rss_bytes();
+        }
+    }
+    let rss_after = rss_bytes();
+    assert!(
+        shed > 0,
+        "nothing shed with 2,000 calls against a limit of 8"
+    );
+    assert!(accepted > 0, "nothing accepted");
+    assert_eq!(accepted + shed, (CALLS * ROUNDS) as u64);
+
+    // Still serving normally; what was accepted was applied, and only that.
+    let mut client = server.client().await;
+    assert_eq!(within(pending_count(&mut client, "burst")).await, accepted);
+    register(&mut client, spec("after", 3_600_000, b"fine")).await;
+    let health = HealthClient::new(server.channel().await)
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("health after the burst")
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+
+    // Bounded memory: the bursts leave no queue behind, and repeating them does not grow it.
+    eprintln!(
+        "overload: accepted={accepted} shed={shed} rss_before={}MiB rss_after_first={}MiB rss_after={}MiB",
+        rss_before >> 20,
+        rss_after_first >> 20,
+        rss_after >> 20
+    );
+    assert!(
+        rss_after < rss_before + (256 << 20),
+        "RSS grew from {rss_before} to {rss_after}"
+    );
+    assert!(
+        rss_after < rss_after_first + (64 << 20),
+        "RSS kept growing over repeated bursts: {rss_after_first} then {rss_after}"
+    );
+
+    // The metrics tell the operator what happened.
+    let scrape = scrape_until(server.metrics_addr, |scrape| {
+        scrape.get("tickd_rpc_requests_total{method=\"NewTimeout\",code=\"OK\"}")
+            == Some((accepted + 1) as f64)
+    })
+    .await;
+    assert_eq!(
+        scrape.value("tickd_rpc_requests_total{method=\"NewTimeout\",code=\"OK\"}"),
+        (accepted + 1) as f64
+    );
+    assert_eq!(
+        scrape.value("tickd_timers_pending{namespace=\"burst\"}"),
+        accepted as f64
+    );
+    let shed_counted = scrape
+        .get("tickd_rpc_requests_total{method=\"NewTimeout\",code=\"RESOURCE_EXHAUSTED\"}")
+        .unwrap_or(0.0);
+    assert_eq!(
+        shed_counted, shed as f64,
+        "shed calls missing from the RPC counters"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn full_worker_queue_is_resource_exhausted_naming_the_limit() {
+    let server = TestServer::start_with(config(|c| {
+        c.worker_queue = 1;
+        c.sync = tickd::store::SyncMode::None;
+    }))
+    .await;
+    let channels = channels(&server, 8).await;
+    let mut full = None;
+    let mut accepted = 0u64;
+    // Bounded: a queue of one overflows in the first burst or two in practice.
+    for _ in 0..20 {
+        for status in burst(&channels, 2_000, "q").await {
+            match status.code() {
+                Code::Ok => accepted += 1,
+                Code::ResourceExhausted => full = Some(status),
+                _ => panic!("unexpected status: {status:?}"),
+            }
+        }
+        if full.is_some() {
+            break;
+        }
+    }
+    let full = full.expect("a one-command worker queue never overflowed");
+    assert!(
+        full.message().contains("worker queue") && full.message().contains("capacity 1"),
+        "the message should name the limit: {:?}",
+        full.message()
+    );
+    let mut client = server.client().await;
+    assert_eq!(within(pending_count(&mut client, "q")).await, accepted);
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Unix socket mode (the binary applies it)
+
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn unix_socket_gets_the_configured_file_mode() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tickd.sock");
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tickd"))
+            .arg("--unix-socket")
+            .arg(&socket)
+            .args(["--unix-socket-mode", "600"])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("TICKD_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start tickd"),
+    );
+    // The mode is set right after bind, before serving: wait until the socket exists and
+    // the server is up (its mode is final once it answers).
+    let mut mode = None;
+    for _ in 0..400 {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("tickd exited early: {status}");
+        }
+        if let Ok(metadata) = std::fs::metadata(&socket) {
+            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                assert!(metadata.file_type().is_socket());
+                mode = Some(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mode = mode.expect("the socket never appeared (waited 20 s)");
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+    child.0.kill().expect("kill tickd");
+    child.0.wait().unwrap();
+}
