@@ -42,7 +42,7 @@ fn stopped() -> Status {
 }
 
 /// Heartbeats a KeepAlive stream may have waiting on the worker at once.
-const KEEPALIVE_IN_FLIGHT: usize = 1_024;
+const KEEPALIVE_IN_FLIGHT: usize = 256;
 
 #[derive(Clone)]
 pub struct TimersService {

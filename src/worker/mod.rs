@@ -100,7 +100,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
-            queue_capacity: 65_536,
+            queue_capacity: 16_384,
             max_batch: 4_096,
             busy_seconds: None,
         }
