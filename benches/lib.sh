@@ -48,7 +48,7 @@ start_tickd() {
     BENCH_PIDS+=("$TICKD_PID")
     local i
     for i in $(seq 200); do
-        if grep -q "tickd serving" "$log"; then
+        if grep -qs "tickd serving" "$log"; then
             TICKD_URL="http://127.0.0.1:$port"
             return 0
         fi

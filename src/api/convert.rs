@@ -139,7 +139,9 @@ impl Limits {
             namespace,
             key,
             due,
-            payload: spec.payload,
+            // A copy: the decoded `Bytes` shares the whole request buffer, which a pending
+            // timer would otherwise keep alive (kilobytes for a 16-byte payload).
+            payload: bytes::Bytes::copy_from_slice(&spec.payload),
             repeat,
             ttl,
         })

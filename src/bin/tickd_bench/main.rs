@@ -3,7 +3,12 @@
 #![deny(unsafe_code)]
 
 mod allocator;
+mod client;
 mod core;
+mod e2e;
+mod etcd;
+mod keepalive;
+mod rpc;
 
 use clap::{Parser, Subcommand};
 
@@ -24,10 +29,25 @@ struct Cli {
 enum Benchmark {
     /// The wheel worker alone, on the workload of shared/peers/netty/run.
     Core(core::CoreArgs),
+    /// Unary NewTimeout, NewTimeouts batches or health Check in a closed loop against a server.
+    Rpc(rpc::RpcArgs),
+    /// Timers registered at a steady rate, received and acknowledged by subscribers: lateness.
+    E2e(e2e::E2eArgs),
+    /// Lease heartbeats over KeepAlive streams.
+    Keepalive(keepalive::KeepAliveArgs),
+    /// etcd's LeaseKeepAlive, driven like `keepalive` (side-by-side comparison).
+    EtcdKeepalive(etcd::EtcdKeepAliveArgs),
+    /// etcd's LeaseGrant, driven like `rpc --mode unary` (side-by-side comparison).
+    EtcdGrant(etcd::EtcdGrantArgs),
 }
 
 fn main() {
     match Cli::parse().benchmark {
         Benchmark::Core(args) => core::run(args),
+        Benchmark::Rpc(args) => rpc::run(args),
+        Benchmark::E2e(args) => e2e::run(args),
+        Benchmark::Keepalive(args) => keepalive::run(args),
+        Benchmark::EtcdKeepalive(args) => etcd::run_keepalive(args),
+        Benchmark::EtcdGrant(args) => etcd::run_grant(args),
     }
 }
