@@ -16,67 +16,12 @@
 
 mod common;
 
-use std::fs::{self, File};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::fs;
+use std::path::Path;
+use std::process::Command;
 
+use common::tooling::{install_lock, polyglot_python, repo, run, skip_polyglot, target_dir};
 use common::TestServer;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `target/` (or `$CARGO_TARGET_DIR`): the parent of the integration tests' tmp dir.
-fn target_dir() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).to_path_buf()
-}
-
-fn skipped() -> bool {
-    let skip = std::env::var_os("TICKD_SKIP_POLYGLOT").is_some_and(|value| value == "1");
-    if skip {
-        eprintln!("clients: skipped (TICKD_SKIP_POLYGLOT=1)");
-    }
-    skip
-}
-
-fn describe(command: &Command) -> String {
-    let mut text = command.get_program().to_string_lossy().into_owned();
-    for arg in command.get_args() {
-        text.push(' ');
-        text.push_str(&arg.to_string_lossy());
-    }
-    text
-}
-
-fn run(mut command: Command) -> Result<Output, String> {
-    let shown = describe(&command);
-    let output = command
-        .output()
-        .map_err(|error| format!("could not run `{shown}`: {error}"))?;
-    if output.status.success() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "`{shown}` failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-        ))
-    }
-}
-
-/// An exclusive lock on `target/NAME.lock`, held until dropped: serialises installs across
-/// test processes.
-fn lock(name: &str) -> Result<File, String> {
-    let target = target_dir();
-    fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
-    let path = target.join(format!("{name}.lock"));
-    let file = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    file.lock()
-        .map_err(|e| format!("lock {}: {e}", path.display()))?;
-    Ok(file)
-}
 
 /// Runs an example with `TICKD_ADDR` pointing at a fresh server, and checks that it exits 0
 /// and prints each expected line.
@@ -108,67 +53,6 @@ async fn run_example(
 
 // ---------------------------------------------------------------- Python
 
-const PYTHON_MARKER: &str = ".tickd-requirements";
-
-fn venv_python(venv: &Path) -> PathBuf {
-    venv.join("bin").join("python")
-}
-
-/// The venv of tests/polyglot.rs (same path, lock, marker and requirements), built here too
-/// when missing, so either test may run first.
-fn ensure_venv() -> Result<PathBuf, String> {
-    let _lock = lock("polyglot-venv")?;
-    let venv = target_dir().join("polyglot-venv");
-    let requirements = repo().join("tests/python/requirements.txt");
-    let base = std::env::var("TICKD_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let mut version = Command::new(&base);
-    version.args(["-c", "import sys; print(sys.version)"]);
-    let version = run(version)
-        .map_err(|e| format!("{e}\n(python3 3.11+ is needed; set TICKD_PYTHON to pick one)"))?;
-    let expected = format!(
-        "python: {}\n{}",
-        String::from_utf8_lossy(&version.stdout).trim(),
-        fs::read_to_string(&requirements)
-            .map_err(|e| format!("{}: {e}", requirements.display()))?
-    );
-    let python = venv_python(&venv);
-    let marker = venv.join(PYTHON_MARKER);
-    if python.exists() && fs::read_to_string(&marker).ok().as_deref() == Some(&expected) {
-        return Ok(python);
-    }
-    eprintln!(
-        "clients: building {} (pip install from PyPI)",
-        venv.display()
-    );
-    if venv.exists() {
-        fs::remove_dir_all(&venv).map_err(|e| format!("remove {}: {e}", venv.display()))?;
-    }
-    let mut create = Command::new(&base);
-    create.arg("-m").arg("venv").arg(&venv);
-    let mut install = match run(create) {
-        Ok(_) => {
-            let mut install = Command::new(&python);
-            install.args(["-m", "pip"]);
-            install
-        }
-        Err(with_pip) => {
-            let _ = fs::remove_dir_all(&venv);
-            let mut bare = Command::new(&base);
-            bare.args(["-m", "venv", "--without-pip"]).arg(&venv);
-            run(bare).map_err(|e| format!("{with_pip}\n{e}"))?;
-            let mut install = Command::new(&base);
-            install.args(["-m", "pip", "--python"]).arg(&python);
-            install
-        }
-    };
-    install
-        .args(["install", "--disable-pip-version-check", "-q", "-r"])
-        .arg(&requirements);
-    run(install)?;
-    fs::write(&marker, expected).map_err(|e| format!("{}: {e}", marker.display()))?;
-    Ok(python)
-}
-
 fn pins(path: &Path) -> Vec<String> {
     fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -193,11 +77,11 @@ fn python_requirements_agree_with_the_test_venv() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_example() {
-    if skipped() {
+    if skip_polyglot("clients") {
         return;
     }
     let build = || {
-        let mut command = Command::new(ensure_venv()?);
+        let mut command = Command::new(polyglot_python()?);
         command
             .arg(repo().join("clients/python/tickd_example.py"))
             .current_dir(repo())
@@ -221,7 +105,7 @@ const EXAMPLE_LINES: [&str; 3] = [
 
 /// `npm ci` into clients/node/node_modules unless it already matches package-lock.json.
 fn ensure_node_modules() -> Result<(), String> {
-    let _lock = lock("clients-node")?;
+    let _lock = install_lock("clients-node")?;
     let dir = repo().join("clients/node");
     let package_lock = dir.join("package-lock.json");
     let expected = fs::read_to_string(&package_lock)
@@ -245,7 +129,7 @@ fn ensure_node_modules() -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_example() {
-    if skipped() {
+    if skip_polyglot("clients") {
         return;
     }
     let build = || {
@@ -287,7 +171,7 @@ const JAVA_PACKAGES: [(&str, &str); 10] = [
 
 /// `apt-get install -y` what is missing (with `apt-get update` first only if that fails).
 fn ensure_java_packages() -> Result<(), String> {
-    let _lock = lock("clients-java-apt")?;
+    let _lock = install_lock("clients-java-apt")?;
     let missing: Vec<&str> = JAVA_PACKAGES
         .iter()
         .filter(|(_, file)| !Path::new(file).exists())
@@ -322,7 +206,7 @@ fn ensure_java_packages() -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_example() {
-    if skipped() {
+    if skip_polyglot("clients") {
         return;
     }
     // Each test run compiles into its own directory, so concurrent runs do not collide.

@@ -16,11 +16,13 @@
 //!   first of `kustomize`, `kubectl kustomize` that runs).
 //! - `TICKD_SKIP_DEPLOY=1`: skip these tests (e.g. offline with no venv yet).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
@@ -29,129 +31,18 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-const MARKER: &str = ".tickd-requirements";
+use common::tooling::{describe, must, python_venv, repo, run, skip_polyglot};
+
 const KUBERNETES_VERSION: &str = "1.33.0";
 const SIDECAR: &str = "deploy/overlays/sidecar";
 /// The overlays README promises; any other directory under deploy/overlays is checked too.
 const OVERLAYS: [&str; 2] = ["sidecar", "standalone"];
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `target/` (or `$CARGO_TARGET_DIR`): the parent of the integration tests' tmp dir.
-fn target_dir() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).to_path_buf()
-}
-
-fn skipped() -> bool {
-    let skip = std::env::var_os("TICKD_SKIP_DEPLOY").is_some_and(|v| v == "1");
-    if skip {
-        eprintln!("deploy: skipped (TICKD_SKIP_DEPLOY=1)");
-    }
-    skip
-}
-
-fn describe(command: &Command) -> String {
-    let mut text = command.get_program().to_string_lossy().into_owned();
-    for arg in command.get_args() {
-        text.push(' ');
-        text.push_str(&arg.to_string_lossy());
-    }
-    text
-}
-
-fn run(mut command: Command) -> Result<Output, String> {
-    let shown = describe(&command);
-    let output = command
-        .output()
-        .map_err(|error| format!("could not run `{shown}`: {error}"))?;
-    if output.status.success() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "`{shown}` failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-        ))
-    }
-}
-
-fn must(command: Command) -> Output {
-    run(command).unwrap_or_else(|failure| panic!("{failure}"))
-}
-
-/// Makes sure `target/deploy-venv` holds exactly the pinned requirements, and returns its
-/// `bin/` directory. Serialised across processes (and these tests) by a lock file.
+/// `target/deploy-venv` with exactly the pinned requirements; returns its `bin/` directory.
 fn ensure_venv() -> PathBuf {
-    ensure_venv_inner().unwrap_or_else(|failure| panic!("{failure}"))
-}
-
-fn ensure_venv_inner() -> Result<PathBuf, String> {
-    let target = target_dir();
-    fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
-    let venv = target.join("deploy-venv");
-    let bin = venv.join("bin");
-    let python = bin.join("python");
-    let requirements = repo().join("tests/deploy/requirements.txt");
-
-    let lock_path = target.join("deploy-venv.lock");
-    let lock = File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    lock.lock()
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
-
-    let base = std::env::var("TICKD_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let mut version = Command::new(&base);
-    version.args(["-c", "import sys; print(sys.version)"]);
-    let version = run(version)
-        .map_err(|e| format!("{e}\n(python3 3.11+ is needed; set TICKD_PYTHON to pick one)"))?;
-    let expected = format!(
-        "python: {}\n{}",
-        String::from_utf8_lossy(&version.stdout).trim(),
-        fs::read_to_string(&requirements)
-            .map_err(|e| format!("{}: {e}", requirements.display()))?
-    );
-    let marker = venv.join(MARKER);
-    if python.exists() && fs::read_to_string(&marker).ok().as_deref() == Some(&expected) {
-        return Ok(bin);
-    }
-
-    eprintln!(
-        "deploy: building {} (pip install from PyPI)",
-        venv.display()
-    );
-    if venv.exists() {
-        fs::remove_dir_all(&venv).map_err(|e| format!("remove {}: {e}", venv.display()))?;
-    }
-    let mut create = Command::new(&base);
-    create.arg("-m").arg("venv").arg(&venv);
-    // `pip` inside the venv when the interpreter has ensurepip; otherwise an empty venv
-    // filled by the base interpreter's pip.
-    let mut install = match run(create) {
-        Ok(_) => {
-            let mut install = Command::new(&python);
-            install.args(["-m", "pip"]);
-            install
-        }
-        Err(with_pip) => {
-            let _ = fs::remove_dir_all(&venv);
-            let mut bare = Command::new(&base);
-            bare.args(["-m", "venv", "--without-pip"]).arg(&venv);
-            run(bare).map_err(|e| format!("{with_pip}\n{e}"))?;
-            let mut install = Command::new(&base);
-            install.args(["-m", "pip", "--python"]).arg(&python);
-            install
-        }
-    };
-    install
-        .args(["install", "--disable-pip-version-check", "-q", "-r"])
-        .arg(&requirements);
-    run(install)?;
-    // Written last: an interrupted install is redone next time.
-    fs::write(&marker, expected).map_err(|e| format!("{}: {e}", marker.display()))?;
-    Ok(bin)
+    let python = python_venv("deploy-venv", &repo().join("tests/deploy/requirements.txt"))
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    python.parent().expect("bin/python").to_path_buf()
 }
 
 /// `tests/deploy/manifests.py` under the venv's Python.
@@ -264,7 +155,7 @@ fn manifest_files(dir: &Path, found: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_manifest_validates_against_kubernetes_1_33() {
-    if skipped() {
+    if skip_polyglot("deploy") {
         return;
     }
     let bin = ensure_venv();
@@ -405,7 +296,7 @@ impl Sidecar {
 
 #[test]
 fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace_period() {
-    if skipped() {
+    if skip_polyglot("deploy") {
         return;
     }
     let sidecar = Sidecar::load();
@@ -651,7 +542,7 @@ fn logs(root: &Path) -> String {
 
 #[test]
 fn tickd_started_with_the_sidecar_args_and_env_serves_health_and_drains_on_sigterm() {
-    if skipped() {
+    if skip_polyglot("deploy") {
         return;
     }
     let sidecar = Sidecar::load();

@@ -227,11 +227,12 @@ enum Wake<M> {
     Disconnected,
 }
 
-/// How long the worker polls for the next command before parking. A sender pays for a
+/// How long the worker polls for the next command before parking (kept short: on a small
+/// machine the polling competes with the RPC threads for CPU). A sender pays for a
 /// futex wake-up only when the worker is parked, so under a stream of commands polling
 /// briefly saves a system call and a context switch per command; an idle worker still
 /// parks after this long.
-const POLL_BEFORE_PARKING: Duration = Duration::from_micros(50);
+const POLL_BEFORE_PARKING: Duration = Duration::from_micros(10);
 
 /// Spin-loop hints between two looks at an empty channel (about a microsecond).
 const POLL_BACKOFF_SPINS: u32 = 256;

@@ -15,6 +15,8 @@ use tickd::proto;
 use tickd::proto::timers_client::TimersClient;
 use tickd::server::Stopped;
 
+pub mod tooling;
+
 pub use proto::*;
 
 pub struct TestServer {

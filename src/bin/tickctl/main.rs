@@ -611,7 +611,11 @@ async fn pending(ctx: Ctx, args: cli::PendingArgs) -> Result<ExitCode, Failure> 
             value["dead_count"] = json!(first.dead_count);
         }
         if args.dead {
-            value["dead"] = first.dead_expirations.iter().map(output::expiration_json).collect();
+            value["dead"] = first
+                .dead_expirations
+                .iter()
+                .map(output::expiration_json)
+                .collect();
         }
         output::json_pretty(&value);
         return Ok(ExitCode::SUCCESS);
