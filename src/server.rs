@@ -55,6 +55,8 @@ pub struct Listeners {
     pub unix: Option<UnixListener>,
     /// Prometheus `/metrics`.
     pub metrics: Option<TcpListener>,
+    /// Plaintext health checks only (probes), when the main listener uses TLS.
+    pub health: Option<TcpListener>,
 }
 
 /// What [`run`] leaves behind once stopped.
@@ -160,7 +162,21 @@ pub async fn run(
             None => Ok(()),
         }
     };
-    let serving = async { tokio::try_join!(tcp, unix).map(|_| ()) };
+    let health_only = Server::builder().add_service(health.clone());
+    let probes = async {
+        match listeners.health {
+            Some(health_listener) => {
+                health_only
+                    .serve_with_incoming_shutdown(
+                        TcpIncoming::from(health_listener).with_nodelay(Some(true)),
+                        stopped(stop_signal.clone()),
+                    )
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let serving = async { tokio::try_join!(tcp, unix, probes).map(|_| ()) };
     tokio::pin!(serving);
 
     tokio::select! {

@@ -58,10 +58,19 @@ async fn serve(config: Config) -> Result<(), String> {
         tick = ?config.tick,
         "tickd serving"
     );
+    let health_listener = match config.health_listen {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|error| format!("binding --health-listen {address}: {error}"))?,
+        ),
+        None => None,
+    };
     let listeners = Listeners {
         grpc: listener,
         unix: unix_listener,
         metrics: Some(metrics_listener),
+        health: health_listener,
     };
     let stopped = tickd::server::run(&config, listeners, shutdown_signal())
         .await

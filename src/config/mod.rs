@@ -103,6 +103,10 @@ pub struct Config {
     /// File mode of --unix-socket, in octal; the default lets the owner and group connect.
     #[arg(long, env = "TICKD_UNIX_SOCKET_MODE", default_value = "660", value_parser = parse_mode)]
     pub unix_socket_mode: u32,
+    /// Also serve grpc.health.v1 alone, in plaintext, on this address: for Kubernetes gRPC
+    /// probes, which can do neither TLS nor tokens, when --listen uses TLS.
+    #[arg(long, env = "TICKD_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
     /// Prometheus metrics listen address (`/metrics`).
     #[arg(long, env = "TICKD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,

@@ -22,6 +22,8 @@ pub use proto::*;
 pub struct TestServer {
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// Plaintext grpc.health.v1 only (`--health-listen`).
+    pub health_addr: SocketAddr,
     pub unix_socket: Option<PathBuf>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Stopped>,
@@ -63,10 +65,13 @@ impl TestServer {
             .await
             .expect("bind metrics");
         let metrics_addr = metrics_listener.local_addr().expect("metrics addr");
+        let health_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind health");
+        let health_addr = health_listener.local_addr().expect("health addr");
         let listeners = tickd::server::Listeners {
             grpc: listener,
             unix: unix_listener,
             metrics: Some(metrics_listener),
+            health: Some(health_listener),
         };
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -79,6 +84,7 @@ impl TestServer {
         Self {
             addr,
             metrics_addr,
+            health_addr,
             unix_socket,
             shutdown: Some(shutdown),
             task,
