@@ -76,6 +76,13 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stopped, ServerError> {
+    // Configuration that can fail is read before any thread starts.
+    let tokens = config
+        .auth_token_file
+        .as_deref()
+        .map(Tokens::load)
+        .transpose()?;
+    let tls = tls_config(config)?;
     let metrics = Metrics::new();
     // The worker must run on the clock the recovery converted deadlines with.
     let clock = SystemClock::new();
@@ -93,11 +100,6 @@ pub async fn run(
         max_batch: config.max_batch,
         ..Limits::default()
     };
-    let tokens = config
-        .auth_token_file
-        .as_deref()
-        .map(Tokens::load)
-        .transpose()?;
     let timers = TimersServer::new(TimersService::new(
         worker.handle(),
         delivery.clone(),
@@ -106,7 +108,6 @@ pub async fn run(
     ))
     .max_decoding_message_size(max_message_bytes(config));
     let timers = InterceptedService::new(timers, Authenticator::new(tokens));
-    let tls = tls_config(config)?;
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<TimersServer<TimersService>>()

@@ -114,6 +114,25 @@ async fn pending_and_get_agree_with_what_was_registered() {
         .into_inner();
     assert_eq!(everything.count, 26);
 
+    // A page token from another namespace's listing neither fails the worker nor lists
+    // another namespace's timers.
+    for foreign_token in ["1.0", "ffff.0", "0.ffffffffffffffff"] {
+        let page = client
+            .pending(PendingRequest {
+                namespace: "elsewhere".into(),
+                page_size: 10,
+                page_token: foreign_token.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("a foreign page token is answered")
+            .into_inner();
+        assert!(page
+            .timers
+            .iter()
+            .all(|timer| timer.namespace == "elsewhere"));
+    }
+
     let id = ids.iter().next().unwrap().clone();
     let got = client
         .get(GetRequest {

@@ -38,7 +38,7 @@ fn worker_status(error: SendError) -> Status {
 }
 
 fn stopped() -> Status {
-    Status::unavailable("tickd is shutting down")
+    Status::unavailable("tickd is unavailable: shutting down, or its log failed (see its log)")
 }
 
 /// Heartbeats a KeepAlive stream may have waiting on the worker at once.

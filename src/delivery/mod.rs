@@ -256,6 +256,8 @@ struct Delivery {
     next_delivery_id: u64,
     store: Option<StoreHandle>,
     metrics: Arc<Metrics>,
+    /// After `Close`, an ack could no longer be journaled: it is refused instead.
+    closed: bool,
 }
 
 /// How many queued requests are handled before ack deadlines are looked at again.
@@ -271,6 +273,7 @@ impl Delivery {
             next_delivery_id: 1,
             store,
             metrics,
+            closed: false,
         }
     }
 
@@ -326,6 +329,7 @@ impl Delivery {
             }
             Request::Close(done) => {
                 self.store = None;
+                self.closed = true;
                 let _ = done.send(());
             }
         }
@@ -443,6 +447,10 @@ impl Delivery {
 
     /// Settles acknowledged deliveries; the answer waits until the settlement is durable.
     fn ack(&mut self, namespace: &str, delivery_ids: Vec<u64>, reply: oneshot::Sender<AckOutcome>) {
+        if self.closed {
+            // Dropping the reply answers UNAVAILABLE.
+            return;
+        }
         let mut outcome = AckOutcome::default();
         let namespace: Arc<str> = Arc::from(namespace);
         let mut settled = Vec::new();
@@ -562,6 +570,7 @@ impl Delivery {
     /// Hands waiting expirations to subscribers with room, least loaded first.
     fn dispatch(&mut self, namespace: &Arc<str>) {
         let now = self.now();
+        let mut settled_on_send = Vec::new();
         let Some(queue) = self.namespaces.get_mut(namespace) else {
             return;
         };
@@ -594,6 +603,8 @@ impl Delivery {
             self.next_delivery_id += 1;
             subscriber.unacked += 1;
             if subscriber.auto_ack {
+                // At most once: handed over counts as done, for good (also after a restart).
+                settled_on_send.push(waiting.expiration);
                 continue;
             }
             let deadline = now.saturating_add(subscriber.ack_timeout.as_nanos() as u64);
@@ -611,6 +622,7 @@ impl Delivery {
             };
             queue.in_flight.insert(delivery_id, in_flight);
         }
+        self.journal_settled(&settled_on_send, None);
     }
 
     fn forget_if_idle(&mut self, namespace: &Arc<str>) {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use rustc_hash::FxHashMap;
-use tracing::{info, warn};
+use tracing::{error, info};
 
 use crate::metrics::Metrics;
 
@@ -115,8 +115,8 @@ impl Batch {
         self.on_durable.push(callback);
     }
 
-    pub fn has_records(&self) -> bool {
-        !self.frames.is_empty()
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty() && self.on_durable.is_empty()
     }
 
     pub fn encoded_bytes(&self) -> usize {
@@ -126,13 +126,6 @@ impl Batch {
     /// The encoded frames alone (snapshot chunks carry no callbacks).
     pub fn into_frames(self) -> Vec<u8> {
         self.frames
-    }
-
-    /// Runs the callbacks now: for batches with nothing to make durable.
-    pub fn complete(self) {
-        for callback in self.on_durable {
-            callback();
-        }
     }
 }
 
@@ -230,6 +223,8 @@ struct Writer {
     unsynced: bool,
     last_sync: Instant,
     metrics: Arc<Metrics>,
+    /// Set by the first I/O error; see [`Writer::stop_on_error`].
+    failed: bool,
 }
 
 impl Writer {
@@ -251,6 +246,7 @@ impl Writer {
             unsynced: false,
             last_sync: Instant::now(),
             metrics,
+            failed: false,
         })
     }
 
@@ -271,22 +267,42 @@ impl Writer {
             };
             // Everything queued meanwhile joins this group commit.
             for request in first.into_iter().chain(requests.try_iter()) {
-                if let Err(error) = self.handle(request, &mut pending) {
-                    warn!(error = %error, "store request failed");
-                }
+                let handled = self.handle(request, &mut pending);
+                self.stop_on_error(handled, &mut pending);
             }
-            if let Err(error) = self.commit(&mut pending) {
-                // The replies are dropped unsent: their callers see the store as unavailable
-                // rather than a false acknowledgement.
-                warn!(error = %error, "log append failed");
-                pending = Batch::default();
+            let committed = self.commit(&mut pending);
+            self.stop_on_error(committed, &mut pending);
+        }
+        let committed = self.commit(&mut pending);
+        self.stop_on_error(committed, &mut pending);
+        if !self.failed {
+            let _ = self.segment.sync_data();
+        }
+    }
+
+    /// After any write or fsync error the store stops for good: what is on disk may end in
+    /// a partial frame, which recovery can only cut off while it is the last thing written,
+    /// and after a failed fsync a later one proves nothing. Pending replies are dropped
+    /// unsent, so their callers see the store as unavailable rather than a false
+    /// acknowledgement; so are all later ones.
+    fn stop_on_error(&mut self, result: Result<(), StoreError>, pending: &mut Batch) {
+        if let Err(error) = result {
+            error!(error = %error, "the log failed: refusing every mutation until tickd restarts");
+            self.failed = true;
+            if let Some((sequence, _)) = self.snapshot.take() {
+                let _ =
+                    fs::remove_file(snapshot_path(&self.dir, sequence).with_extension("partial"));
             }
         }
-        let _ = self.commit(&mut pending);
-        let _ = self.segment.sync_data();
+        if self.failed {
+            *pending = Batch::default();
+        }
     }
 
     fn handle(&mut self, request: Request, pending: &mut Batch) -> Result<(), StoreError> {
+        if self.failed {
+            return Ok(());
+        }
         match request {
             Request::Append(batch) => {
                 for (key, frame) in batch.fired {
@@ -313,6 +329,9 @@ impl Writer {
 
     /// Writes what is pending, syncs as the mode asks, then runs the callbacks.
     fn commit(&mut self, pending: &mut Batch) -> Result<(), StoreError> {
+        if self.failed {
+            return Ok(());
+        }
         let path = segment_path(&self.dir, self.segment_sequence);
         if !pending.frames.is_empty() {
             self.segment

@@ -185,7 +185,20 @@ impl<T> Wheel<T> {
     /// Schedules `value` for `deadline`. A deadline at or before `now()` is due at once: it fires
     /// on the next `advance`.
     pub fn insert(&mut self, deadline: u64, value: T) -> Result<Handle, WheelFull> {
-        if self.len() >= self.max_pending || !self.slab.has_room() {
+        if self.len() >= self.max_pending {
+            return Err(WheelFull {
+                limit: self.max_pending,
+            });
+        }
+        self.readmit(deadline, value)
+    }
+
+    /// Like [`Wheel::insert`], but past `max_pending`: for a timer that was admitted before
+    /// (a repeating timer re-armed as it fires, a timer restored at start-up), which a limit
+    /// lowered since, or the transient overlap of a replay, must not drop. Only the `u32`
+    /// index space can refuse it.
+    pub fn readmit(&mut self, deadline: u64, value: T) -> Result<Handle, WheelFull> {
+        if !self.slab.has_room() {
             return Err(WheelFull {
                 limit: self.max_pending,
             });

@@ -36,15 +36,16 @@ impl Journal {
         self.batch.on_durable(callback);
     }
 
-    /// Hands the batch to the store, or answers at once when it changed nothing.
+    /// Hands the batch to the store. Even a batch that changed nothing goes through it: its
+    /// answers (say, "that key already exists") must not overtake the records of earlier
+    /// batches still waiting for their fsync.
     pub fn flush(&mut self) {
         let batch = std::mem::take(&mut self.batch);
-        if batch.has_records() {
-            self.bytes_since_snapshot += batch.encoded_bytes();
-            self.store.append(batch);
-        } else {
-            batch.complete();
+        if batch.is_empty() {
+            return;
         }
+        self.bytes_since_snapshot += batch.encoded_bytes();
+        self.store.append(batch);
     }
 
     pub fn snapshot_in_progress(&self) -> bool {

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
+use tracing::warn;
 
 use super::clock::Now;
 use super::journal::Journal;
@@ -349,8 +350,8 @@ impl TimerTable {
     }
 
     fn register(&mut self, timer: NewTimer, now: Now) -> Result<Registered, TimerError> {
-        let namespace = self.intern(&timer.namespace);
-        if let Some(key) = &timer.key {
+        let existing = self.namespace_ids.get(timer.namespace.as_str()).copied();
+        if let (Some(namespace), Some(key)) = (existing, &timer.key) {
             if let Some(&id) = self.namespaces[namespace as usize].keys.get(key.as_str()) {
                 let handle = self.handles[&(namespace, id)];
                 return Ok(Registered {
@@ -360,7 +361,8 @@ impl TimerTable {
             }
         }
         let quota = self.max_pending_per_namespace;
-        if quota > 0 && self.namespaces[namespace as usize].pending >= quota {
+        let pending = existing.map_or(0, |namespace| self.namespaces[namespace as usize].pending);
+        if quota > 0 && pending >= quota {
             return Err(TimerError::ResourceExhausted(format!(
                 "namespace {:?} holds its quota of pending timers (--max-pending-per-namespace {quota})",
                 timer.namespace
@@ -376,6 +378,14 @@ impl TimerTable {
             }
             Due::AtUnix(unix) => (now.monotonic_at(unix), unix),
         };
+        // Refused registrations must not leave a namespace (and its metric series) behind.
+        if self.wheel.len() >= self.wheel.max_pending() {
+            return Err(TimerError::ResourceExhausted(format!(
+                "max pending timers reached (--max-pending {})",
+                self.wheel.max_pending()
+            )));
+        }
+        let namespace = self.intern(&timer.namespace);
         let record = TimerRecord {
             id: self.next_id,
             namespace,
@@ -520,7 +530,12 @@ impl TimerTable {
         record.ttl = Some(ttl);
         let ttl = duration_nanos(ttl);
         record.deadline_unix = now.unix.saturating_add(ttl);
-        let (id, namespace, deadline_unix) = (record.id, record.namespace, record.deadline_unix);
+        let (id, namespace, deadline_unix, fired_count) = (
+            record.id,
+            record.namespace,
+            record.deadline_unix,
+            record.fired_count,
+        );
         self.wheel
             .reschedule(handle, now.monotonic.saturating_add(ttl));
         self.log(|table| {
@@ -529,6 +544,7 @@ impl TimerTable {
                 namespace: table.namespaces[namespace as usize].name.to_string(),
                 deadline_unix_nanos: deadline_unix,
                 ttl_nanos: given_ttl.map_or(0, duration_nanos),
+                fired_count,
             })
         });
         Ok(self.view_of(handle, now))
@@ -545,14 +561,21 @@ impl TimerTable {
         let count = namespace.map_or(self.wheel.len() as u64, |id| {
             self.namespaces[id as usize].pending
         });
-        let start = query.after.map_or(Bound::Unbounded, |token| {
-            Bound::Excluded((token.namespace, token.id))
-        });
-        let end = namespace.map_or(Bound::Unbounded, |id| Bound::Included((id, u64::MAX)));
-        let start = match (start, namespace) {
-            (Bound::Unbounded, Some(id)) => Bound::Included((id, 0)),
-            (start, _) => start,
+        // A token from another namespace's listing must not make the range run backwards.
+        let start = match (query.after, namespace) {
+            (None, None) => Bound::Unbounded,
+            (None, Some(id)) => Bound::Included((id, 0)),
+            (Some(token), None) => Bound::Excluded((token.namespace, token.id)),
+            (Some(token), Some(id)) if token.namespace == id => Bound::Excluded((id, token.id)),
+            (Some(token), Some(id)) if token.namespace < id => Bound::Included((id, 0)),
+            (Some(_), Some(_)) => {
+                return PendingPage {
+                    count,
+                    ..PendingPage::default()
+                }
+            }
         };
+        let end = namespace.map_or(Bound::Unbounded, |id| Bound::Included((id, u64::MAX)));
         let mut timers: Vec<TimerView> = self
             .handles
             .range((start, end))
@@ -641,16 +664,21 @@ impl TimerTable {
         now: Now,
     ) -> u64 {
         let interval = duration_nanos(interval).max(1);
-        let behind = now.monotonic.saturating_sub(previous);
+        // A deadline already past when it was set (a restart, or a past `deadline` with a
+        // repeat) was scheduled at "now", so the wall clock tells how far behind it is.
+        let behind = now
+            .monotonic
+            .saturating_sub(previous)
+            .max(now.unix.saturating_sub(record.deadline_unix));
         let steps = behind / interval + 1;
         let advance = steps.saturating_mul(interval);
         record.deadline_unix = record.deadline_unix.saturating_add(advance);
         record.late = false;
         let (key, deadline_unix) = ((record.namespace, record.id), record.deadline_unix);
-        // The slot just freed by firing makes room, so this insert cannot hit the limit.
+        // The timer was admitted before; re-arming takes back the place it just freed.
         let handle = self
             .wheel
-            .insert(previous.saturating_add(advance), record)
+            .readmit(previous.saturating_add(advance), record)
             .expect("re-arming reuses the fired timer's place");
         self.handles.insert(key, handle);
         deadline_unix
@@ -668,7 +696,14 @@ impl TimerTable {
                 }
             }
             Some(Kind::Touched(touched)) => {
-                if let Some(handle) = self.find(&touched.namespace, touched.id) {
+                let current = self.find(&touched.namespace, touched.id).filter(|&handle| {
+                    // A snapshot may already hold a later firing of a repeating timer; a
+                    // heartbeat from before that firing must not move it back.
+                    self.wheel
+                        .get(handle)
+                        .is_some_and(|(_, record)| record.fired_count <= touched.fired_count)
+                });
+                if let Some(handle) = current {
                     self.move_deadline(handle, touched.deadline_unix_nanos, now);
                     if touched.ttl_nanos > 0 {
                         if let Some((_, record)) = self.wheel.get_mut(handle) {
@@ -741,12 +776,12 @@ impl TimerTable {
             late: timer.deadline_unix_nanos < now.unix,
         };
         self.next_id = self.next_id.max(timer.id + 1);
-        // Recovery restores what was accepted before, even past a since-lowered limit.
-        if let Ok(handle) = self
-            .wheel
-            .insert(now.monotonic_at(timer.deadline_unix_nanos), record)
-        {
-            self.index(handle);
+        // Recovery restores what was accepted before, even past a since-lowered limit (and
+        // through the overlap a fuzzy snapshot's replay can briefly have).
+        let (id, deadline) = (timer.id, now.monotonic_at(timer.deadline_unix_nanos));
+        match self.wheel.readmit(deadline, record) {
+            Ok(handle) => self.index(handle),
+            Err(full) => warn!(id, error = %full, "timer not restored: no index space left"),
         }
     }
 
