@@ -406,6 +406,43 @@ async fn unacked_expirations_come_back_after_restart_acked_ones_do_not() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_acked_expirations_do_not_come_back_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start_on(&data, SyncMode::Always).await;
+    let mut client = server.client().await;
+    let mut stream = client
+        .subscribe(SubscribeRequest {
+            namespace: "once".into(),
+            auto_ack: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let fired = register(&mut client, spec("once", 0, b"at most once")).await;
+    let received = within(next_expiration(&mut stream)).await;
+    assert_eq!(received.timer.unwrap().id, fired.id);
+    drop(stream);
+    drop(client);
+    server.stop().await;
+
+    let server = start_on(&data, SyncMode::Always).await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, "once", 60_000, 10).await;
+    let marker = register(&mut client, spec("once", 0, b"marker")).await;
+    let first = within(next_expiration(&mut stream)).await;
+    assert_eq!(
+        first.timer.unwrap().id,
+        marker.id,
+        "an auto-acknowledged expiration was delivered again after a restart"
+    );
+    drop(stream);
+    drop(client);
+    server.stop().await;
+}
+
 /// Registers `count` timers one after another (so the log holds them in this order).
 async fn register_sequence(
     client: &mut TimersClient<Channel>,
