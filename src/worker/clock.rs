@@ -22,15 +22,6 @@ impl Now {
         self.monotonic
             .saturating_add(unix.saturating_sub(self.unix))
     }
-
-    /// The wall-clock instant of the monotonic time `monotonic`, as seen from this reading.
-    pub fn unix_at(self, monotonic: u64) -> u64 {
-        if monotonic >= self.monotonic {
-            self.unix.saturating_add(monotonic - self.monotonic)
-        } else {
-            self.unix.saturating_sub(self.monotonic - monotonic)
-        }
-    }
 }
 
 pub trait Clock: Send + 'static {

@@ -53,9 +53,9 @@ impl Journal {
     }
 
     /// Starts a snapshot once the log has grown past the threshold since the last one.
-    pub fn maybe_begin_snapshot(&mut self, next_id: u64) -> bool {
+    pub fn maybe_begin_snapshot(&mut self, next_id: u64) {
         if self.snapshot_in_progress() || self.bytes_since_snapshot < self.snapshot_after_bytes {
-            return false;
+            return;
         }
         self.flush();
         self.store.begin_snapshot();
@@ -66,7 +66,6 @@ impl Journal {
         self.store.snapshot_chunk(chunk.into_frames());
         self.bytes_since_snapshot = 0;
         self.snapshot_cursor = Some(None);
-        true
     }
 
     /// Where the next snapshot chunk starts, if a snapshot is in progress.

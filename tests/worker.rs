@@ -1,0 +1,122 @@
+//! The worker thread driven by a manual clock: timers fire when (and only when) the clock
+//! reaches them, and stopping hands back the ones that had not fired.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tickd::metrics::Metrics;
+use tickd::worker::clock::ManualClock;
+use tickd::worker::table::{
+    Command, Due, Expiration, NewTimer, TableConfig, Target, TimerRef, TimerTable, TimerView,
+};
+use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
+use tokio::sync::oneshot;
+
+const MILLI: u64 = 1_000_000;
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn new_timer(name: &str, delay_ms: u64) -> NewTimer {
+    NewTimer {
+        namespace: "manual".into(),
+        key: Some(name.into()),
+        due: Due::After(Duration::from_millis(delay_ms)),
+        payload: name.as_bytes().to_vec().into(),
+        repeat: None,
+        ttl: None,
+    }
+}
+
+fn register(worker: &WorkerHandle<Command>, timers: Vec<NewTimer>) -> Vec<TimerView> {
+    let (reply, answer) = oneshot::channel();
+    worker.send(Command::Register { timers, reply }).unwrap();
+    answer
+        .blocking_recv()
+        .unwrap()
+        .into_iter()
+        .map(|result| result.unwrap().timer)
+        .collect()
+}
+
+/// A round trip through the worker: everything it had to do before this is done.
+fn sync(worker: &WorkerHandle<Command>) {
+    let (reply, answer) = oneshot::channel();
+    let timer = TimerRef {
+        namespace: "manual".into(),
+        target: Target::Key("never-registered".into()),
+    };
+    worker.send(Command::Get { timer, reply }).unwrap();
+    assert!(answer.blocking_recv().unwrap().is_err());
+}
+
+fn names(batch: &[Expiration]) -> Vec<String> {
+    batch
+        .iter()
+        .map(|expiration| expiration.key.clone().unwrap())
+        .collect()
+}
+
+#[test]
+fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
+    let clock = ManualClock::starting_at_unix(1_700_000_000 * 1_000_000_000);
+    let table = TimerTable::new(
+        TableConfig {
+            tick: Duration::from_millis(1),
+            max_pending: 1_000,
+            max_pending_per_namespace: 0,
+        },
+        Metrics::new(),
+    );
+    let (fired, batches) = mpsc::channel();
+    let worker = Worker::spawn(
+        table,
+        clock.clone(),
+        WorkerConfig::default(),
+        move |batch| {
+            fired.send(batch).unwrap();
+        },
+    )
+    .unwrap();
+    let handle = worker.handle();
+    register(
+        &handle,
+        vec![
+            new_timer("ten", 10),
+            new_timer("twenty", 20),
+            new_timer("hour", 3_600_000),
+        ],
+    );
+
+    clock.advance(9 * MILLI);
+    sync(&handle);
+    sync(&handle);
+    assert!(
+        batches.try_recv().is_err(),
+        "a timer fired before its deadline"
+    );
+
+    clock.advance(6 * MILLI);
+    sync(&handle);
+    let batch = batches.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(names(&batch), ["ten"]);
+    assert!(batch[0].fired_unix >= batch[0].deadline_unix, "fired early");
+    sync(&handle);
+    assert!(batches.try_recv().is_err(), "twenty fired at 15 ms");
+
+    // A long jump catches up on everything due in between, in deadline order.
+    register(
+        &handle,
+        vec![new_timer("thirty", 30 - 15), new_timer("forty", 40 - 15)],
+    );
+    clock.advance(100 * MILLI);
+    sync(&handle);
+    let mut caught_up = Vec::new();
+    while caught_up.len() < 3 {
+        caught_up.extend(batches.recv_timeout(PATIENCE).unwrap());
+    }
+    assert_eq!(names(&caught_up), ["twenty", "thirty", "forty"]);
+
+    let table = worker.stop();
+    let left = table.into_pending(tickd::worker::clock::Clock::now(&clock));
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].key.as_deref(), Some("hour"));
+}
