@@ -245,13 +245,31 @@ struct TimerRecord {
     id: u64,
     namespace: u32,
     key: Option<Box<str>>,
-    payload: Bytes,
+    /// A box, not `Bytes`: half the size, and every pending timer has one.
+    payload: Box<[u8]>,
     deadline_unix: u64,
-    repeat: Option<Duration>,
-    ttl: Option<Duration>,
+    repeat: OptionalNanos,
+    ttl: OptionalNanos,
     fired_count: u64,
     /// Recovered with its deadline already past: it fires at once, marked late.
     late: bool,
+}
+
+/// An optional duration in 8 bytes (`Option<Duration>` takes 16): 0 means none, which no
+/// repeat interval or ttl can be (both are validated to be positive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OptionalNanos(u64);
+
+impl OptionalNanos {
+    fn get(self) -> Option<Duration> {
+        (self.0 > 0).then(|| Duration::from_nanos(self.0))
+    }
+}
+
+impl From<Option<Duration>> for OptionalNanos {
+    fn from(duration: Option<Duration>) -> Self {
+        Self(duration.map_or(0, duration_nanos))
+    }
 }
 
 struct Namespace {
@@ -325,9 +343,9 @@ impl TimerTable {
             namespace: self.namespaces[record.namespace as usize].name.to_string(),
             key: record.key.as_deref().unwrap_or_default().to_owned(),
             deadline_unix_nanos: record.deadline_unix,
-            payload: record.payload.clone(),
-            repeat_nanos: record.repeat.map_or(0, duration_nanos),
-            ttl_nanos: record.ttl.map_or(0, duration_nanos),
+            payload: Bytes::copy_from_slice(&record.payload),
+            repeat_nanos: record.repeat.0,
+            ttl_nanos: record.ttl.0,
             fired_count: record.fired_count,
         }
     }
@@ -390,10 +408,10 @@ impl TimerTable {
             id: self.next_id,
             namespace,
             key: timer.key.map(String::into_boxed_str),
-            payload: timer.payload,
+            payload: Vec::from(timer.payload).into_boxed_slice(),
             deadline_unix,
-            repeat: timer.repeat,
-            ttl: timer.ttl,
+            repeat: timer.repeat.into(),
+            ttl: timer.ttl.into(),
             fired_count: 0,
             late: false,
         };
@@ -521,13 +539,13 @@ impl TimerTable {
             .get_mut(handle)
             .expect("indexed handles are live");
         let given_ttl = ttl;
-        let ttl = ttl.or(record.ttl).ok_or_else(|| {
+        let ttl = ttl.or(record.ttl.get()).ok_or_else(|| {
             TimerError::FailedPrecondition(
                 "ttl: the timer has no ttl (not a lease); give one in the request".into(),
             )
         })?;
         // A ttl given with the heartbeat becomes the timer's ttl from now on.
-        record.ttl = Some(ttl);
+        record.ttl = Some(ttl).into();
         let ttl = duration_nanos(ttl);
         record.deadline_unix = now.unix.saturating_add(ttl);
         let (id, namespace, deadline_unix, fired_count) = (
@@ -609,9 +627,9 @@ impl TimerTable {
             namespace: self.namespaces[record.namespace as usize].name.clone(),
             key: record.key.as_deref().map(str::to_owned),
             deadline_unix: record.deadline_unix,
-            payload: record.payload.clone(),
-            repeat: record.repeat,
-            ttl: record.ttl,
+            payload: Bytes::copy_from_slice(&record.payload),
+            repeat: record.repeat.get(),
+            ttl: record.ttl.get(),
             remaining: Duration::from_nanos(deadline_monotonic.saturating_sub(now.monotonic)),
             fired_count: record.fired_count,
         }
@@ -627,16 +645,16 @@ impl TimerTable {
             id: TimerId(record.id),
             namespace: self.namespaces[record.namespace as usize].name.clone(),
             key: record.key.as_deref().map(str::to_owned),
-            payload: record.payload.clone(),
+            payload: Bytes::copy_from_slice(&record.payload),
             deadline_unix: record.deadline_unix,
             fired_unix: now.unix,
-            repeat: record.repeat,
-            ttl: record.ttl,
+            repeat: record.repeat.get(),
+            ttl: record.ttl.get(),
             fired_count: record.fired_count,
             late: record.late,
         };
         let fired_timer = self.journal.is_some().then(|| self.durable_timer(&record));
-        let rearmed_deadline = match record.repeat {
+        let rearmed_deadline = match record.repeat.get() {
             Some(interval) => self.rearm(record, deadline_monotonic, interval, now),
             None => {
                 self.unindex(&record);
@@ -707,7 +725,7 @@ impl TimerTable {
                     self.move_deadline(handle, touched.deadline_unix_nanos, now);
                     if touched.ttl_nanos > 0 {
                         if let Some((_, record)) = self.wheel.get_mut(handle) {
-                            record.ttl = Some(Duration::from_nanos(touched.ttl_nanos));
+                            record.ttl = OptionalNanos(touched.ttl_nanos);
                         }
                     }
                 }
@@ -763,15 +781,14 @@ impl TimerTable {
             self.unindex(&record);
         }
         let namespace = self.intern(&timer.namespace);
-        let nanos = |value: u64| (value > 0).then(|| Duration::from_nanos(value));
         let record = TimerRecord {
             id: timer.id,
             namespace,
             key: (!timer.key.is_empty()).then(|| timer.key.into_boxed_str()),
-            payload: timer.payload,
+            payload: Vec::from(timer.payload).into_boxed_slice(),
             deadline_unix: timer.deadline_unix_nanos,
-            repeat: nanos(timer.repeat_nanos),
-            ttl: nanos(timer.ttl_nanos),
+            repeat: OptionalNanos(timer.repeat_nanos),
+            ttl: OptionalNanos(timer.ttl_nanos),
             fired_count: timer.fired_count,
             late: timer.deadline_unix_nanos < now.unix,
         };
