@@ -187,7 +187,6 @@ impl Expiration {
     /// An expiration fired before a restart and never settled, as the store kept it.
     pub fn recovered(fired: durable::Fired) -> Option<Self> {
         let timer = fired.timer?;
-        let nanos = |value: u64| (value > 0).then(|| Duration::from_nanos(value));
         Some(Self {
             id: TimerId(timer.id),
             namespace: Arc::from(timer.namespace.as_str()),
@@ -195,8 +194,8 @@ impl Expiration {
             payload: timer.payload,
             deadline_unix: timer.deadline_unix_nanos,
             fired_unix: fired.fired_unix_nanos,
-            repeat: nanos(timer.repeat_nanos),
-            ttl: nanos(timer.ttl_nanos),
+            repeat: OptionalNanos(timer.repeat_nanos).get(),
+            ttl: OptionalNanos(timer.ttl_nanos).get(),
             fired_count: timer.fired_count,
             late: false,
         })

@@ -14,6 +14,7 @@ use tonic::Status;
 use crate::client::{
     closed_loop, ms, windowed_stream, windowed_streams, Caller, ClientArgs, WARMUP,
 };
+use crate::keepalive::KeepAliveArgs;
 use crate::keepalive::LEASE_TTL;
 
 mod pb {
@@ -34,26 +35,6 @@ pub struct EtcdGrantArgs {
     /// Measured seconds (after a 1 s warm-up).
     #[arg(long, default_value_t = 10)]
     secs: u64,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct EtcdKeepAliveArgs {
-    #[command(flatten)]
-    client: ClientArgs,
-    /// Leases granted and kept alive.
-    #[arg(long, default_value_t = 10_000)]
-    leases: usize,
-    /// LeaseKeepAlive streams.
-    #[arg(long, default_value_t = 64)]
-    streams: usize,
-    /// Measured seconds (after a 1 s warm-up).
-    #[arg(long, default_value_t = 10)]
-    secs: u64,
-    /// Heartbeats in flight per stream. 64 × 64 streams saturates tickd here while staying
-    /// well under its worker queue (beyond it heartbeats are shed with UNAVAILABLE); etcd's
-    /// rate is the same at 8 or 512.
-    #[arg(long, default_value_t = 64)]
-    window: usize,
 }
 
 struct Granter {
@@ -100,8 +81,9 @@ pub fn run_grant(args: EtcdGrantArgs) {
     });
 }
 
-pub fn run_keepalive(args: EtcdKeepAliveArgs) {
-    let EtcdKeepAliveArgs {
+/// Driven exactly like `tickd-bench keepalive`, with the same flags.
+pub fn run_keepalive(args: KeepAliveArgs) {
+    let KeepAliveArgs {
         client,
         leases,
         streams,

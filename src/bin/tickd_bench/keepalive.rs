@@ -21,21 +21,21 @@ use crate::client::{
 #[derive(Debug, clap::Args)]
 pub struct KeepAliveArgs {
     #[command(flatten)]
-    client: ClientArgs,
+    pub client: ClientArgs,
     /// Leases registered and kept alive.
     #[arg(long, default_value_t = 10_000)]
-    leases: usize,
+    pub leases: usize,
     /// KeepAlive streams.
     #[arg(long, default_value_t = 64)]
-    streams: usize,
+    pub streams: usize,
     /// Measured seconds (after a 1 s warm-up).
     #[arg(long, default_value_t = 10)]
-    secs: u64,
+    pub secs: u64,
     /// Heartbeats in flight per stream. 64 × 64 streams saturates tickd here while staying
-    /// well under its worker queue (beyond it heartbeats are shed with UNAVAILABLE); etcd's
-    /// rate is the same at 8 or 512.
+    /// well under its worker queue (beyond it heartbeats are shed with RESOURCE_EXHAUSTED);
+    /// etcd's rate is the same at 8 or 512.
     #[arg(long, default_value_t = 64)]
-    window: usize,
+    pub window: usize,
 }
 
 /// The lease ttl: far beyond the run, so no lease expires while it is measured.

@@ -36,7 +36,7 @@ enum Benchmark {
     /// Lease heartbeats over KeepAlive streams.
     Keepalive(keepalive::KeepAliveArgs),
     /// etcd's LeaseKeepAlive, driven like `keepalive` (side-by-side comparison).
-    EtcdKeepalive(etcd::EtcdKeepAliveArgs),
+    EtcdKeepalive(keepalive::KeepAliveArgs),
     /// etcd's LeaseGrant, driven like `rpc --mode unary` (side-by-side comparison).
     EtcdGrant(etcd::EtcdGrantArgs),
 }
