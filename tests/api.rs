@@ -83,6 +83,7 @@ async fn pending_and_get_agree_with_what_was_registered() {
 
     let mut listed = HashSet::new();
     let mut page_token = String::new();
+    let mut listing_tokens = Vec::new();
     loop {
         let page = client
             .pending(PendingRequest {
@@ -104,6 +105,7 @@ async fn pending_and_get_agree_with_what_was_registered() {
             break;
         }
         page_token = page.next_page_token;
+        listing_tokens.push(page_token.clone());
     }
     assert_eq!(listed, ids);
 
@@ -114,23 +116,41 @@ async fn pending_and_get_agree_with_what_was_registered() {
         .into_inner();
     assert_eq!(everything.count, 26);
 
-    // A page token from another namespace's listing neither fails the worker nor lists
-    // another namespace's timers.
-    for foreign_token in ["1.0", "ffff.0", "0.ffffffffffffffff"] {
-        let page = client
+    // A token from another namespace's listing is refused, naming the field; other tokens
+    // either fail the same way or list only the namespace asked for. Nothing fails the
+    // worker.
+    let foreign = listing_tokens
+        .first()
+        .expect("25 timers take three pages")
+        .clone();
+    for token in [
+        foreign.as_str(),
+        "ffff.0",
+        "0.ffffffffffffffff",
+        "1.ffffffff",
+    ] {
+        let answer = client
             .pending(PendingRequest {
                 namespace: "elsewhere".into(),
                 page_size: 10,
-                page_token: foreign_token.into(),
+                page_token: token.into(),
                 ..Default::default()
             })
-            .await
-            .expect("a foreign page token is answered")
-            .into_inner();
-        assert!(page
-            .timers
-            .iter()
-            .all(|timer| timer.namespace == "elsewhere"));
+            .await;
+        match answer {
+            Ok(page) => {
+                assert_ne!(token, foreign, "another namespace's token was accepted");
+                let page = page.into_inner();
+                assert!(page
+                    .timers
+                    .iter()
+                    .all(|timer| timer.namespace == "elsewhere"));
+            }
+            Err(status) => {
+                assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+                assert!(status.message().contains("page_token"), "{status:?}");
+            }
+        }
     }
 
     let id = ids.iter().next().unwrap().clone();
@@ -576,5 +596,59 @@ async fn health_and_reflection_are_served() {
         overall.status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
+    server.stop().await;
+}
+
+/// Listing looks at a bounded number of stored timers per page, so a small namespace among
+/// many timers comes back over several (possibly empty) pages, complete and without repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_a_small_namespace_among_many_timers_pages_through_all_of_them() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let mut wanted = HashSet::new();
+    for round in 0..15 {
+        wanted.insert(
+            register(&mut client, spec("small", 3_600_000, b"s"))
+                .await
+                .id,
+        );
+        let crowd = (0..10_000)
+            .map(|_| spec("crowd", 3_600_000, b"c"))
+            .collect();
+        let registered = client
+            .new_timeouts(NewTimeoutsRequest { timers: crowd })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(registered.results.len(), 10_000, "round {round}");
+    }
+    let mut listed = HashSet::new();
+    let mut page_token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = client
+            .pending(PendingRequest {
+                namespace: "small".into(),
+                page_size: 4,
+                page_token: page_token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        pages += 1;
+        assert_eq!(page.count, 15);
+        for timer in page.timers {
+            assert_eq!(timer.namespace, "small");
+            assert!(listed.insert(timer.id), "a timer listed twice");
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(listed, wanted);
+    // 150,015 stored timers need at least three bounded scans, whatever the page size.
+    assert!(pages >= 3, "{pages} pages");
     server.stop().await;
 }

@@ -215,7 +215,10 @@ impl proto::timers_server::Timers for TimersService {
             page_size: (request.page_size as usize).min(self.limits.max_page_size),
             after,
         };
-        let page = self.ask(|reply| Command::Pending { query, reply }).await?;
+        let page = self
+            .ask(|reply| Command::Pending { query, reply })
+            .await?
+            .map_err(status)?;
         let dead = match namespace {
             Some(namespace) => self.delivery.dead(namespace).await.map_err(|_| stopped())?,
             None => Default::default(),

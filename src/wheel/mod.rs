@@ -284,14 +284,28 @@ impl<T> Wheel<T> {
         drained
     }
 
-    /// Iterates pending timers in no particular order (used for snapshots and listings).
+    /// Iterates pending timers in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Handle, u64, &T)> {
-        self.slab.iter_live().filter_map(|(index, entry)| {
-            let handle = Handle {
-                index,
-                generation: entry.generation,
-            };
-            Some((handle, entry.deadline, entry.value.as_ref()?))
+        self.positions_from(0).filter_map(|(_, timer)| timer)
+    }
+
+    /// Every storage position from `start` on, with the timer held there if any: the way to
+    /// page through the pending timers a bounded number of positions at a time (listings,
+    /// snapshots). A timer keeps its position for as long as it is pending, rescheduling
+    /// included, so a scan meets each timer that stays pending throughout exactly once.
+    pub fn positions_from(
+        &self,
+        start: u32,
+    ) -> impl Iterator<Item = (u32, Option<(Handle, u64, &T)>)> {
+        self.slab.entries_from(start).map(|(index, entry)| {
+            let timer = entry.value.as_ref().map(|value| {
+                let handle = Handle {
+                    index,
+                    generation: entry.generation,
+                };
+                (handle, entry.deadline, value)
+            });
+            (index, timer)
         })
     }
 

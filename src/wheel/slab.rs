@@ -137,13 +137,13 @@ impl<T> Slab<T> {
         &mut self.entries[index as usize]
     }
 
-    /// Live entries with their indices, in slab order.
-    pub(super) fn iter_live(&self) -> impl Iterator<Item = (u32, &Entry<T>)> {
-        self.entries
+    /// Every entry, live or free, from `start` to the end of the slab, with its index.
+    pub(super) fn entries_from(&self, start: u32) -> impl Iterator<Item = (u32, &Entry<T>)> {
+        let start = (start as usize).min(self.entries.len());
+        self.entries[start..]
             .iter()
-            .enumerate()
-            .filter(|(_, entry)| entry.value.is_some())
-            .map(|(index, entry)| (index as u32, entry))
+            .zip(start as u32..)
+            .map(|(entry, index)| (index, entry))
     }
 }
 
@@ -181,6 +181,16 @@ mod tests {
         assert_eq!(slab.allocate(9, 9), 0);
         assert_eq!(slab.allocate(9, 9), 1);
         assert!(slab.live(1, 2).is_some());
-        assert_eq!(slab.iter_live().count(), 2);
+        let live = slab
+            .entries_from(0)
+            .filter(|(_, entry)| entry.value.is_some());
+        assert_eq!(live.count(), 2);
+        assert_eq!(
+            slab.entries_from(3)
+                .map(|(index, _)| index)
+                .collect::<Vec<_>>(),
+            [3]
+        );
+        assert_eq!(slab.entries_from(9).count(), 0);
     }
 }

@@ -13,8 +13,9 @@ pub struct Journal {
     batch: Batch,
     bytes_since_snapshot: usize,
     snapshot_after_bytes: usize,
-    /// Some while a snapshot is being streamed: the last (namespace, id) written, if any.
-    snapshot_cursor: Option<Option<(u32, u64)>>,
+    /// Some while a snapshot is being streamed: the storage position its next chunk starts
+    /// at (see [`crate::wheel::Wheel::positions_from`]).
+    snapshot_cursor: Option<u32>,
 }
 
 impl Journal {
@@ -65,11 +66,11 @@ impl Journal {
         });
         self.store.snapshot_chunk(chunk.into_frames());
         self.bytes_since_snapshot = 0;
-        self.snapshot_cursor = Some(None);
+        self.snapshot_cursor = Some(0);
     }
 
     /// Where the next snapshot chunk starts, if a snapshot is in progress.
-    pub fn snapshot_cursor(&self) -> Option<Option<(u32, u64)>> {
+    pub fn snapshot_cursor(&self) -> Option<u32> {
         self.snapshot_cursor
     }
 
@@ -77,15 +78,16 @@ impl Journal {
         SNAPSHOT_CHUNK_TIMERS
     }
 
-    /// Writes one chunk of live timers; `last` is where it ended (None when done).
-    pub fn write_snapshot_chunk(&mut self, timers: Vec<Kind>, last: Option<(u32, u64)>) {
+    /// Writes one chunk of live timers; `resume_at` is where the next one starts (None when
+    /// this was the last).
+    pub fn write_snapshot_chunk(&mut self, timers: Vec<Kind>, resume_at: Option<u32>) {
         let mut chunk = Batch::default();
         for timer in timers {
             chunk.record(&Record { kind: Some(timer) });
         }
         self.store.snapshot_chunk(chunk.into_frames());
-        match last {
-            Some(position) => self.snapshot_cursor = Some(Some(position)),
+        match resume_at {
+            Some(position) => self.snapshot_cursor = Some(position),
             None => {
                 self.store.end_snapshot();
                 self.snapshot_cursor = None;

@@ -8,6 +8,7 @@ mod core;
 mod e2e;
 mod etcd;
 mod keepalive;
+mod recover;
 mod rpc;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,8 @@ enum Benchmark {
     EtcdKeepalive(keepalive::KeepAliveArgs),
     /// etcd's LeaseGrant, driven like `rpc --mode unary` (side-by-side comparison).
     EtcdGrant(etcd::EtcdGrantArgs),
+    /// Memory per pending timer and recovery time after a SIGKILL, on a real tickd process.
+    Recover(recover::RecoverArgs),
 }
 
 fn main() {
@@ -49,5 +52,6 @@ fn main() {
         Benchmark::Keepalive(args) => keepalive::run(args),
         Benchmark::EtcdKeepalive(args) => etcd::run_keepalive(args),
         Benchmark::EtcdGrant(args) => etcd::run_grant(args),
+        Benchmark::Recover(args) => recover::run(args),
     }
 }
