@@ -8,6 +8,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use rustc_hash::FxHashMap;
 use tracing::{info, warn};
@@ -40,7 +41,7 @@ pub struct Recovered {
     /// The highest segment number on disk (0 if none).
     pub last_segment: u64,
     /// Fired expirations never settled, with their frames, by (timer id, fired count).
-    pub unsettled: FxHashMap<(u64, u64), (Vec<u8>, Fired)>,
+    pub unsettled: Unsettled,
 }
 
 pub fn recover(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Recovered, StoreError> {
@@ -57,24 +58,41 @@ pub fn recover(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Recovered, 
         .rfind(|(_, kind, _)| *kind == FileKind::Snapshot)
         .map(|(sequence, _, path)| (*sequence, path.clone()));
     let first_segment = snapshot.as_ref().map_or(0, |(sequence, _)| *sequence);
-    let mut unsettled = FxHashMap::default();
-    let mut records = 0u64;
-    let mut apply = |record: Record, frame: &[u8]| {
-        track_unsettled(&mut unsettled, &record, frame);
-        replay(record);
-        records += 1;
-    };
-    if let Some((_, path)) = &snapshot {
-        read_frames(path, false, &mut apply)?;
-    }
-    let segments: Vec<&(u64, FileKind, PathBuf)> = files
+    let segments: Vec<&PathBuf> = files
         .iter()
         .filter(|(sequence, kind, _)| *kind == FileKind::Segment && *sequence >= first_segment)
+        .map(|(_, _, path)| path)
         .collect();
-    for (index, (_, _, path)) in segments.iter().enumerate() {
-        let last = index + 1 == segments.len();
-        read_frames(path, last, &mut apply)?;
-    }
+    // Only the newest segment can end in a torn append.
+    let to_read: Vec<(&Path, bool)> = snapshot
+        .iter()
+        .map(|(_, path)| (path.as_path(), false))
+        .chain(
+            segments
+                .iter()
+                .enumerate()
+                .map(|(index, path)| (path.as_path(), index + 1 == segments.len())),
+        )
+        .collect();
+    // Reading, checksumming and decoding run on their own thread while this one applies
+    // the records: recovery takes the slower of the two, not their sum.
+    let (chunks, decoded) = mpsc::sync_channel::<Vec<Record>>(DECODED_CHUNKS_IN_FLIGHT);
+    let (decoding, records) = std::thread::scope(|scope| {
+        let decoder = std::thread::Builder::new()
+            .name("tickd-recovery".into())
+            .spawn_scoped(scope, || decode_files(&to_read, chunks))
+            .map_err(io_error(dir))?;
+        let mut records = 0u64;
+        for chunk in decoded {
+            records += chunk.len() as u64;
+            chunk.into_iter().for_each(&mut replay);
+        }
+        let decoding = decoder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok::<_, StoreError>((decoding, records))
+    })?;
+    let unsettled = decoding?;
     // Leftovers of an interrupted snapshot or compaction are not needed.
     for (sequence, kind, path) in &files {
         let superseded = *sequence < first_segment || *kind == FileKind::PartialSnapshot;
@@ -100,11 +118,39 @@ pub fn recover(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Recovered, 
     })
 }
 
-fn track_unsettled(
-    unsettled: &mut FxHashMap<(u64, u64), (Vec<u8>, Fired)>,
-    record: &Record,
-    frame: &[u8],
-) {
+/// Decoded records handed from the decoding thread to the applying one, per chunk.
+const RECORDS_PER_CHUNK: usize = 4_096;
+/// Chunks decoded ahead of the one being applied.
+const DECODED_CHUNKS_IN_FLIGHT: usize = 8;
+
+/// Reads the files in order, sending their records in chunks, and returns the fired
+/// expirations never settled. Stops early if the applying side has gone.
+fn decode_files(
+    files: &[(&Path, bool)],
+    chunks: mpsc::SyncSender<Vec<Record>>,
+) -> Result<Unsettled, StoreError> {
+    let mut unsettled = FxHashMap::default();
+    let mut chunk = Vec::with_capacity(RECORDS_PER_CHUNK);
+    for &(path, tail_may_be_torn) in files {
+        read_frames(path, tail_may_be_torn, &mut |record, frame| {
+            track_unsettled(&mut unsettled, &record, frame);
+            chunk.push(record);
+            if chunk.len() == RECORDS_PER_CHUNK {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(RECORDS_PER_CHUNK));
+                // A closed channel means the applying side is gone; its error wins.
+                let _ = chunks.send(full);
+            }
+        })?;
+    }
+    if !chunk.is_empty() {
+        let _ = chunks.send(chunk);
+    }
+    Ok(unsettled)
+}
+
+type Unsettled = FxHashMap<(u64, u64), (Vec<u8>, Fired)>;
+
+fn track_unsettled(unsettled: &mut Unsettled, record: &Record, frame: &[u8]) {
     match &record.kind {
         Some(Kind::Fired(fired)) => {
             if let Some(timer) = &fired.timer {
