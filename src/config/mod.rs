@@ -66,7 +66,7 @@ pub struct Config {
     /// Items accepted in one NewTimeouts batch.
     #[arg(long, env = "TICKD_MAX_BATCH", default_value_t = 10_000)]
     pub max_batch: usize,
-    /// Commands that may queue for the wheel worker; beyond it calls fail with RESOURCE_EXHAUSTED.
+    /// Commands that may queue for the wheel worker from one server thread; beyond it calls fail with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_WORKER_QUEUE", default_value_t = 16_384)]
     pub worker_queue: usize,
     /// Expirations buffered per namespace while no subscriber can take them.
