@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rtrb::{Consumer, Producer, RingBuffer};
 
@@ -57,12 +57,11 @@ struct Shared<M> {
 }
 
 impl<M> Shared<M> {
-    /// Called after a send. There is no fence between the push and this load (a fence
-    /// would wait for the push's cache lines and cost more than the send itself), so a
-    /// send racing with the receiver's decision to park can miss the flag while the
-    /// receiver misses the message; [`LaneReceiver::wait`] looks again after a short
-    /// sleep for exactly that case.
+    /// Called after a send. The fence pairs with the one in [`LaneReceiver::wait`]: either
+    /// the receiver's last look before parking saw the message, or this load sees that it
+    /// is parking.
     fn wake_receiver(&self) {
+        fence(Ordering::SeqCst);
         if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
             if let Some(thread) = self.receiver_thread.get() {
                 thread.unpark();
@@ -70,11 +69,6 @@ impl<M> Shared<M> {
         }
     }
 }
-
-/// The receiver's first sleep when it parks: long enough for any send that raced with
-/// parking to become visible (store buffers drain within microseconds), short enough that
-/// such a command waits no longer than this.
-const PARKING_SECOND_LOOK: Duration = Duration::from_micros(50);
 
 /// One thread's lane to one receiver, type-erased so that one thread-local can hold lanes
 /// of any message type.
@@ -245,24 +239,9 @@ impl<M> LaneReceiver<M> {
             self.shared.parked.store(false, Ordering::SeqCst);
             return taken;
         }
-        let started = Instant::now();
-        let first_sleep = timeout.map_or(PARKING_SECOND_LOOK, |timeout| {
-            timeout.min(PARKING_SECOND_LOOK)
-        });
-        std::thread::park_timeout(first_sleep);
-        let still_parked = self.shared.parked.load(Ordering::SeqCst);
-        let remaining = timeout.map(|timeout| timeout.saturating_sub(started.elapsed()));
-        if still_parked && remaining != Some(Duration::ZERO) {
-            // The second look (see `Shared::wake_receiver`).
-            let taken = self.take(into, budget);
-            if taken != Taken::Empty {
-                self.shared.parked.store(false, Ordering::SeqCst);
-                return taken;
-            }
-            match remaining {
-                Some(remaining) => std::thread::park_timeout(remaining),
-                None => std::thread::park(),
-            }
+        match timeout {
+            Some(timeout) => std::thread::park_timeout(timeout),
+            None => std::thread::park(),
         }
         self.shared.parked.store(false, Ordering::SeqCst);
         self.take(into, budget)
