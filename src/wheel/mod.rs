@@ -48,6 +48,7 @@
 //! the tick) belongs to a tick the clock can never reach, so such a timer stays pending until it is
 //! cancelled or drained.
 
+mod chunks;
 mod slab;
 
 use std::fmt;

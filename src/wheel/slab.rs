@@ -6,6 +6,8 @@
 //! `swap_remove` plus fixing the moved entry's position: O(1), no allocation. Freed entries are
 //! chained through the same `position` field into a free list and reused before the vector grows.
 
+use super::chunks::Chunks;
+
 /// Marks "no entry" at the end of the free list.
 pub(super) const NO_INDEX: u32 = u32::MAX;
 
@@ -38,7 +40,7 @@ pub(super) struct Entry<T> {
 /// a wheel that drains and refills writes its entries in sequence instead of all over memory.
 #[derive(Debug)]
 pub(super) struct Slab<T> {
-    entries: Vec<Entry<T>>,
+    entries: Chunks<Entry<T>>,
     free_head: u32,
     fresh_from: usize,
     live_count: usize,
@@ -47,7 +49,7 @@ pub(super) struct Slab<T> {
 impl<T> Slab<T> {
     pub(super) fn with_capacity(capacity: usize) -> Self {
         Slab {
-            entries: Vec::with_capacity(capacity),
+            entries: Chunks::with_capacity(capacity),
             free_head: NO_INDEX,
             fresh_from: 0,
             live_count: 0,
@@ -139,10 +141,9 @@ impl<T> Slab<T> {
 
     /// Every entry, live or free, from `start` to the end of the slab, with its index.
     pub(super) fn entries_from(&self, start: u32) -> impl Iterator<Item = (u32, &Entry<T>)> {
-        let start = (start as usize).min(self.entries.len());
-        self.entries[start..]
-            .iter()
-            .zip(start as u32..)
+        self.entries
+            .iter_from(start as usize)
+            .zip(start..)
             .map(|(entry, index)| (index, entry))
     }
 }

@@ -13,6 +13,9 @@ pub struct Journal {
     batch: Batch,
     bytes_since_snapshot: usize,
     snapshot_after_bytes: usize,
+    /// The size of the last snapshot written, and of the one being written.
+    last_snapshot_bytes: usize,
+    current_snapshot_bytes: usize,
     /// Some while a snapshot is being streamed: the storage position its next chunk starts
     /// at (see [`crate::wheel::Wheel::positions_from`]).
     snapshot_cursor: Option<u32>,
@@ -25,6 +28,8 @@ impl Journal {
             batch: Batch::default(),
             bytes_since_snapshot: 0,
             snapshot_after_bytes,
+            last_snapshot_bytes: 0,
+            current_snapshot_bytes: 0,
             snapshot_cursor: None,
         }
     }
@@ -53,9 +58,14 @@ impl Journal {
         self.snapshot_cursor.is_some()
     }
 
-    /// Starts a snapshot once the log has grown past the threshold since the last one.
+    /// Starts a snapshot once the log has grown past the threshold since the last one: the
+    /// configured size, or the last snapshot's size if that is larger. Scaling with the
+    /// live set bounds what snapshots cost to about one byte written per byte logged, and
+    /// disk use to about twice the live set (plus the threshold), however many timers are
+    /// pending; a fixed threshold would rewrite a large live set over and over.
     pub fn maybe_begin_snapshot(&mut self, next_id: u64) {
-        if self.snapshot_in_progress() || self.bytes_since_snapshot < self.snapshot_after_bytes {
+        let threshold = self.snapshot_after_bytes.max(self.last_snapshot_bytes);
+        if self.snapshot_in_progress() || self.bytes_since_snapshot < threshold {
             return;
         }
         self.flush();
@@ -66,6 +76,7 @@ impl Journal {
         });
         self.store.snapshot_chunk(chunk.into_frames());
         self.bytes_since_snapshot = 0;
+        self.current_snapshot_bytes = 0;
         self.snapshot_cursor = Some(0);
     }
 
@@ -85,12 +96,15 @@ impl Journal {
         for timer in timers {
             chunk.record(&Record { kind: Some(timer) });
         }
-        self.store.snapshot_chunk(chunk.into_frames());
+        let frames = chunk.into_frames();
+        self.current_snapshot_bytes += frames.len();
+        self.store.snapshot_chunk(frames);
         match resume_at {
             Some(position) => self.snapshot_cursor = Some(position),
             None => {
                 self.store.end_snapshot();
                 self.snapshot_cursor = None;
+                self.last_snapshot_bytes = self.current_snapshot_bytes;
             }
         }
     }
