@@ -4,6 +4,8 @@
 //! every advance the fired batch must be sorted by deadline and, as a multiset, exactly the model's
 //! due set, which covers "never early", "less than one tick late", "none lost or duplicated" and
 //! "sorted batch". The order among equal deadlines is unspecified, so it is not compared.
+//! Staging budgets as small as one timer per advance leave cascades half prepared while
+//! timers are inserted, cancelled and rescheduled around them.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -76,9 +78,11 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(tick: u64) -> Self {
+    fn new(tick: u64, staging_budget: usize) -> Self {
+        let mut wheel = Wheel::new(tick, usize::MAX);
+        wheel.set_staging_budget(staging_budget);
         Harness {
-            wheel: Wheel::new(tick, usize::MAX),
+            wheel,
             tick,
             pending: HashMap::new(),
             issued: Vec::new(),
@@ -284,9 +288,10 @@ proptest! {
     #[test]
     fn wheel_matches_reference_model(
         tick in prop_oneof![Just(1u64), Just(3u64), Just(1000u64)],
+        staging_budget in prop_oneof![Just(1usize), Just(3usize), Just(1024usize)],
         operations in prop::collection::vec(operation(), 1..300),
     ) {
-        let mut harness = Harness::new(tick);
+        let mut harness = Harness::new(tick, staging_budget);
         for operation in &operations {
             harness.apply(operation)?;
         }

@@ -68,10 +68,17 @@ const TOP_LEVEL: usize = LEVEL_COUNT - 1;
 /// Ticks spanned by the whole wheel. A clock jump at least this long visits every slot anyway,
 /// so it is handled by re-placing every timer at once.
 const WHEEL_SPAN_TICKS: u64 = 1 << (SLOT_BITS * LEVEL_COUNT as u32);
-/// Number of slot lists; list numbers `level * 64 + slot` are stored in entries as `location`.
+/// Number of slot lists (`level * 64 + slot` names each one's home).
 const SLOT_LIST_COUNT: usize = LEVEL_COUNT * SLOTS_PER_LEVEL;
-/// List number of the "due now" list, right after the slot lists.
+/// The "due now" list, right after the slot lists (it never moves).
 const DUE_LIST: u16 = SLOT_LIST_COUNT as u16;
+/// Homes of the staging buckets (see [`Staging`]) follow the due list.
+const STAGING_BASE: u16 = DUE_LIST + 1;
+/// Every list: slots, due, staging buckets.
+const LIST_COUNT: usize = SLOT_LIST_COUNT + 1 + SLOTS_PER_LEVEL;
+/// Entries moved into the staging buckets per `advance` call by default: about 20-30 µs of
+/// work, so timers due meanwhile wait no longer than that.
+const STAGING_BUDGET: usize = 1024;
 /// A list's vector keeps its allocation across rotations unless its capacity exceeds both this
 /// and four times what the list last held.
 const RETAINED_CAPACITY_FLOOR: usize = 1024;
@@ -87,11 +94,39 @@ pub struct Wheel<T> {
     /// Tick up to which the wheel has processed slots: `floor(now / tick)` between calls.
     elapsed_ticks: u64,
     slab: Slab<T>,
-    /// All slot lists (`level * 64 + slot`) followed by the due list, as slab indices; each
-    /// linked entry's `position` is its index here.
+    /// Every list of slab indices, named by number: an entry's `location` is the number of
+    /// the list it is on and its `position` is its index there. Which slot (or staging
+    /// bucket) a list serves is its *home*; staging swaps homes, never entries.
     lists: Vec<Vec<u32>>,
+    /// The home of each list: `level * 64 + slot`, `DUE_LIST`, or `STAGING_BASE + bucket`.
+    homes: Vec<u16>,
+    /// The list serving each slot of each level.
+    slot_lists: [[u16; SLOTS_PER_LEVEL]; LEVEL_COUNT],
+    /// The list serving each staging bucket.
+    staging_lists: [u16; SLOTS_PER_LEVEL],
     /// Bit `s` of `occupied_slots[L]` is set iff slot `s` of level `L` is non-empty.
     occupied_slots: [u64; LEVEL_COUNT],
+    /// The next cascade, being prepared ahead of time.
+    staging: Option<Staging>,
+    /// Timers staged per `advance` call.
+    staging_budget: usize,
+}
+
+/// A cascade prepared ahead of time. Cascading a slot at level `L >= 1` re-places every
+/// timer in it, tens of nanoseconds each (they are scattered over the slab): a slot of a
+/// million timers would stall the wheel, and every timer due at that moment, for tens of
+/// milliseconds. So as soon as a slot is the next to cascade, `advance` moves its timers a
+/// budgeted chunk at a time into 64 staging buckets, one per slot of level `L - 1` in the
+/// block the slot covers. When the clock reaches the slot's start those slots are all empty
+/// (everything before the start has been processed), so each bucket simply becomes the list
+/// of its slot: 64 list swaps, whatever the number of timers. Timers that would be placed in
+/// the slot meanwhile go straight into their bucket.
+#[derive(Clone, Copy, Debug)]
+struct Staging {
+    /// Tick at which the source slot starts.
+    start_tick: u64,
+    level: usize,
+    slot: usize,
 }
 
 /// Names one scheduled timer. Stays unique across reuse of the timer's storage thanks to the
@@ -155,9 +190,22 @@ impl<T> Wheel<T> {
             now: 0,
             elapsed_ticks: 0,
             slab: Slab::with_capacity(capacity),
-            lists: (0..=SLOT_LIST_COUNT).map(|_| Vec::new()).collect(),
+            lists: (0..LIST_COUNT).map(|_| Vec::new()).collect(),
+            homes: (0..LIST_COUNT as u16).collect(),
+            slot_lists: std::array::from_fn(|level| {
+                std::array::from_fn(|slot| slot_home(level, slot))
+            }),
+            staging_lists: std::array::from_fn(|bucket| STAGING_BASE + bucket as u16),
             occupied_slots: [0; LEVEL_COUNT],
+            staging: None,
+            staging_budget: STAGING_BUDGET,
         }
+    }
+
+    /// Sets how many timers of an upcoming cascade one `advance` call moves into staging
+    /// (default 1024, at least 1): the longest pause staging adds to a call.
+    pub fn set_staging_budget(&mut self, budget: usize) {
+        self.staging_budget = budget.max(1);
     }
 
     /// Length of one tick in the caller's time unit.
@@ -258,6 +306,7 @@ impl<T> Wheel<T> {
         self.elapsed_ticks = target_tick;
         self.now = now;
         self.fire_list(DUE_LIST, expired);
+        self.stage_next_cascade(self.staging_budget);
         sort_by_deadline(&mut expired[batch_start..]);
     }
 
@@ -270,8 +319,24 @@ impl<T> Wheel<T> {
         if !self.lists[usize::from(DUE_LIST)].is_empty() {
             return Some(self.now);
         }
-        let (slot_start_tick, _) = self.earliest_slot_start()?;
-        Some(slot_start_tick.saturating_mul(self.tick))
+        let slot_start_tick = self.earliest_slot_start().map(|(start, _)| start);
+        let staged_start = self.staging.map(|staging| staging.start_tick);
+        let earliest = match (slot_start_tick, staged_start) {
+            (Some(slot), Some(staged)) => slot.min(staged),
+            (slot, staged) => slot.or(staged)?,
+        };
+        Some(earliest.saturating_mul(self.tick))
+    }
+
+    /// When the owner of the wheel should next call `advance`: [`Wheel::next_expiration`], or
+    /// now while a cascade is still to be prepared (see [`Staging`]), so that the preparation
+    /// proceeds in small steps between the owner's other work instead of all at once when
+    /// the slot comes due.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        if self.staging_work_left() {
+            return Some(self.now);
+        }
+        self.next_expiration()
     }
 
     /// Removes and returns every pending timer, sorted by deadline (Netty's `stop()`).
@@ -281,6 +346,7 @@ impl<T> Wheel<T> {
             self.fire_list(location, &mut drained);
         }
         self.fire_list(DUE_LIST, &mut drained);
+        self.staging = None;
         sort_by_deadline(&mut drained);
         drained
     }
@@ -357,12 +423,19 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The slot list for tick `when`, which must be after the elapsed tick.
+    /// The list for tick `when`, which must be after the elapsed tick: its slot's list, or
+    /// its staging bucket if that slot is being staged.
     fn slot_location(&self, when: u64) -> u16 {
         debug_assert!(when > self.elapsed_ticks);
         let level = level_for(self.elapsed_ticks, when);
         if level < TOP_LEVEL {
-            return slot_list_location(level, slot_for(when, level));
+            let slot = slot_for(when, level);
+            if let Some(staging) = self.staging {
+                if staging.level == level && staging.slot == slot {
+                    return self.staging_lists[slot_for(when, level - 1)];
+                }
+            }
+            return self.slot_lists[level][slot];
         }
         let top_shift = SLOT_BITS * TOP_LEVEL as u32;
         let current_top_slot = self.elapsed_ticks >> top_shift;
@@ -370,17 +443,34 @@ impl<T> Wheel<T> {
         if top_slots_ahead < SLOTS_PER_LEVEL as u64 {
             // Within one rotation of the top level: the slot's next occurrence is exactly `when`'s
             // (possibly in the next rotation, which the wrap-around in `next_slot_start` handles).
-            return slot_list_location(TOP_LEVEL, slot_for(when, TOP_LEVEL));
+            return self.slot_lists[TOP_LEVEL][slot_for(when, TOP_LEVEL)];
         }
         // Too far: clamp into the farthest slot and re-check when it comes round.
         let farthest_slot = (current_top_slot + SLOT_MASK) & SLOT_MASK;
-        slot_list_location(TOP_LEVEL, farthest_slot as usize)
+        self.slot_lists[TOP_LEVEL][farthest_slot as usize]
     }
 
     /// Processes occupied slots one start tick at a time up to `target_tick`. Only occupied slots
     /// are visited, so a long gap costs O(timers * levels), not O(gap).
     fn step_to(&mut self, target_tick: u64, expired: &mut Vec<Expired<T>>) {
-        while let Some((slot_start_tick, levels)) = self.earliest_slot_start() {
+        loop {
+            let staged_start = self.staging.map(|staging| staging.start_tick);
+            if let Some(start) = staged_start.filter(|&start| start <= target_tick) {
+                // A staged slot starts no later than any occupied slot: staging always
+                // picks the next cascade, and nothing can be placed before a cascade
+                // that is still to come except in lower levels, which start later.
+                if self
+                    .earliest_slot_start()
+                    .is_none_or(|(slot_start, _)| slot_start >= start)
+                {
+                    self.elapsed_ticks = start;
+                    self.finish_staging(expired);
+                    continue;
+                }
+            }
+            let Some((slot_start_tick, levels)) = self.earliest_slot_start() else {
+                break;
+            };
             if slot_start_tick > target_tick {
                 break;
             }
@@ -388,9 +478,88 @@ impl<T> Wheel<T> {
             // Lowest level first, matching the order of deadlines between levels.
             for level in (0..LEVEL_COUNT).filter(|level| levels & (1 << level) != 0) {
                 let slot = slot_for(slot_start_tick, level);
-                self.replace_list(slot_list_location(level, slot), expired);
+                self.replace_list(self.slot_lists[level][slot], expired);
             }
         }
+    }
+
+    /// True while a cascade is coming whose timers have not all been moved to staging.
+    fn staging_work_left(&self) -> bool {
+        match self.staging {
+            Some(staging) => {
+                let source = self.slot_lists[staging.level][staging.slot];
+                !self.lists[usize::from(source)].is_empty()
+            }
+            None => self.next_cascade().is_some(),
+        }
+    }
+
+    /// The next slot above level 0 (and below the top, whose clamped timers are re-checked
+    /// rather than cascaded) to start, as (start tick, level).
+    fn next_cascade(&self) -> Option<(u64, usize)> {
+        (1..TOP_LEVEL)
+            .filter_map(|level| Some((self.next_slot_start(level)?, level)))
+            .min()
+    }
+
+    /// Starts staging the next cascade if none is under way, then moves up to `budget` of its
+    /// timers into their buckets.
+    fn stage_next_cascade(&mut self, budget: usize) {
+        if self.staging.is_none() {
+            let Some((start_tick, level)) = self.next_cascade() else {
+                return;
+            };
+            self.staging = Some(Staging {
+                start_tick,
+                level,
+                slot: slot_for(start_tick, level),
+            });
+        }
+        if let Some(staging) = self.staging {
+            self.stage_entries(staging, budget);
+        }
+    }
+
+    /// Moves up to `budget` timers from the staged slot into their buckets, from the end of
+    /// its list, so no other entry changes position.
+    fn stage_entries(&mut self, staging: Staging, budget: usize) {
+        let source = self.slot_lists[staging.level][staging.slot];
+        for _ in 0..budget {
+            let Some(index) = self.lists[usize::from(source)].pop() else {
+                break;
+            };
+            let when = self.deadline_tick(self.slab.entry(index).deadline);
+            let bucket = self.staging_lists[slot_for(when, staging.level - 1)];
+            self.link_entry(index, bucket);
+        }
+        if self.lists[usize::from(source)].is_empty() {
+            self.set_occupied(source, false);
+        }
+    }
+
+    /// At the staged slot's start (the elapsed tick): moves what is left into the buckets,
+    /// makes each bucket the list of its slot one level down, and re-places the first
+    /// bucket's timers, whose slot starts now.
+    fn finish_staging(&mut self, expired: &mut Vec<Expired<T>>) {
+        let Some(staging) = self.staging.take() else {
+            return;
+        };
+        self.stage_entries(staging, usize::MAX);
+        let lower = staging.level - 1;
+        for slot in 1..SLOTS_PER_LEVEL {
+            let bucket = self.staging_lists[slot];
+            if self.lists[usize::from(bucket)].is_empty() {
+                continue;
+            }
+            let vacant = self.slot_lists[lower][slot];
+            debug_assert!(self.lists[usize::from(vacant)].is_empty());
+            self.slot_lists[lower][slot] = bucket;
+            self.staging_lists[slot] = vacant;
+            self.homes[usize::from(bucket)] = slot_home(lower, slot);
+            self.homes[usize::from(vacant)] = STAGING_BASE + slot as u16;
+            self.set_occupied(bucket, true);
+        }
+        self.replace_list(self.staging_lists[0], expired);
     }
 
     /// Handles a clock jump of at least a whole wheel span: every slot would be processed at
@@ -402,6 +571,7 @@ impl<T> Wheel<T> {
             .into_iter()
             .map(|location| (location, self.detach_list(location)))
             .collect();
+        self.staging = None;
         self.elapsed_ticks = target_tick;
         for (location, list) in detached {
             self.replace_all(&list, expired);
@@ -439,11 +609,21 @@ impl<T> Wheel<T> {
     /// position until they are re-linked or released.
     fn detach_list(&mut self, location: u16) -> Vec<u32> {
         let list = std::mem::take(&mut self.lists[usize::from(location)]);
-        if location < DUE_LIST {
-            let (level, slot) = level_and_slot(location);
-            self.occupied_slots[level] &= !(1 << slot);
-        }
+        self.set_occupied(location, false);
         list
+    }
+
+    /// Keeps the occupancy bitmap of a slot list's home up to date (other lists have none).
+    fn set_occupied(&mut self, location: u16, occupied: bool) {
+        let home = self.homes[usize::from(location)];
+        if home < DUE_LIST {
+            let (level, slot) = level_and_slot(home);
+            if occupied {
+                self.occupied_slots[level] |= 1 << slot;
+            } else {
+                self.occupied_slots[level] &= !(1 << slot);
+            }
+        }
     }
 
     /// Gives a detached list's allocation back to its (still empty) slot so the next rotation
@@ -467,9 +647,8 @@ impl<T> Wheel<T> {
         // A list never holds more than the slab's entries, whose indices fit in a u32.
         entry.position = list.len() as u32;
         list.push(index);
-        if location < DUE_LIST {
-            let (level, slot) = level_and_slot(location);
-            self.occupied_slots[level] |= 1 << slot;
+        if list.len() == 1 {
+            self.set_occupied(location, true);
         }
     }
 
@@ -482,9 +661,8 @@ impl<T> Wheel<T> {
         list.swap_remove(position as usize);
         if let Some(&moved) = list.get(position as usize) {
             self.slab.entry_mut(moved).position = position;
-        } else if location < DUE_LIST && list.is_empty() {
-            let (level, slot) = level_and_slot(location);
-            self.occupied_slots[level] &= !(1 << slot);
+        } else if list.is_empty() {
+            self.set_occupied(location, false);
         }
     }
 
@@ -523,7 +701,7 @@ impl<T> Wheel<T> {
     }
 
     /// Every occupied slot list, ordered by when `advance` would process it (ties: lower level
-    /// first), so bulk operations keep the same firing order as stepping would.
+    /// first), then the non-empty staging buckets.
     fn occupied_locations_in_processing_order(&self) -> Vec<u16> {
         let mut slots: Vec<(u64, u16)> = Vec::new();
         for (level, &occupied) in self.occupied_slots.iter().enumerate() {
@@ -534,13 +712,22 @@ impl<T> Wheel<T> {
                 let slot = u64::from(remaining.trailing_zeros());
                 remaining &= remaining - 1;
                 let slots_ahead = (slot.wrapping_sub(current_slot + 1) & SLOT_MASK) + 1;
-                let location = slot_list_location(level, slot as usize);
+                let location = self.slot_lists[level][slot as usize];
                 slots.push((slots_ahead << shift, location));
             }
         }
         // Offsets from the same base compare like start ticks and cannot overflow.
         slots.sort_unstable();
-        slots.into_iter().map(|(_, location)| location).collect()
+        let staged = self
+            .staging_lists
+            .iter()
+            .copied()
+            .filter(|&bucket| !self.lists[usize::from(bucket)].is_empty());
+        slots
+            .into_iter()
+            .map(|(_, location)| location)
+            .chain(staged)
+            .collect()
     }
 }
 
@@ -575,7 +762,8 @@ fn sort_by_deadline<T>(batch: &mut [Expired<T>]) {
     batch.sort_unstable_by_key(|fired| fired.deadline);
 }
 
-fn slot_list_location(level: usize, slot: usize) -> u16 {
+/// The home number of a slot.
+fn slot_home(level: usize, slot: usize) -> u16 {
     (level * SLOTS_PER_LEVEL + slot) as u16
 }
 
@@ -804,6 +992,42 @@ mod tests {
         }
         let retained = largest(&wheel);
         assert!(retained <= RETAINED_CAPACITY_FLOOR, "retained {retained}");
+    }
+
+    #[test]
+    fn a_big_cascade_is_staged_in_steps_and_swapped_in_at_its_start() {
+        let mut wheel = Wheel::new(1, usize::MAX);
+        let count = 5 * STAGING_BUDGET as u64;
+        // All in the level-1 slot starting at tick 128.
+        let handles: Vec<Handle> = (0..count)
+            .map(|value| wheel.insert(128 + value % 64, value as u32).unwrap())
+            .collect();
+        assert_eq!(wheel.next_wakeup(), Some(0), "staging work waits");
+        let mut steps = 0;
+        while wheel.next_wakeup() == Some(wheel.now()) {
+            let now = wheel.now();
+            assert!(advance_collect(&mut wheel, now).is_empty());
+            steps += 1;
+        }
+        assert_eq!(steps, 5, "one budget per advance");
+        assert_eq!(wheel.next_wakeup(), Some(128));
+        // Staged timers can still be cancelled and rescheduled, and new ones join them.
+        assert_eq!(wheel.cancel(handles[3]), Some(3));
+        assert!(wheel.reschedule(handles[4], 129));
+        wheel.insert(130, 99_999).unwrap();
+        assert!(advance_collect(&mut wheel, 127).is_empty());
+        let at_start = advance_collect(&mut wheel, 128);
+        assert_eq!(
+            at_start.len(),
+            (count / 64) as usize,
+            "tick 128 fires at once"
+        );
+        assert!(at_start.iter().all(|&(deadline, _)| deadline == 128));
+        let rest = advance_collect(&mut wheel, 191);
+        assert_eq!(rest.len() + at_start.len(), count as usize);
+        assert!(rest.windows(2).all(|pair| pair[0].0 <= pair[1].0));
+        assert!(rest.contains(&(129, 4)) && rest.contains(&(130, 99_999)));
+        assert!(wheel.is_empty());
     }
 
     #[test]

@@ -994,7 +994,7 @@ impl TimerState for TimerTable {
         if snapshotting {
             return Some(0);
         }
-        self.wheel.next_expiration()
+        self.wheel.next_wakeup()
     }
 }
 

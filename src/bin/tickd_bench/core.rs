@@ -78,7 +78,7 @@ impl TimerState for BenchTimers {
     }
 
     fn next_expiration(&self) -> Option<u64> {
-        self.wheel.next_expiration()
+        self.wheel.next_wakeup()
     }
 }
 
