@@ -333,10 +333,11 @@ impl<T> Wheel<T> {
     /// proceeds in small steps between the owner's other work instead of all at once when
     /// the slot comes due.
     pub fn next_wakeup(&self) -> Option<u64> {
-        if self.staging_work_left() {
-            return Some(self.now);
+        let staging = self.next_staging_time();
+        match (self.next_expiration(), staging) {
+            (Some(expiration), Some(staging)) => Some(expiration.min(staging)),
+            (expiration, staging) => expiration.or(staging),
         }
-        self.next_expiration()
     }
 
     /// Removes and returns every pending timer, sorted by deadline (Netty's `stop()`).
@@ -483,14 +484,19 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// True while a cascade is coming whose timers have not all been moved to staging.
-    fn staging_work_left(&self) -> bool {
+    /// When staging has work: now while the staged slot still holds timers, or when the
+    /// next cascade's lead time begins.
+    fn next_staging_time(&self) -> Option<u64> {
         match self.staging {
             Some(staging) => {
                 let source = self.slot_lists[staging.level][staging.slot];
-                !self.lists[usize::from(source)].is_empty()
+                (!self.lists[usize::from(source)].is_empty()).then_some(self.now)
             }
-            None => self.next_cascade().is_some(),
+            None => {
+                let (start_tick, level) = self.next_cascade()?;
+                let lead_start = start_tick.saturating_sub(staging_lead_ticks(level));
+                Some(lead_start.saturating_mul(self.tick).max(self.now))
+            }
         }
     }
 
@@ -502,13 +508,16 @@ impl<T> Wheel<T> {
             .min()
     }
 
-    /// Starts staging the next cascade if none is under way, then moves up to `budget` of its
-    /// timers into their buckets.
+    /// Starts staging the next cascade once its lead time has begun (if none is under way),
+    /// then moves up to `budget` of its timers into their buckets.
     fn stage_next_cascade(&mut self, budget: usize) {
         if self.staging.is_none() {
             let Some((start_tick, level)) = self.next_cascade() else {
                 return;
             };
+            if start_tick - self.elapsed_ticks > staging_lead_ticks(level) {
+                return;
+            }
             self.staging = Some(Staging {
                 start_tick,
                 level,
@@ -762,6 +771,13 @@ fn sort_by_deadline<T>(batch: &mut [Expired<T>]) {
     batch.sort_unstable_by_key(|fired| fired.deadline);
 }
 
+/// How long before a slot of `level` starts its staging may begin: a slot below it (at least
+/// 64 ticks), ample time at a budget per `advance`, yet late enough that timers cancelled or
+/// moved long before their cascade are never staged for nothing.
+fn staging_lead_ticks(level: usize) -> u64 {
+    1u64 << (SLOT_BITS * (level.max(2) as u32 - 1))
+}
+
 /// The home number of a slot.
 fn slot_home(level: usize, slot: usize) -> u16 {
     (level * SLOTS_PER_LEVEL + slot) as u16
@@ -1002,8 +1018,11 @@ mod tests {
         let handles: Vec<Handle> = (0..count)
             .map(|value| wheel.insert(128 + value % 64, value as u32).unwrap())
             .collect();
-        assert_eq!(wheel.next_wakeup(), Some(0), "staging work waits");
-        let mut steps = 0;
+        assert_eq!(wheel.next_wakeup(), Some(64), "staging starts a slot ahead");
+        assert!(advance_collect(&mut wheel, 63).is_empty());
+        assert_eq!(wheel.next_wakeup(), Some(64));
+        assert!(advance_collect(&mut wheel, 64).is_empty());
+        let mut steps = 1;
         while wheel.next_wakeup() == Some(wheel.now()) {
             let now = wheel.now();
             assert!(advance_collect(&mut wheel, now).is_empty());
