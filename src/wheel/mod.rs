@@ -17,6 +17,10 @@
 //!
 //! When the clock reaches the start of an occupied slot above level 0, the slot is *cascaded*:
 //! its timers are re-placed relative to the new elapsed tick, landing in lower levels or firing.
+//! Cascades below the top level are prepared ahead of time, a budgeted chunk per `advance`, so
+//! that reaching a slot of a million timers costs 64 list swaps rather than a million
+//! re-placements while due timers wait (see [`Staging`]); [`Wheel::next_wakeup`] tells the owner
+//! when such preparation is waiting.
 //! Timers further away than the top level can express are *clamped* into the top-level slot just
 //! before the current one (the farthest slot) and simply re-placed when that slot comes round;
 //! every re-check moves them 63 top-level slots closer, so this always terminates. A gap of a whole
@@ -25,8 +29,9 @@
 //! Timers inserted with a deadline at or before [`Wheel::now`] go on a separate "due now" list and
 //! fire on the next [`Wheel::advance`].
 //!
-//! Timers live in a slab (`Vec`) with a free list. Each slot (and the due list) is a `Vec<u32>` of
-//! slab indices, and every entry records its position in its slot's vector, so insert is a push,
+//! Timers live in a slab (fixed-size chunks, so growing never moves them) with a free list.
+//! Each slot (and the due list) is a `Vec<u32>` of slab indices, and every entry records the
+//! number of its list and its position in that vector, so insert is a push,
 //! cancel and reschedule are a `swap_remove` plus fixing the moved entry's position (all O(1)),
 //! and cascading or firing a slot iterates a dense array of indices: the loads of the entries are
 //! independent, so the CPU overlaps their cache misses instead of chasing a linked list. A slot's
