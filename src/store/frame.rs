@@ -3,6 +3,7 @@
 //! The checksum covers the record bytes, so a torn or corrupted record is detected; the
 //! decoder never panics on any input (it is fuzzed: `fuzz/fuzz_targets/decode_frames.rs`).
 
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, uint64, WireType};
 use prost::Message;
 
 use super::records::Record;
@@ -14,12 +15,154 @@ pub const HEADER_BYTES: usize = 8;
 pub const MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
 
 pub fn encode(record: &Record, out: &mut Vec<u8>) {
-    let length = record.encoded_len();
-    out.reserve(HEADER_BYTES + length);
+    frame_with(record.encoded_len(), out, |out| {
+        record.encode(out).expect("a Vec grows to fit any record");
+    });
+}
+
+/// A timer as the log stores it (`records::Timer`), borrowed from wherever its owner keeps
+/// it. Registering, firing and snapshotting encode timers straight from the worker's own
+/// records this way: building a `records::Timer` first would allocate its namespace, key
+/// and payload anew for every record, which was a good part of the worker's time under
+/// batched registration.
+#[derive(Debug, Clone, Copy)]
+pub struct TimerFields<'a> {
+    pub id: u64,
+    pub namespace: &'a str,
+    pub key: &'a str,
+    pub deadline_unix_nanos: u64,
+    pub payload: &'a [u8],
+    pub repeat_nanos: u64,
+    pub ttl_nanos: u64,
+    pub fired_count: u64,
+}
+
+/// Field numbers of `records.proto`, for the records encoded by hand.
+mod field {
+    pub const RECORD_REGISTERED: u32 = 1;
+    pub const RECORD_FIRED: u32 = 4;
+    pub const FIRED_TIMER: u32 = 1;
+    pub const FIRED_UNIX: u32 = 2;
+    pub const FIRED_REARMED: u32 = 3;
+}
+
+impl TimerFields<'_> {
+    /// The scalar fields with their numbers; proto3 leaves zeros out.
+    fn scalars(&self) -> [(u32, u64); 5] {
+        [
+            (1, self.id),
+            (4, self.deadline_unix_nanos),
+            (6, self.repeat_nanos),
+            (7, self.ttl_nanos),
+            (8, self.fired_count),
+        ]
+    }
+
+    fn encoded_len(&self) -> usize {
+        let scalars: usize = self
+            .scalars()
+            .iter()
+            .filter(|&&(_, value)| value != 0)
+            .map(|&(number, value)| uint64::encoded_len(number, &value))
+            .sum();
+        scalars
+            + length_delimited_len(2, self.namespace.len())
+            + length_delimited_len(3, self.key.len())
+            + length_delimited_len(5, self.payload.len())
+    }
+
+    /// The message body, fields in number order as prost writes them.
+    fn encode_raw(&self, out: &mut Vec<u8>) {
+        let put = |number: u32, value: u64, out: &mut Vec<u8>| {
+            if value != 0 {
+                uint64::encode(number, &value, out);
+            }
+        };
+        put(1, self.id, out);
+        put_length_delimited(2, self.namespace.as_bytes(), out);
+        put_length_delimited(3, self.key.as_bytes(), out);
+        put(4, self.deadline_unix_nanos, out);
+        put_length_delimited(5, self.payload, out);
+        put(6, self.repeat_nanos, out);
+        put(7, self.ttl_nanos, out);
+        put(8, self.fired_count, out);
+    }
+}
+
+/// Length of an optional length-delimited field (absent when empty).
+fn length_delimited_len(number: u32, length: usize) -> usize {
+    if length == 0 {
+        return 0;
+    }
+    key_len(number) + encoded_len_varint(length as u64) + length
+}
+
+fn put_length_delimited(number: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    if bytes.is_empty() {
+        return;
+    }
+    encode_key(number, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+/// Frames `Record { registered: timer }`, byte for byte what [`encode`] makes of it.
+pub fn encode_registered(timer: &TimerFields, out: &mut Vec<u8>) {
+    let timer_len = timer.encoded_len();
+    let record_len =
+        key_len(field::RECORD_REGISTERED) + encoded_len_varint(timer_len as u64) + timer_len;
+    frame_with(record_len, out, |out| {
+        encode_key(field::RECORD_REGISTERED, WireType::LengthDelimited, out);
+        encode_varint(timer_len as u64, out);
+        timer.encode_raw(out);
+    });
+}
+
+/// Frames `Record { fired: Fired { timer, fired_unix_nanos, rearmed_deadline_unix_nanos } }`,
+/// byte for byte what [`encode`] makes of it.
+pub fn encode_fired(
+    timer: &TimerFields,
+    fired_unix_nanos: u64,
+    rearmed_deadline_unix_nanos: u64,
+    out: &mut Vec<u8>,
+) {
+    let timer_len = timer.encoded_len();
+    let scalars = [
+        (field::FIRED_UNIX, fired_unix_nanos),
+        (field::FIRED_REARMED, rearmed_deadline_unix_nanos),
+    ];
+    let fired_len = key_len(field::FIRED_TIMER)
+        + encoded_len_varint(timer_len as u64)
+        + timer_len
+        + scalars
+            .iter()
+            .filter(|&&(_, value)| value != 0)
+            .map(|&(number, value)| uint64::encoded_len(number, &value))
+            .sum::<usize>();
+    let record_len =
+        key_len(field::RECORD_FIRED) + encoded_len_varint(fired_len as u64) + fired_len;
+    frame_with(record_len, out, |out| {
+        encode_key(field::RECORD_FIRED, WireType::LengthDelimited, out);
+        encode_varint(fired_len as u64, out);
+        encode_key(field::FIRED_TIMER, WireType::LengthDelimited, out);
+        encode_varint(timer_len as u64, out);
+        timer.encode_raw(out);
+        for (number, value) in scalars {
+            if value != 0 {
+                uint64::encode(number, &value, out);
+            }
+        }
+    });
+}
+
+/// Appends a frame whose record is `record_len` bytes written by `body`.
+fn frame_with(record_len: usize, out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    out.reserve(HEADER_BYTES + record_len);
     let start = out.len();
-    out.extend_from_slice(&(length as u32).to_le_bytes());
+    out.extend_from_slice(&(record_len as u32).to_le_bytes());
     out.extend_from_slice(&[0; 4]);
-    record.encode(out).expect("a Vec grows to fit any record");
+    body(out);
+    debug_assert_eq!(out.len() - start - HEADER_BYTES, record_len);
     let checksum = crc32fast::hash(&out[start + HEADER_BYTES..]);
     out[start + 4..start + HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
 }
@@ -121,6 +264,63 @@ mod tests {
     fn settled(id: u64) -> Record {
         Record {
             kind: Some(Kind::Settled(Settled { id, fired_count: 1 })),
+        }
+    }
+
+    #[test]
+    fn hand_encoded_timers_match_prost_byte_for_byte() {
+        use crate::store::records::{Fired, Timer};
+        let payloads: [&[u8]; 2] = [b"", b"payload bytes"];
+        for (fields, payload) in [(0u64, ""), (u64::MAX, "key-7"), (300, "")]
+            .iter()
+            .zip(payloads.iter().cycle())
+        {
+            let (number, key) = *fields;
+            let timer = TimerFields {
+                id: number,
+                namespace: if number == 0 { "" } else { "orders" },
+                key,
+                deadline_unix_nanos: number.wrapping_mul(3),
+                payload,
+                repeat_nanos: number / 2,
+                ttl_nanos: 0,
+                fired_count: number % 5,
+            };
+            let owned = Timer {
+                id: timer.id,
+                namespace: timer.namespace.to_owned(),
+                key: timer.key.to_owned(),
+                deadline_unix_nanos: timer.deadline_unix_nanos,
+                payload: bytes::Bytes::copy_from_slice(timer.payload),
+                repeat_nanos: timer.repeat_nanos,
+                ttl_nanos: timer.ttl_nanos,
+                fired_count: timer.fired_count,
+            };
+            let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
+            encode_registered(&timer, &mut by_hand);
+            encode(
+                &Record {
+                    kind: Some(Kind::Registered(owned.clone())),
+                },
+                &mut by_prost,
+            );
+            assert_eq!(by_hand, by_prost, "registered {number}");
+            for (fired_unix, rearmed) in [(0, 0), (17, 0), (17, u64::MAX)] {
+                let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
+                encode_fired(&timer, fired_unix, rearmed, &mut by_hand);
+                let fired = Fired {
+                    timer: Some(owned.clone()),
+                    fired_unix_nanos: fired_unix,
+                    rearmed_deadline_unix_nanos: rearmed,
+                };
+                encode(
+                    &Record {
+                        kind: Some(Kind::Fired(fired)),
+                    },
+                    &mut by_prost,
+                );
+                assert_eq!(by_hand, by_prost, "fired {number} {fired_unix} {rearmed}");
+            }
         }
     }
 

@@ -111,6 +111,24 @@ impl Batch {
         }
     }
 
+    /// Same as recording `Kind::Registered`, encoded straight from borrowed fields.
+    pub fn record_registered(&mut self, timer: &frame::TimerFields) {
+        frame::encode_registered(timer, &mut self.frames);
+    }
+
+    /// Same as recording `Kind::Fired`, encoded straight from borrowed fields.
+    pub fn record_fired(
+        &mut self,
+        timer: &frame::TimerFields,
+        fired_unix: u64,
+        rearmed_deadline_unix: u64,
+    ) {
+        let mut frame = Vec::new();
+        frame::encode_fired(timer, fired_unix, rearmed_deadline_unix, &mut frame);
+        self.frames.extend_from_slice(&frame);
+        self.fired.push(((timer.id, timer.fired_count), frame));
+    }
+
     pub fn on_durable(&mut self, callback: OnDurable) {
         self.on_durable.push(callback);
     }

@@ -2,6 +2,7 @@
 //! with the batch's replies until the store has made them durable, and the fuzzy snapshot
 //! streamed a chunk at a time between batches.
 
+use crate::store::frame::TimerFields;
 use crate::store::records::{record::Kind, Record};
 use crate::store::{Batch, OnDurable, StoreHandle};
 
@@ -36,6 +37,20 @@ impl Journal {
 
     pub fn record(&mut self, kind: Kind) {
         self.batch.record(&Record { kind: Some(kind) });
+    }
+
+    pub fn record_registered(&mut self, timer: &TimerFields) {
+        self.batch.record_registered(timer);
+    }
+
+    pub fn record_fired(
+        &mut self,
+        timer: &TimerFields,
+        fired_unix: u64,
+        rearmed_deadline_unix: u64,
+    ) {
+        self.batch
+            .record_fired(timer, fired_unix, rearmed_deadline_unix);
     }
 
     pub fn on_durable(&mut self, callback: OnDurable) {
@@ -91,10 +106,10 @@ impl Journal {
 
     /// Writes one chunk of live timers; `resume_at` is where the next one starts (None when
     /// this was the last).
-    pub fn write_snapshot_chunk(&mut self, timers: Vec<Kind>, resume_at: Option<u32>) {
+    pub fn write_snapshot_chunk(&mut self, timers: Vec<TimerFields>, resume_at: Option<u32>) {
         let mut chunk = Batch::default();
-        for timer in timers {
-            chunk.record(&Record { kind: Some(timer) });
+        for timer in &timers {
+            chunk.record_registered(timer);
         }
         let frames = chunk.into_frames();
         self.current_snapshot_bytes += frames.len();
