@@ -77,10 +77,11 @@ const WHEEL_SPAN_TICKS: u64 = 1 << (SLOT_BITS * LEVEL_COUNT as u32);
 const SLOT_LIST_COUNT: usize = LEVEL_COUNT * SLOTS_PER_LEVEL;
 /// The "due now" list, right after the slot lists (it never moves).
 const DUE_LIST: u16 = SLOT_LIST_COUNT as u16;
-/// Homes of the staging buckets (see [`Staging`]) follow the due list.
+/// Homes of the staging buckets (see [`Staging`]) follow the due list: 64 per level, those of
+/// level `L` receiving the timers of a level-`L` slot being staged.
 const STAGING_BASE: u16 = DUE_LIST + 1;
 /// Every list: slots, due, staging buckets.
-const LIST_COUNT: usize = SLOT_LIST_COUNT + 1 + SLOTS_PER_LEVEL;
+const LIST_COUNT: usize = SLOT_LIST_COUNT + 1 + SLOT_LIST_COUNT;
 /// Entries moved into the staging buckets per `advance` call by default: about 20-30 µs of
 /// work, so timers due meanwhile wait no longer than that.
 const STAGING_BUDGET: usize = 1024;
@@ -103,16 +104,17 @@ pub struct Wheel<T> {
     /// the list it is on and its `position` is its index there. Which slot (or staging
     /// bucket) a list serves is its *home*; staging swaps homes, never entries.
     lists: Vec<Vec<u32>>,
-    /// The home of each list: `level * 64 + slot`, `DUE_LIST`, or `STAGING_BASE + bucket`.
+    /// The home of each list: `level * 64 + slot`, `DUE_LIST`, or
+    /// `STAGING_BASE + level * 64 + bucket`.
     homes: Vec<u16>,
     /// The list serving each slot of each level.
     slot_lists: [[u16; SLOTS_PER_LEVEL]; LEVEL_COUNT],
-    /// The list serving each staging bucket.
-    staging_lists: [u16; SLOTS_PER_LEVEL],
+    /// The list serving each staging bucket of each level.
+    staging_lists: [[u16; SLOTS_PER_LEVEL]; LEVEL_COUNT],
     /// Bit `s` of `occupied_slots[L]` is set iff slot `s` of level `L` is non-empty.
     occupied_slots: [u64; LEVEL_COUNT],
-    /// The next cascade, being prepared ahead of time.
-    staging: Option<Staging>,
+    /// Per level, the next cascade of that level being prepared ahead of time.
+    staging: [Option<Staging>; LEVEL_COUNT],
     /// Timers staged per `advance` call.
     staging_budget: usize,
 }
@@ -120,17 +122,26 @@ pub struct Wheel<T> {
 /// A cascade prepared ahead of time. Cascading a slot at level `L >= 1` re-places every
 /// timer in it, tens of nanoseconds each (they are scattered over the slab): a slot of a
 /// million timers would stall the wheel, and every timer due at that moment, for tens of
-/// milliseconds. So as soon as a slot is the next to cascade, `advance` moves its timers a
-/// budgeted chunk at a time into 64 staging buckets, one per slot of level `L - 1` in the
-/// block the slot covers. When the clock reaches the slot's start those slots are all empty
-/// (everything before the start has been processed), so each bucket simply becomes the list
-/// of its slot: 64 list swaps, whatever the number of timers. Timers that would be placed in
-/// the slot meanwhile go straight into their bucket.
+/// milliseconds. So once the next slot of a level holds more timers than one `advance` may
+/// move, and its start is within a lead time (see [`staging_lead_ticks`]), `advance` moves
+/// its timers a budgeted chunk at a time into that level's 64 staging buckets, one per slot
+/// of level `L - 1` in the block the slot covers. Timers that would be placed in the slot
+/// meanwhile go straight into their bucket. Every level stages on its own, so a long
+/// staging of a coarse slot never holds up the frequent cascades of fine ones.
+///
+/// When the clock reaches the slot's start `T`, each bucket simply becomes the list of its
+/// slot one level down: 64 list swaps, whatever the number of timers. Those slots are empty
+/// then. The lead is at most one level-`L` slot, so staging began inside the slot just before
+/// `T`; no multiple of `64^L` lies between then and `T`, so nothing cascades meanwhile from
+/// level `L` or above (and slot 0 of a level below the top is never occupied, so nothing
+/// else starts at `T`); every timer due before `T` sits in a slot that starts before `T` and
+/// is processed first; and every timer due in `[T, T + 64^L)` is placed in the staged slot,
+/// that is, in its bucket. A bucket whose slot were not empty all the same is merged into it
+/// rather than swapped, so the wheel stays exact even if that reasoning had a hole.
 #[derive(Clone, Copy, Debug)]
 struct Staging {
     /// Tick at which the source slot starts.
     start_tick: u64,
-    level: usize,
     slot: usize,
 }
 
@@ -200,15 +211,18 @@ impl<T> Wheel<T> {
             slot_lists: std::array::from_fn(|level| {
                 std::array::from_fn(|slot| slot_home(level, slot))
             }),
-            staging_lists: std::array::from_fn(|bucket| STAGING_BASE + bucket as u16),
+            staging_lists: std::array::from_fn(|level| {
+                std::array::from_fn(|bucket| STAGING_BASE + slot_home(level, bucket))
+            }),
             occupied_slots: [0; LEVEL_COUNT],
-            staging: None,
+            staging: [None; LEVEL_COUNT],
             staging_budget: STAGING_BUDGET,
         }
     }
 
-    /// Sets how many timers of an upcoming cascade one `advance` call moves into staging
-    /// (default 1024, at least 1): the longest pause staging adds to a call.
+    /// Sets how many timers of upcoming cascades one `advance` call moves into staging
+    /// (default 1024, at least 1), which bounds the pause staging adds to a call. A slot
+    /// holding no more than this is cascaded at its start, as without staging.
     pub fn set_staging_budget(&mut self, budget: usize) {
         self.staging_budget = budget.max(1);
     }
@@ -311,7 +325,7 @@ impl<T> Wheel<T> {
         self.elapsed_ticks = target_tick;
         self.now = now;
         self.fire_list(DUE_LIST, expired);
-        self.stage_next_cascade(self.staging_budget);
+        self.stage_next_cascades(self.staging_budget);
         sort_by_deadline(&mut expired[batch_start..]);
     }
 
@@ -325,7 +339,7 @@ impl<T> Wheel<T> {
             return Some(self.now);
         }
         let slot_start_tick = self.earliest_slot_start().map(|(start, _)| start);
-        let staged_start = self.staging.map(|staging| staging.start_tick);
+        let staged_start = self.earliest_staging().map(|(start, _)| start);
         let earliest = match (slot_start_tick, staged_start) {
             (Some(slot), Some(staged)) => slot.min(staged),
             (slot, staged) => slot.or(staged)?,
@@ -333,10 +347,10 @@ impl<T> Wheel<T> {
         Some(earliest.saturating_mul(self.tick))
     }
 
-    /// When the owner of the wheel should next call `advance`: [`Wheel::next_expiration`], or
-    /// now while a cascade is still to be prepared (see [`Staging`]), so that the preparation
-    /// proceeds in small steps between the owner's other work instead of all at once when
-    /// the slot comes due.
+    /// When the owner of the wheel should next call `advance`: [`Wheel::next_expiration`],
+    /// now while a cascade is still being prepared, or when the lead time of the next big
+    /// one begins (see [`Staging`]), so that the preparation proceeds in small steps between
+    /// the owner's other work instead of all at once when the slot comes due.
     pub fn next_wakeup(&self) -> Option<u64> {
         let staging = self.next_staging_time();
         match (self.next_expiration(), staging) {
@@ -352,7 +366,7 @@ impl<T> Wheel<T> {
             self.fire_list(location, &mut drained);
         }
         self.fire_list(DUE_LIST, &mut drained);
-        self.staging = None;
+        self.staging = [None; LEVEL_COUNT];
         sort_by_deadline(&mut drained);
         drained
     }
@@ -436,10 +450,8 @@ impl<T> Wheel<T> {
         let level = level_for(self.elapsed_ticks, when);
         if level < TOP_LEVEL {
             let slot = slot_for(when, level);
-            if let Some(staging) = self.staging {
-                if staging.level == level && staging.slot == slot {
-                    return self.staging_lists[slot_for(when, level - 1)];
-                }
+            if self.staging[level].is_some_and(|staging| staging.slot == slot) {
+                return self.staging_lists[level][slot_for(when, level - 1)];
             }
             return self.slot_lists[level][slot];
         }
@@ -460,21 +472,18 @@ impl<T> Wheel<T> {
     /// are visited, so a long gap costs O(timers * levels), not O(gap).
     fn step_to(&mut self, target_tick: u64, expired: &mut Vec<Expired<T>>) {
         loop {
-            let staged_start = self.staging.map(|staging| staging.start_tick);
-            if let Some(start) = staged_start.filter(|&start| start <= target_tick) {
-                // A staged slot starts no later than any occupied slot: staging always
-                // picks the next cascade, and nothing can be placed before a cascade
-                // that is still to come except in lower levels, which start later.
-                if self
-                    .earliest_slot_start()
-                    .is_none_or(|(slot_start, _)| slot_start >= start)
-                {
+            let slot_event = self.earliest_slot_start();
+            // A staged slot is finished at its start once every slot starting earlier has
+            // been processed (occupied slots of lower levels may start before it).
+            if let Some((start, level)) = self.earliest_staging() {
+                let slots_first = slot_event.is_some_and(|(slot_start, _)| slot_start < start);
+                if start <= target_tick && !slots_first {
                     self.elapsed_ticks = start;
-                    self.finish_staging(expired);
+                    self.finish_staging(level, expired);
                     continue;
                 }
             }
-            let Some((slot_start_tick, levels)) = self.earliest_slot_start() else {
+            let Some((slot_start_tick, levels)) = slot_event else {
                 break;
             };
             if slot_start_tick > target_tick {
@@ -489,91 +498,131 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// When staging has work: now while the staged slot still holds timers, or when the
-    /// next cascade's lead time begins.
-    fn next_staging_time(&self) -> Option<u64> {
-        match self.staging {
-            Some(staging) => {
-                let source = self.slot_lists[staging.level][staging.slot];
-                (!self.lists[usize::from(source)].is_empty()).then_some(self.now)
-            }
-            None => {
-                let (start_tick, level) = self.next_cascade()?;
-                let lead_start = start_tick.saturating_sub(staging_lead_ticks(level));
-                Some(lead_start.saturating_mul(self.tick).max(self.now))
-            }
-        }
-    }
-
-    /// The next slot above level 0 (and below the top, whose clamped timers are re-checked
-    /// rather than cascaded) to start, as (start tick, level).
-    fn next_cascade(&self) -> Option<(u64, usize)> {
+    /// The staging that finishes first, as (start tick, level).
+    fn earliest_staging(&self) -> Option<(u64, usize)> {
         (1..TOP_LEVEL)
-            .filter_map(|level| Some((self.next_slot_start(level)?, level)))
+            .filter_map(|level| Some((self.staging[level]?.start_tick, level)))
             .min()
     }
 
-    /// Starts staging the next cascade once its lead time has begun (if none is under way),
-    /// then moves up to `budget` of its timers into their buckets.
-    fn stage_next_cascade(&mut self, budget: usize) {
-        if self.staging.is_none() {
-            let Some((start_tick, level)) = self.next_cascade() else {
-                return;
-            };
-            if start_tick - self.elapsed_ticks > staging_lead_ticks(level) {
-                return;
-            }
-            self.staging = Some(Staging {
-                start_tick,
-                level,
-                slot: slot_for(start_tick, level),
-            });
+    /// The list of the slot a level is staging.
+    fn staged_source(&self, level: usize, staging: Staging) -> u16 {
+        self.slot_lists[level][staging.slot]
+    }
+
+    /// The next slot of `level` to start, with its start tick, if it is big enough to stage
+    /// (it holds more timers than one `advance` may move) and no staging of that level is
+    /// under way. Levels 1 up to, not including, the top: the top level's clamped timers are
+    /// re-checked rather than cascaded.
+    fn next_to_stage(&self, level: usize) -> Option<(u64, usize)> {
+        if self.staging[level].is_some() {
+            return None;
         }
-        if let Some(staging) = self.staging {
-            self.stage_entries(staging, budget);
+        let start_tick = self.next_slot_start(level)?;
+        let slot = slot_for(start_tick, level);
+        let timers = self.lists[usize::from(self.slot_lists[level][slot])].len();
+        (timers > self.staging_budget).then_some((start_tick, slot))
+    }
+
+    /// When staging next has work: now while a staged slot still holds timers, otherwise
+    /// when the lead time of the next slot big enough to stage begins.
+    fn next_staging_time(&self) -> Option<u64> {
+        let mut earliest: Option<u64> = None;
+        for level in 1..TOP_LEVEL {
+            let time = match self.staging[level] {
+                Some(staging) => {
+                    let source = self.staged_source(level, staging);
+                    if self.lists[usize::from(source)].is_empty() {
+                        continue;
+                    }
+                    self.now
+                }
+                None => {
+                    let Some((start_tick, _)) = self.next_to_stage(level) else {
+                        continue;
+                    };
+                    let lead_start = start_tick.saturating_sub(staging_lead_ticks(level));
+                    lead_start.saturating_mul(self.tick).max(self.now)
+                }
+            };
+            earliest = Some(earliest.map_or(time, |earliest| earliest.min(time)));
+        }
+        earliest
+    }
+
+    /// Starts staging the next big slot of each level whose lead time has begun, then moves
+    /// up to `budget` timers into buckets, the staging that finishes first served first.
+    fn stage_next_cascades(&mut self, mut budget: usize) {
+        for level in 1..TOP_LEVEL {
+            if let Some((start_tick, slot)) = self.next_to_stage(level) {
+                if start_tick - self.elapsed_ticks <= staging_lead_ticks(level) {
+                    self.staging[level] = Some(Staging { start_tick, slot });
+                }
+            }
+        }
+        let mut order: [(u64, usize); LEVEL_COUNT] = std::array::from_fn(|level| {
+            let start = self.staging[level].map_or(u64::MAX, |staging| staging.start_tick);
+            (start, level)
+        });
+        order.sort_unstable();
+        for (_, level) in order {
+            if budget == 0 {
+                break;
+            }
+            budget -= self.stage_entries(level, budget);
         }
     }
 
-    /// Moves up to `budget` timers from the staged slot into their buckets, from the end of
-    /// its list, so no other entry changes position.
-    fn stage_entries(&mut self, staging: Staging, budget: usize) {
-        let source = self.slot_lists[staging.level][staging.slot];
-        for _ in 0..budget {
+    /// Moves up to `budget` timers from a level's staged slot into its buckets, from the end
+    /// of the slot's list, so no other entry changes position. Returns how many it moved.
+    fn stage_entries(&mut self, level: usize, budget: usize) -> usize {
+        let Some(staging) = self.staging[level] else {
+            return 0;
+        };
+        let source = self.staged_source(level, staging);
+        let mut moved = 0;
+        while moved < budget {
             let Some(index) = self.lists[usize::from(source)].pop() else {
                 break;
             };
             let when = self.deadline_tick(self.slab.entry(index).deadline);
-            let bucket = self.staging_lists[slot_for(when, staging.level - 1)];
+            let bucket = self.staging_lists[level][slot_for(when, level - 1)];
             self.link_entry(index, bucket);
+            moved += 1;
         }
         if self.lists[usize::from(source)].is_empty() {
             self.set_occupied(source, false);
         }
+        moved
     }
 
-    /// At the staged slot's start (the elapsed tick): moves what is left into the buckets,
+    /// At a staged slot's start (the elapsed tick): moves what is left into the buckets,
     /// makes each bucket the list of its slot one level down, and re-places the first
     /// bucket's timers, whose slot starts now.
-    fn finish_staging(&mut self, expired: &mut Vec<Expired<T>>) {
-        let Some(staging) = self.staging.take() else {
-            return;
-        };
-        self.stage_entries(staging, usize::MAX);
-        let lower = staging.level - 1;
+    fn finish_staging(&mut self, level: usize, expired: &mut Vec<Expired<T>>) {
+        self.stage_entries(level, usize::MAX);
+        self.staging[level] = None;
+        let lower = level - 1;
         for slot in 1..SLOTS_PER_LEVEL {
-            let bucket = self.staging_lists[slot];
+            let bucket = self.staging_lists[level][slot];
             if self.lists[usize::from(bucket)].is_empty() {
                 continue;
             }
             let vacant = self.slot_lists[lower][slot];
-            debug_assert!(self.lists[usize::from(vacant)].is_empty());
+            if !self.lists[usize::from(vacant)].is_empty() {
+                // Not expected (see `Staging`); merging keeps the wheel exact regardless.
+                for index in self.detach_list(bucket) {
+                    self.link_entry(index, vacant);
+                }
+                continue;
+            }
             self.slot_lists[lower][slot] = bucket;
-            self.staging_lists[slot] = vacant;
+            self.staging_lists[level][slot] = vacant;
             self.homes[usize::from(bucket)] = slot_home(lower, slot);
-            self.homes[usize::from(vacant)] = STAGING_BASE + slot as u16;
+            self.homes[usize::from(vacant)] = STAGING_BASE + slot_home(level, slot);
             self.set_occupied(bucket, true);
         }
-        self.replace_list(self.staging_lists[0], expired);
+        self.replace_list(self.staging_lists[level][0], expired);
     }
 
     /// Handles a clock jump of at least a whole wheel span: every slot would be processed at
@@ -585,7 +634,7 @@ impl<T> Wheel<T> {
             .into_iter()
             .map(|location| (location, self.detach_list(location)))
             .collect();
-        self.staging = None;
+        self.staging = [None; LEVEL_COUNT];
         self.elapsed_ticks = target_tick;
         for (location, list) in detached {
             self.replace_all(&list, expired);
@@ -735,6 +784,7 @@ impl<T> Wheel<T> {
         let staged = self
             .staging_lists
             .iter()
+            .flatten()
             .copied()
             .filter(|&bucket| !self.lists[usize::from(bucket)].is_empty());
         slots
@@ -1052,6 +1102,64 @@ mod tests {
         assert!(rest.windows(2).all(|pair| pair[0].0 <= pair[1].0));
         assert!(rest.contains(&(129, 4)) && rest.contains(&(130, 99_999)));
         assert!(wheel.is_empty());
+    }
+
+    #[test]
+    fn each_level_stages_its_own_next_slot_and_every_timer_fires_in_its_tick() {
+        let mut wheel = Wheel::new(1, usize::MAX);
+        wheel.set_staging_budget(8);
+        let level_3_start = 1u64 << 18;
+        // Timers spread over the last level-2 slot before a level-3 slot and into it.
+        let deadlines: Vec<u64> = (0..3000u64)
+            .map(|value| level_3_start - 4000 + value * 3)
+            .collect();
+        for (value, &deadline) in deadlines.iter().enumerate() {
+            wheel.insert(deadline, value as u32).unwrap();
+        }
+        let mut fired = Vec::new();
+        let mut both_levels_staging = false;
+        let mut level_3_fully_staged_in_time = false;
+        for now in level_3_start - 4100..=level_3_start + 5000 {
+            loop {
+                let mut expired = Vec::new();
+                wheel.advance(now, &mut expired);
+                for timer in expired {
+                    assert_eq!(timer.deadline, now, "fires in its own tick, never early");
+                    fired.push(timer.value);
+                }
+                if wheel.next_wakeup() != Some(now) {
+                    break;
+                }
+            }
+            both_levels_staging |= wheel.staging[1].is_some() && wheel.staging[3].is_some();
+            if now == level_3_start - 1 {
+                let staging = wheel.staging[3].expect("the level-3 slot is staged");
+                let source = wheel.staged_source(3, staging);
+                level_3_fully_staged_in_time = wheel.lists[usize::from(source)].is_empty();
+            }
+        }
+        assert!(
+            both_levels_staging,
+            "a coarse staging does not hold up fine ones"
+        );
+        assert!(level_3_fully_staged_in_time);
+        fired.sort_unstable();
+        assert_eq!(fired, (0..3000).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn a_lower_slot_starting_before_a_staged_one_is_processed_first() {
+        let mut wheel = Wheel::new(1, usize::MAX);
+        wheel.set_staging_budget(1);
+        wheel.insert(128, 1).unwrap();
+        wheel.insert(129, 2).unwrap();
+        assert!(advance_collect(&mut wheel, 64).is_empty());
+        assert!(wheel.staging[1].is_some(), "the slot at 128 is staged");
+        wheel.insert(100, 3).unwrap();
+        assert_eq!(
+            advance_collect(&mut wheel, 200),
+            vec![(100, 3), (128, 1), (129, 2)]
+        );
     }
 
     #[test]
