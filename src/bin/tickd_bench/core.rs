@@ -112,7 +112,9 @@ fn round(args: &CoreArgs) -> Round {
     let clock = SystemClock::new();
     let delays = seeded_delays(count, args.max_delay_ms * 1_000_000);
     let (lateness_sender, lateness_receiver) = mpsc::channel();
-    let mut lateness_ns = vec![0u64; count];
+    // Filled with a non-zero value so that every page is touched here, not (page fault by
+    // page fault) on the worker thread while it is firing timers.
+    let mut lateness_ns = vec![u64::MAX; count];
     let mut fired = 0usize;
     let sink = move |batch: Vec<(u32, u64)>| {
         for (index, deadline) in batch {
@@ -127,7 +129,7 @@ fn round(args: &CoreArgs) -> Round {
     // second phase could start out sharing a core with the sender.
     let state = BenchTimers {
         wheel: Wheel::new(args.tick_ms * 1_000_000, usize::MAX),
-        handles: vec![Handle::from_u64(0); count],
+        handles: vec![Handle::from_u64(u64::MAX); count],
     };
     let worker = Worker::spawn(state, clock, WorkerConfig::default(), sink).expect("spawn worker");
     let commands = worker.handle();
