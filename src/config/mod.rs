@@ -51,7 +51,8 @@ pub struct Config {
     /// `interval` fsyncs every 10 ms, `none` keeps timers in memory only (no data dir).
     #[arg(long, env = "TICKD_SYNC", value_enum, default_value_t = SyncMode::Always)]
     pub sync: SyncMode,
-    /// Log bytes written since the last snapshot that trigger the next one.
+    /// Log bytes written since the last snapshot that trigger the next one (or the last
+    /// snapshot's size, if larger, so that a big live set is not rewritten over and over).
     #[arg(long, env = "TICKD_SNAPSHOT_AFTER_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub snapshot_after_bytes: usize,
     /// Length of one wheel tick: the lateness bound is one tick plus scheduling noise.

@@ -268,63 +268,6 @@ mod tests {
     }
 
     #[test]
-    fn hand_encoded_timers_match_prost_byte_for_byte() {
-        use crate::store::records::{Fired, Timer};
-        let payloads: [&[u8]; 2] = [b"", b"payload bytes"];
-        for (fields, payload) in [(0u64, ""), (u64::MAX, "key-7"), (300, "")]
-            .iter()
-            .zip(payloads.iter().cycle())
-        {
-            let (number, key) = *fields;
-            let timer = TimerFields {
-                id: number,
-                namespace: if number == 0 { "" } else { "orders" },
-                key,
-                deadline_unix_nanos: number.wrapping_mul(3),
-                payload,
-                repeat_nanos: number / 2,
-                ttl_nanos: 0,
-                fired_count: number % 5,
-            };
-            let owned = Timer {
-                id: timer.id,
-                namespace: timer.namespace.to_owned(),
-                key: timer.key.to_owned(),
-                deadline_unix_nanos: timer.deadline_unix_nanos,
-                payload: bytes::Bytes::copy_from_slice(timer.payload),
-                repeat_nanos: timer.repeat_nanos,
-                ttl_nanos: timer.ttl_nanos,
-                fired_count: timer.fired_count,
-            };
-            let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
-            encode_registered(&timer, &mut by_hand);
-            encode(
-                &Record {
-                    kind: Some(Kind::Registered(owned.clone())),
-                },
-                &mut by_prost,
-            );
-            assert_eq!(by_hand, by_prost, "registered {number}");
-            for (fired_unix, rearmed) in [(0, 0), (17, 0), (17, u64::MAX)] {
-                let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
-                encode_fired(&timer, fired_unix, rearmed, &mut by_hand);
-                let fired = Fired {
-                    timer: Some(owned.clone()),
-                    fired_unix_nanos: fired_unix,
-                    rearmed_deadline_unix_nanos: rearmed,
-                };
-                encode(
-                    &Record {
-                        kind: Some(Kind::Fired(fired)),
-                    },
-                    &mut by_prost,
-                );
-                assert_eq!(by_hand, by_prost, "fired {number} {fired_unix} {rearmed}");
-            }
-        }
-    }
-
-    #[test]
     fn frames_round_trip() {
         let mut bytes = Vec::new();
         for id in 0..10 {
@@ -363,5 +306,90 @@ mod tests {
         assert_eq!(decoded.records, vec![settled(0)]);
         assert_eq!(decoded.damage, Some(Damage::Corrupt));
         assert!(!decoded.damage_at_tail);
+    }
+}
+
+/// The hand-written encoders against prost, over field values at the varint length
+/// boundaries and strings and payloads up to their limits.
+#[cfg(test)]
+mod hand_encoding_tests {
+    use super::*;
+    use crate::store::records::{record::Kind, Fired, Timer};
+    use proptest::prelude::*;
+
+    fn boundary_or_any() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(127),
+            Just(128),
+            Just(16_383),
+            Just(16_384),
+            Just(u64::MAX),
+            any::<u64>(),
+        ]
+    }
+
+    fn length(limit: usize) -> impl Strategy<Value = usize> {
+        prop_oneof![Just(0usize), Just(127), Just(128), Just(limit), 0..=limit]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 300,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn registered_and_fired_frames_are_what_prost_writes(
+            numbers in prop::array::uniform7(boundary_or_any()),
+            namespace_len in length(300),
+            key_len in length(256),
+            payload_len in length(64 * 1024),
+        ) {
+            let [id, deadline, repeat, ttl, fired_count, fired_unix, rearmed] = numbers;
+            let namespace = "n".repeat(namespace_len);
+            let key = "k".repeat(key_len);
+            let payload = vec![0xab_u8; payload_len];
+            let fields = TimerFields {
+                id,
+                namespace: &namespace,
+                key: &key,
+                deadline_unix_nanos: deadline,
+                payload: &payload,
+                repeat_nanos: repeat,
+                ttl_nanos: ttl,
+                fired_count,
+            };
+            let timer = Timer {
+                id,
+                namespace: namespace.clone(),
+                key: key.clone(),
+                deadline_unix_nanos: deadline,
+                payload: bytes::Bytes::from(payload.clone()),
+                repeat_nanos: repeat,
+                ttl_nanos: ttl,
+                fired_count,
+            };
+            let registered = Record { kind: Some(Kind::Registered(timer.clone())) };
+            let fired = Record {
+                kind: Some(Kind::Fired(Fired {
+                    timer: Some(timer),
+                    fired_unix_nanos: fired_unix,
+                    rearmed_deadline_unix_nanos: rearmed,
+                })),
+            };
+            let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
+            encode_registered(&fields, &mut by_hand);
+            encode(&registered, &mut by_prost);
+            prop_assert_eq!(&by_hand, &by_prost);
+            prop_assert_eq!(decode_all(&by_hand).records, vec![registered]);
+            let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
+            encode_fired(&fields, fired_unix, rearmed, &mut by_hand);
+            encode(&fired, &mut by_prost);
+            prop_assert_eq!(&by_hand, &by_prost);
+            prop_assert_eq!(decode_all(&by_hand).records, vec![fired]);
+        }
     }
 }

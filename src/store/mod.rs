@@ -185,6 +185,7 @@ impl StoreHandle {
 /// The store thread; dropping every [`StoreHandle`] lets it finish, and `join` waits.
 pub struct Store {
     thread: std::thread::JoinHandle<()>,
+    recovered_snapshot_bytes: u64,
 }
 
 impl Store {
@@ -199,6 +200,7 @@ impl Store {
     ) -> Result<(Store, StoreHandle, Vec<records::Fired>), StoreError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let recovered = recovery::recover(dir, replay)?;
+        let recovered_snapshot_bytes = recovered.snapshot_bytes;
         let next_segment = recovered.last_segment + 1;
         let (frames, unsettled) = recovered
             .unsettled
@@ -211,7 +213,17 @@ impl Store {
             .name("tickd-store".into())
             .spawn(move || writer.run(receiver))
             .map_err(io_error(dir))?;
-        Ok((Store { thread }, StoreHandle { sender }, unsettled))
+        let store = Store {
+            thread,
+            recovered_snapshot_bytes,
+        };
+        Ok((store, StoreHandle { sender }, unsettled))
+    }
+
+    /// Size of the snapshot the store recovered from: what the next snapshot will be
+    /// about as large as, which sets when it is worth taking.
+    pub fn recovered_snapshot_bytes(&self) -> u64 {
+        self.recovered_snapshot_bytes
     }
 
     pub fn join(self) {

@@ -42,6 +42,8 @@ pub struct Recovered {
     pub last_segment: u64,
     /// Fired expirations never settled, with their frames, by (timer id, fired count).
     pub unsettled: Unsettled,
+    /// Size of the snapshot recovery started from (0 if none).
+    pub snapshot_bytes: u64,
 }
 
 pub fn recover(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Recovered, StoreError> {
@@ -58,6 +60,10 @@ pub fn recover(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Recovered, 
         .rfind(|(_, kind, _)| *kind == FileKind::Snapshot)
         .map(|(sequence, _, path)| (*sequence, path.clone()));
     let first_segment = snapshot.as_ref().map_or(0, |(sequence, _)| *sequence);
+    let snapshot_bytes = match &snapshot {
+        Some((_, path)) => fs::metadata(path).map_err(io_error(path))?.len(),
+        None => 0,
+    };
     let segments: Vec<&PathBuf> = files
         .iter()
         .filter(|(sequence, kind, _)| *kind == FileKind::Segment && *sequence >= first_segment)
@@ -115,6 +121,7 @@ pub fn recover(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Recovered, 
     Ok(Recovered {
         last_segment,
         unsettled,
+        snapshot_bytes,
     })
 }
 

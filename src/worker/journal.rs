@@ -23,13 +23,18 @@ pub struct Journal {
 }
 
 impl Journal {
-    pub fn new(store: StoreHandle, snapshot_after_bytes: usize) -> Self {
+    /// `last_snapshot_bytes`: the size of the snapshot the store recovered from, if any.
+    pub fn new(
+        store: StoreHandle,
+        snapshot_after_bytes: usize,
+        last_snapshot_bytes: usize,
+    ) -> Self {
         Self {
             store,
             batch: Batch::default(),
             bytes_since_snapshot: 0,
             snapshot_after_bytes,
-            last_snapshot_bytes: 0,
+            last_snapshot_bytes,
             current_snapshot_bytes: 0,
             snapshot_cursor: None,
         }
@@ -76,8 +81,10 @@ impl Journal {
     /// Starts a snapshot once the log has grown past the threshold since the last one: the
     /// configured size, or the last snapshot's size if that is larger. Scaling with the
     /// live set bounds what snapshots cost to about one byte written per byte logged, and
-    /// disk use to about twice the live set (plus the threshold), however many timers are
-    /// pending; a fixed threshold would rewrite a large live set over and over.
+    /// disk use to about twice the live set plus the threshold (three times at the peak,
+    /// while a new snapshot is written before the old files go), however many timers are
+    /// pending; a fixed threshold would rewrite a large live set over and over. After the
+    /// live set shrinks, one snapshot at the old size brings the threshold back down.
     pub fn maybe_begin_snapshot(&mut self, next_id: u64) {
         let threshold = self.snapshot_after_bytes.max(self.last_snapshot_bytes);
         if self.snapshot_in_progress() || self.bytes_since_snapshot < threshold {

@@ -4,9 +4,7 @@
 //! All of it lives on one thread, so each command is applied whole or not at all: a
 //! failing item changes nothing, and no lock is ever taken.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -333,37 +331,12 @@ struct IdIndex {
 
 const ID_INDEX_SHARDS: u64 = 64;
 
-type IdMap = HashMap<u64, Handle, BuildHasherDefault<IdHasher>>;
-
-/// Places a shard's ids in sequence. Ids are handed out one after another, so with the
-/// bucket taken from the id itself (its rank within its shard) a burst of registrations
-/// fills neighbouring buckets instead of one random cache line each, which halved the cost
-/// of indexing at millions of timers. The top seven bits, which the table compares before
-/// any key, come from a multiplicative hash so that they still tell ids apart.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed; any other input still gets a usable hash.
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(ID_MIX);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id;
-    }
-
-    fn finish(&self) -> u64 {
-        let rank_in_shard = self.0 / ID_INDEX_SHARDS;
-        let tag = self.0.wrapping_mul(ID_MIX) & (0x7f << 57);
-        rank_in_shard ^ tag
-    }
-}
-
-/// An odd constant with well-spread bits (2^64 divided by the golden ratio).
-const ID_MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Ids are spread over the table by FxHash's multiply-and-rotate. A hasher that kept a
+/// shard's consecutive ids in neighbouring buckets made registration bursts cheaper, but
+/// timers that fire in the order they were registered (the common same-delay case) then
+/// leave a trail of tombstones behind a dense run of live ids: the shard rehashed in place
+/// over and over (stalls of milliseconds) and lookups of fired ids probed long runs.
+type IdMap = FxHashMap<u64, Handle>;
 
 impl Default for IdIndex {
     fn default() -> Self {
