@@ -233,12 +233,10 @@ fn recover(
         Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
             table.replay(record, now)
         })?;
-    let last_snapshot_bytes =
-        usize::try_from(store.recovered_snapshot_bytes()).unwrap_or(usize::MAX);
     table.attach_journal(Journal::new(
         handle.clone(),
         config.snapshot_after_bytes,
-        last_snapshot_bytes,
+        store.recovered_snapshot_bytes(),
     ));
     let recovered = unsettled
         .into_iter()

@@ -59,13 +59,7 @@ impl TimerFields<'_> {
     }
 
     fn encoded_len(&self) -> usize {
-        let scalars: usize = self
-            .scalars()
-            .iter()
-            .filter(|&&(_, value)| value != 0)
-            .map(|&(number, value)| uint64::encoded_len(number, &value))
-            .sum();
-        scalars
+        uint64_fields_len(&self.scalars())
             + length_delimited_len(2, self.namespace.len())
             + length_delimited_len(3, self.key.len())
             + length_delimited_len(5, self.payload.len())
@@ -73,19 +67,30 @@ impl TimerFields<'_> {
 
     /// The message body, fields in number order as prost writes them.
     fn encode_raw(&self, out: &mut Vec<u8>) {
-        let put = |number: u32, value: u64, out: &mut Vec<u8>| {
-            if value != 0 {
-                uint64::encode(number, &value, out);
-            }
-        };
-        put(1, self.id, out);
+        put_uint64(1, self.id, out);
         put_length_delimited(2, self.namespace.as_bytes(), out);
         put_length_delimited(3, self.key.as_bytes(), out);
-        put(4, self.deadline_unix_nanos, out);
+        put_uint64(4, self.deadline_unix_nanos, out);
         put_length_delimited(5, self.payload, out);
-        put(6, self.repeat_nanos, out);
-        put(7, self.ttl_nanos, out);
-        put(8, self.fired_count, out);
+        put_uint64(6, self.repeat_nanos, out);
+        put_uint64(7, self.ttl_nanos, out);
+        put_uint64(8, self.fired_count, out);
+    }
+}
+
+/// Length of `uint64` fields, zeros left out as proto3 does.
+fn uint64_fields_len(fields: &[(u32, u64)]) -> usize {
+    fields
+        .iter()
+        .filter(|&&(_, value)| value != 0)
+        .map(|&(number, value)| uint64::encoded_len(number, &value))
+        .sum()
+}
+
+/// Writes a `uint64` field unless it is zero, as proto3 does.
+fn put_uint64(number: u32, value: u64, out: &mut Vec<u8>) {
+    if value != 0 {
+        uint64::encode(number, &value, out);
     }
 }
 
@@ -134,11 +139,7 @@ pub fn encode_fired(
     let fired_len = key_len(field::FIRED_TIMER)
         + encoded_len_varint(timer_len as u64)
         + timer_len
-        + scalars
-            .iter()
-            .filter(|&&(_, value)| value != 0)
-            .map(|&(number, value)| uint64::encoded_len(number, &value))
-            .sum::<usize>();
+        + uint64_fields_len(&scalars);
     let record_len =
         key_len(field::RECORD_FIRED) + encoded_len_varint(fired_len as u64) + fired_len;
     frame_with(record_len, out, |out| {
@@ -148,9 +149,7 @@ pub fn encode_fired(
         encode_varint(timer_len as u64, out);
         timer.encode_raw(out);
         for (number, value) in scalars {
-            if value != 0 {
-                uint64::encode(number, &value, out);
-            }
+            put_uint64(number, value, out);
         }
     });
 }

@@ -98,10 +98,9 @@ impl Batch {
             Some(Kind::Fired(fired)) => {
                 let mut frame = Vec::new();
                 frame::encode(record, &mut frame);
-                self.frames.extend_from_slice(&frame);
                 let timer = fired.timer.as_ref();
                 let key = timer.map_or((0, 0), |timer| (timer.id, timer.fired_count));
-                self.fired.push((key, frame));
+                self.push_fired(key, frame);
             }
             Some(Kind::Settled(settled)) => {
                 frame::encode(record, &mut self.frames);
@@ -125,8 +124,14 @@ impl Batch {
     ) {
         let mut frame = Vec::new();
         frame::encode_fired(timer, fired_unix, rearmed_deadline_unix, &mut frame);
+        self.push_fired((timer.id, timer.fired_count), frame);
+    }
+
+    /// Appends a fired record's frame, keeping a copy by (timer id, fired count) so the
+    /// store can write it again into snapshots until the expiration is settled.
+    fn push_fired(&mut self, key: (u64, u64), frame: Vec<u8>) {
         self.frames.extend_from_slice(&frame);
-        self.fired.push(((timer.id, timer.fired_count), frame));
+        self.fired.push((key, frame));
     }
 
     pub fn on_durable(&mut self, callback: OnDurable) {
@@ -222,8 +227,8 @@ impl Store {
 
     /// Size of the snapshot the store recovered from: what the next snapshot will be
     /// about as large as, which sets when it is worth taking.
-    pub fn recovered_snapshot_bytes(&self) -> u64 {
-        self.recovered_snapshot_bytes
+    pub fn recovered_snapshot_bytes(&self) -> usize {
+        usize::try_from(self.recovered_snapshot_bytes).unwrap_or(usize::MAX)
     }
 
     pub fn join(self) {

@@ -340,10 +340,7 @@ impl<T> Wheel<T> {
         }
         let slot_start_tick = self.earliest_slot_start().map(|(start, _)| start);
         let staged_start = self.earliest_staging().map(|(start, _)| start);
-        let earliest = match (slot_start_tick, staged_start) {
-            (Some(slot), Some(staged)) => slot.min(staged),
-            (slot, staged) => slot.or(staged)?,
-        };
+        let earliest = earlier(slot_start_tick, staged_start)?;
         Some(earliest.saturating_mul(self.tick))
     }
 
@@ -352,11 +349,7 @@ impl<T> Wheel<T> {
     /// one begins (see [`Staging`]), so that the preparation proceeds in small steps between
     /// the owner's other work instead of all at once when the slot comes due.
     pub fn next_wakeup(&self) -> Option<u64> {
-        let staging = self.next_staging_time();
-        match (self.next_expiration(), staging) {
-            (Some(expiration), Some(staging)) => Some(expiration.min(staging)),
-            (expiration, staging) => expiration.or(staging),
-        }
+        earlier(self.next_expiration(), self.next_staging_time())
     }
 
     /// Removes and returns every pending timer, sorted by deadline (Netty's `stop()`).
@@ -527,27 +520,19 @@ impl<T> Wheel<T> {
     /// When staging next has work: now while a staged slot still holds timers, otherwise
     /// when the lead time of the next slot big enough to stage begins.
     fn next_staging_time(&self) -> Option<u64> {
-        let mut earliest: Option<u64> = None;
-        for level in 1..TOP_LEVEL {
-            let time = match self.staging[level] {
+        (1..TOP_LEVEL)
+            .filter_map(|level| match self.staging[level] {
                 Some(staging) => {
                     let source = self.staged_source(level, staging);
-                    if self.lists[usize::from(source)].is_empty() {
-                        continue;
-                    }
-                    self.now
+                    (!self.lists[usize::from(source)].is_empty()).then_some(self.now)
                 }
                 None => {
-                    let Some((start_tick, _)) = self.next_to_stage(level) else {
-                        continue;
-                    };
+                    let (start_tick, _) = self.next_to_stage(level)?;
                     let lead_start = start_tick.saturating_sub(staging_lead_ticks(level));
-                    lead_start.saturating_mul(self.tick).max(self.now)
+                    Some(lead_start.saturating_mul(self.tick).max(self.now))
                 }
-            };
-            earliest = Some(earliest.map_or(time, |earliest| earliest.min(time)));
-        }
-        earliest
+            })
+            .min()
     }
 
     /// Starts staging the next big slot of each level whose lead time has begun, then moves
@@ -831,6 +816,11 @@ fn sort_by_deadline<T>(batch: &mut [Expired<T>]) {
 /// moved long before their cascade are never staged for nothing.
 fn staging_lead_ticks(level: usize) -> u64 {
     1u64 << (SLOT_BITS * (level.max(2) as u32 - 1))
+}
+
+/// The earlier of two optional times.
+fn earlier(first: Option<u64>, second: Option<u64>) -> Option<u64> {
+    first.into_iter().chain(second).min()
 }
 
 /// The home number of a slot.
