@@ -7,10 +7,15 @@
 //!   timers out in batches;
 //! - [`delivery`] queues fired timers per namespace and streams them to subscribers.
 //!
+//! With `--store postgres://...`, [`cluster`] takes the place of the worker's table, the
+//! local log and the delivery queues: timers live in a shared database, and each replica's
+//! wheel holds only what its partitions need to fire soon.
+//!
 //! [`server::run`] wires these together behind a listener.
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod delivery;
 pub mod metrics;

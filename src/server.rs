@@ -15,8 +15,10 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
 
 use crate::api::auth::{Authenticator, Tokens};
+use crate::api::backend::{Deliveries, Timers};
 use crate::api::convert::Limits;
 use crate::api::TimersService;
+use crate::cluster::{ClusterConfig, Replica};
 use crate::config::Config;
 use crate::delivery::DeliveryHandle;
 use crate::metrics::{Metrics, RpcMetricsLayer};
@@ -46,6 +48,8 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Tokens(#[from] crate::api::auth::TokenFileError),
+    #[error("starting the replicated store: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// Where tickd listens; bound by the caller, so that tests can use port 0.
@@ -84,16 +88,10 @@ pub async fn run(
         .transpose()?;
     let tls = tls_config(config)?;
     let metrics = Metrics::new();
-    // The worker must run on the clock the recovery converted deadlines with.
-    let clock = SystemClock::new();
-    let (table, store, recovered) =
-        tokio::task::block_in_place(|| recover(config, clock, &metrics))?;
-    let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
-    let delivery =
-        DeliveryHandle::spawn(config.delivery(), store_handle, recovered, metrics.clone());
-    let worker = Worker::spawn(table, clock, config.worker(&metrics), delivery.fired_sink())
-        .map_err(ServerError::Worker)?;
-
+    let backend = match &config.store {
+        Some(url) => Backend::replicated(config, url, &metrics).await?,
+        None => Backend::local(config, &metrics)?,
+    };
     let (stopping, stop_signal) = watch::channel(false);
     let limits = Limits {
         max_payload_bytes: config.max_payload_bytes,
@@ -101,8 +99,8 @@ pub async fn run(
         ..Limits::default()
     };
     let timers = TimersServer::new(TimersService::new(
-        worker.handle(),
-        delivery.clone(),
+        backend.timers(),
+        backend.deliveries(),
         limits,
         stop_signal.clone(),
     ))
@@ -186,7 +184,7 @@ pub async fn run(
             info!("shutdown requested: draining");
             health_reporter.set_not_serving::<TimersServer<TimersService>>().await;
             let _ = stopping.send(true);
-            delivery.shutdown();
+            backend.shutdown();
         }
     }
     let drain_timed_out = match tokio::time::timeout(config.drain_timeout, &mut serving).await {
@@ -199,21 +197,98 @@ pub async fn run(
             true
         }
     };
-    let table = tokio::task::block_in_place(|| worker.stop());
-    let pending_timers = table.len();
-    drop(table);
-    // Every handle on the store must go before it can finish its last commit.
-    delivery.close().await;
-    if let Some((store, handle)) = store {
-        drop(handle);
-        tokio::task::block_in_place(|| store.join());
-    }
+    let pending_timers = backend.stop().await;
     let _ = stop_metrics.send(true);
     info!(pending_timers, "tickd stopped");
     Ok(Stopped {
         pending_timers,
         drain_timed_out,
     })
+}
+
+/// The parts that hold timers: a local worker, log and delivery task, or a replica of a
+/// shared database.
+enum Backend {
+    Local {
+        worker: Worker<TimerTable>,
+        delivery: DeliveryHandle,
+        store: Option<(Store, StoreHandle)>,
+    },
+    Replicated(Box<Replica>),
+}
+
+impl Backend {
+    fn local(config: &Config, metrics: &Arc<Metrics>) -> Result<Self, ServerError> {
+        // The worker must run on the clock the recovery converted deadlines with.
+        let clock = SystemClock::new();
+        let (table, store, recovered) =
+            tokio::task::block_in_place(|| recover(config, clock, metrics))?;
+        let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
+        let delivery =
+            DeliveryHandle::spawn(config.delivery(), store_handle, recovered, metrics.clone());
+        let worker = Worker::spawn(table, clock, config.worker(metrics), delivery.fired_sink())
+            .map_err(ServerError::Worker)?;
+        Ok(Backend::Local {
+            worker,
+            delivery,
+            store,
+        })
+    }
+
+    async fn replicated(
+        config: &Config,
+        url: &str,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Self, ServerError> {
+        let cluster_config = ClusterConfig::from_config(config, url)?;
+        let replica = Replica::start(cluster_config, metrics.clone()).await?;
+        Ok(Backend::Replicated(Box::new(replica)))
+    }
+
+    fn timers(&self) -> Timers {
+        match self {
+            Backend::Local { worker, .. } => Timers::Local(worker.handle()),
+            Backend::Replicated(replica) => Timers::Replicated(replica.commands.clone()),
+        }
+    }
+
+    fn deliveries(&self) -> Deliveries {
+        match self {
+            Backend::Local { delivery, .. } => Deliveries::Local(delivery.clone()),
+            Backend::Replicated(replica) => Deliveries::Replicated(replica.deliveries.clone()),
+        }
+    }
+
+    /// Ends the subscription streams (graceful shutdown).
+    fn shutdown(&self) {
+        match self {
+            Backend::Local { delivery, .. } => delivery.shutdown(),
+            Backend::Replicated(replica) => replica.end_subscriptions(),
+        }
+    }
+
+    /// Stops everything; returns the timers still pending in this process's wheel.
+    async fn stop(self) -> usize {
+        match self {
+            Backend::Local {
+                worker,
+                delivery,
+                store,
+            } => {
+                let table = tokio::task::block_in_place(|| worker.stop());
+                let pending_timers = table.len();
+                drop(table);
+                // Every handle on the store must go before it can finish its last commit.
+                delivery.close().await;
+                if let Some((store, handle)) = store {
+                    drop(handle);
+                    tokio::task::block_in_place(|| store.join());
+                }
+                pending_timers
+            }
+            Backend::Replicated(replica) => replica.stop().await,
+        }
+    }
 }
 
 /// Builds the timer table, replaying the data directory into it unless `--sync none`.

@@ -2,6 +2,7 @@
 //! delivery request, and maps every refusal to a gRPC status. No timer logic lives here.
 
 pub mod auth;
+pub mod backend;
 pub mod convert;
 
 use std::pin::Pin;
@@ -11,11 +12,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::delivery::{DeliveryHandle, SubscribeOptions};
+use crate::delivery::SubscribeOptions;
 use crate::proto;
 use crate::worker::table::{Command, PendingQuery, TimerError};
-use crate::worker::{SendError, WorkerHandle};
+use crate::worker::SendError;
 use auth::{grant_of, Grant};
+use backend::{Deliveries, Timers};
 use convert::Limits;
 
 pub fn status(error: TimerError) -> Status {
@@ -46,16 +48,16 @@ const KEEPALIVE_IN_FLIGHT: usize = 256;
 
 #[derive(Clone)]
 pub struct TimersService {
-    worker: WorkerHandle<Command>,
-    delivery: DeliveryHandle,
+    worker: Timers,
+    delivery: Deliveries,
     limits: Limits,
     shutdown: watch::Receiver<bool>,
 }
 
 impl TimersService {
     pub fn new(
-        worker: WorkerHandle<Command>,
-        delivery: DeliveryHandle,
+        worker: Timers,
+        delivery: Deliveries,
         limits: Limits,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
@@ -220,7 +222,7 @@ impl proto::timers_server::Timers for TimersService {
             .await?
             .map_err(status)?;
         let dead = match namespace {
-            Some(namespace) => self.delivery.dead(namespace).await.map_err(|_| stopped())?,
+            Some(namespace) => self.delivery.dead(namespace).await?,
             None => Default::default(),
         };
         Ok(Response::new(proto::PendingResponse {
@@ -317,7 +319,7 @@ impl proto::timers_server::Timers for TimersService {
             max_unacked: (request.max_unacked > 0).then_some(request.max_unacked as usize),
             auto_ack: request.auto_ack,
         };
-        let subscription = self.delivery.subscribe(options).map_err(|_| stopped())?;
+        let subscription = self.delivery.subscribe(options)?;
         let stream = subscription.map(|delivered| {
             Ok(proto::SubscribeResponse {
                 expiration: Some(convert::expiration(&delivered)),
@@ -342,11 +344,7 @@ impl proto::timers_server::Timers for TimersService {
                 None => unknown.push(text),
             }
         }
-        let outcome = self
-            .delivery
-            .ack(namespace, delivery_ids)
-            .await
-            .map_err(|_| stopped())?;
+        let outcome = self.delivery.ack(namespace, delivery_ids).await?;
         unknown.extend(outcome.unknown.into_iter().map(convert::delivery_id));
         Ok(Response::new(proto::AckResponse {
             acknowledged: outcome.acknowledged,

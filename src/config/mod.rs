@@ -117,6 +117,27 @@ pub struct Config {
     /// How long shutdown waits for calls in progress before closing them.
     #[arg(long, env = "TICKD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// `postgres://...`: keep timers in this shared PostgreSQL database instead of the local
+    /// log, and share them with every replica pointed at it (see "Running more than one
+    /// replica" in the README). --data-dir and --sync then do not apply.
+    #[arg(long, env = "TICKD_STORE")]
+    pub store: Option<String>,
+    /// This replica's name in the database's lease tables (default: host name and process id).
+    #[arg(long, env = "TICKD_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Partitions the timers are hashed into; read only when tickd creates the schema.
+    #[arg(long, env = "TICKD_PARTITIONS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub partitions: u32,
+    /// How long a replica's partition leases last without renewal: the longest a stopped
+    /// replica's timers wait before another replica takes them over. Renewed every third of it.
+    #[arg(long, env = "TICKD_LEASE_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub lease_ttl: Duration,
+    /// How far ahead a replica loads its partitions' timers into its wheel.
+    #[arg(long, env = "TICKD_LOAD_HORIZON", default_value = "60s", value_parser = parse_duration)]
+    pub load_horizon: Duration,
+    /// Connections each replica opens for API calls to the database.
+    #[arg(long, env = "TICKD_STORE_CONNECTIONS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub store_connections: u32,
     #[arg(long, env = "TICKD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }

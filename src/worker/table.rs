@@ -132,12 +132,14 @@ pub struct Registered {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageToken {
     /// The namespace's number, or `ALL_NAMESPACES`.
-    scope: u32,
-    position: u32,
+    pub scope: u32,
+    /// Where the listing resumes: a storage position here, the last id listed in the
+    /// replicated store.
+    pub position: u64,
 }
 
 /// The `scope` of a token from a listing of every namespace.
-const ALL_NAMESPACES: u32 = u32::MAX;
+pub const ALL_NAMESPACES: u32 = u32::MAX;
 
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
 /// millisecond of the worker's time, so that listing a small namespace among millions of
@@ -158,7 +160,7 @@ impl FromStr for PageToken {
         let (scope, position) = text.split_once('.').ok_or_else(malformed)?;
         Ok(PageToken {
             scope: u32::from_str_radix(scope, 16).map_err(|_| malformed())?,
-            position: u32::from_str_radix(position, 16).map_err(|_| malformed())?,
+            position: u64::from_str_radix(position, 16).map_err(|_| malformed())?,
         })
     }
 }
@@ -682,7 +684,9 @@ impl TimerTable {
         let scope = namespace.unwrap_or(ALL_NAMESPACES);
         let start = match query.after {
             None => 0,
-            Some(token) if token.scope == scope => token.position,
+            Some(token) if token.scope == scope => u32::try_from(token.position).map_err(|_| {
+                TimerError::invalid("page_token", "not a token from a previous page")
+            })?,
             Some(_) => {
                 return Err(TimerError::invalid(
                     "page_token",
@@ -722,7 +726,7 @@ impl TimerTable {
             timers,
             next_page_token: more.then(|| PageToken {
                 scope,
-                position: resume_at.unwrap_or_default(),
+                position: u64::from(resume_at.unwrap_or_default()),
             }),
         })
     }

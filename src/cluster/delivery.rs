@@ -1,0 +1,401 @@
+//! Delivery from the shared database: subscribers on any replica share a namespace's
+//! expirations, with the single node's guarantees.
+//!
+//! An expiration is a row of `tickd_expirations` from the moment it fires until it is
+//! acknowledged. A subscriber's task claims rows for it (`FOR UPDATE SKIP LOCKED`, so two
+//! subscribers never claim the same row) up to its `max_unacked`, stamping each claim with
+//! the subscriber's name, the attempt number and the ack deadline. An Ack, on any replica,
+//! deletes the row if that same attempt's deadline has not passed. A claim whose deadline
+//! passed is claimed again by any subscriber, with the next attempt number: that is
+//! redelivery, and it also covers a replica that died holding claims. A subscriber that
+//! leaves hands its claims back at once. After `max_attempts` the row stays as dead and is
+//! listed by Pending.
+//!
+//! Subscribers wake on `tickd_fired` (sent by the firing transaction), on acks made on this
+//! replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a redelivery is.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_postgres::Row;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tracing::warn;
+
+use super::loader::FIRED_CHANNEL;
+use super::{ClusterError, Connections, Shared};
+use crate::delivery::queue::{Dead, Delivered};
+use crate::delivery::{AckOutcome, DeadList, DeliveryConfig, SubscribeOptions};
+use crate::worker::table::{Expiration, TimerError, TimerId};
+
+/// How often a subscriber looks for expirations it was not woken for: redeliveries, and
+/// room made by acks on other replicas.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The columns an [`Expiration`] is read from, in [`expiration_of`]'s order.
+const EXPIRATION_COLUMNS: &str =
+    "seq, attempts, namespace, timer_id, key, payload, deadline, fired_at, \
+     repeat_nanos, ttl_nanos, fired_count, late";
+
+/// Claimable rows of namespace `$1` with attempts left (`$2`): never claimed, or claimed
+/// and not acknowledged in time. Oldest first, skipping rows another claim is taking.
+const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
+     WHERE namespace = $1 AND attempts < $2
+       AND (claim_until IS NULL OR claim_until < clock_timestamp())
+     ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED";
+
+pub type DeliveryStream = Pin<Box<dyn Stream<Item = Delivered> + Send>>;
+
+/// Per-namespace wake-ups for subscriber tasks.
+#[derive(Clone, Default)]
+pub struct Wakeups {
+    namespaces: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+}
+
+impl Wakeups {
+    fn of(&self, namespace: &str) -> Arc<Notify> {
+        let mut namespaces = self.lock();
+        namespaces.entry(namespace.to_owned()).or_default().clone()
+    }
+
+    pub fn wake(&self, namespace: &str) {
+        if let Some(notify) = self.lock().get(namespace) {
+            notify.notify_waiters();
+        }
+    }
+
+    pub fn wake_all(&self) {
+        for notify in self.lock().values() {
+            notify.notify_waiters();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[derive(Clone)]
+pub struct ClusterDeliveries {
+    connections: Connections,
+    shared: Shared,
+    config: DeliveryConfig,
+    wakeups: Wakeups,
+    stopping: watch::Receiver<bool>,
+    next_subscriber: Arc<AtomicU64>,
+}
+
+impl ClusterDeliveries {
+    pub fn new(
+        connections: Connections,
+        shared: Shared,
+        config: DeliveryConfig,
+        wakeups: Wakeups,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            connections,
+            shared,
+            config,
+            wakeups,
+            stopping,
+            next_subscriber: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    pub fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+        if options.observer {
+            return Err(TimerError::FailedPrecondition(
+                "mode: observer subscriptions are not available with --store postgres".into(),
+            ));
+        }
+        let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        let max_unacked = options
+            .max_unacked
+            .unwrap_or(self.config.default_max_unacked)
+            .clamp(1, self.config.max_unacked_limit);
+        let (sender, receiver) = mpsc::channel(max_unacked);
+        let subscriber = Subscriber {
+            name: format!("{}/{number}", self.shared.replica_id),
+            namespace: options.namespace.clone(),
+            ack_timeout: options
+                .ack_timeout
+                .unwrap_or(self.config.default_ack_timeout),
+            max_unacked,
+            auto_ack: options.auto_ack,
+            max_attempts: self.config.max_attempts,
+            sender,
+            deliveries: self.clone(),
+        };
+        tokio::spawn(subscriber.run(self.stopping.clone()));
+        Ok(Box::pin(ReceiverStream::new(receiver)))
+    }
+
+    pub async fn ack(
+        &self,
+        namespace: String,
+        delivery_ids: Vec<u64>,
+    ) -> Result<AckOutcome, TimerError> {
+        let (seqs, attempts): (Vec<i64>, Vec<i32>) =
+            delivery_ids.iter().map(|&id| split_delivery_id(id)).unzip();
+        let rows = self
+            .connections
+            .client()
+            .query(
+                "DELETE FROM tickd_expirations e
+                 USING unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
+                 WHERE e.seq = a.seq AND e.attempts = a.attempts AND e.namespace = $1
+                   AND e.claimed_by IS NOT NULL AND e.claim_until > clock_timestamp()
+                 RETURNING e.seq, e.attempts",
+                &[&namespace, &seqs, &attempts],
+            )
+            .await
+            .map_err(|error| TimerError::from(ClusterError::query("acknowledging")(error)))?;
+        let acknowledged: Vec<u64> = rows
+            .iter()
+            .map(|row| delivery_id(row.get(0), row.get(1)))
+            .collect();
+        // Room for this replica's subscribers of the namespace.
+        self.wakeups.wake(&namespace);
+        Ok(AckOutcome {
+            acknowledged: acknowledged.len() as u32,
+            unknown: delivery_ids
+                .into_iter()
+                .filter(|id| !acknowledged.contains(id))
+                .collect(),
+        })
+    }
+
+    pub async fn dead(&self, namespace: String) -> Result<DeadList, TimerError> {
+        let client = self.connections.client();
+        let fail = |error| TimerError::from(ClusterError::query("listing dead expirations")(error));
+        let dead_condition = "namespace = $1 AND attempts >= $2
+             AND (claim_until IS NULL OR claim_until < clock_timestamp())";
+        let max_attempts = self.config.max_attempts as i32;
+        let count: i64 = client
+            .query_one(
+                &format!("SELECT count(*) FROM tickd_expirations WHERE {dead_condition}"),
+                &[&namespace, &max_attempts],
+            )
+            .await
+            .map_err(fail)?
+            .get(0);
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {EXPIRATION_COLUMNS} FROM tickd_expirations WHERE {dead_condition}
+                     ORDER BY seq LIMIT $3"
+                ),
+                &[
+                    &namespace,
+                    &max_attempts,
+                    &(self.config.dead_capacity as i64),
+                ],
+            )
+            .await
+            .map_err(fail)?;
+        Ok(DeadList {
+            count: count as u64,
+            dead: rows
+                .iter()
+                .map(|row| Dead {
+                    expiration: Arc::new(expiration_of(row)),
+                    attempts: row.get::<_, i32>(1) as u32,
+                    reason: "max delivery attempts reached without an ack",
+                })
+                .collect(),
+        })
+    }
+}
+
+/// One subscriber's task: claims expirations for it while it has room, until its stream
+/// is dropped or the replica stops.
+struct Subscriber {
+    /// `replica/number`: what its claims are stamped with.
+    name: String,
+    namespace: String,
+    ack_timeout: Duration,
+    max_unacked: usize,
+    auto_ack: bool,
+    max_attempts: u32,
+    sender: mpsc::Sender<Delivered>,
+    deliveries: ClusterDeliveries,
+}
+
+impl Subscriber {
+    async fn run(self, mut stopping: watch::Receiver<bool>) {
+        let notify = self.deliveries.wakeups.of(&self.namespace);
+        loop {
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Err(error) = self.claim_while_room().await {
+                warn!(subscriber = %self.name, %error, "claiming expirations failed");
+            }
+            tokio::select! {
+                () = &mut woken => {}
+                () = tokio::time::sleep(POLL_INTERVAL) => {}
+                () = self.sender.closed() => break,
+                () = super::until_stopped(&mut stopping) => break,
+            }
+        }
+        self.hand_back().await;
+    }
+
+    async fn claim_while_room(&self) -> Result<(), ClusterError> {
+        loop {
+            let room = self.room().await?;
+            if room == 0 {
+                return Ok(());
+            }
+            let claimed = self.claim(room).await?;
+            let exhausted = claimed.len() < room;
+            for delivered in claimed {
+                // Room was checked; a full or closed stream leaves the claim to expire.
+                if self.sender.try_send(delivered).is_err() {
+                    return Ok(());
+                }
+            }
+            if exhausted {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Deliveries this subscriber may still take: free places in its stream, and (unless it
+    /// auto-acks) fewer unacknowledged claims than it asked for.
+    async fn room(&self) -> Result<usize, ClusterError> {
+        let free = self.sender.capacity();
+        if self.auto_ack || free == 0 {
+            return Ok(free);
+        }
+        let row = self
+            .deliveries
+            .connections
+            .client()
+            .query_one(
+                "SELECT count(*) FROM tickd_expirations
+                 WHERE claimed_by = $1 AND claim_until > clock_timestamp()",
+                &[&self.name],
+            )
+            .await
+            .map_err(ClusterError::query("counting unacknowledged deliveries"))?;
+        let unacked = row.get::<_, i64>(0) as usize;
+        Ok(free.min(self.max_unacked.saturating_sub(unacked)))
+    }
+
+    /// Claims up to `room` rows: until the ack deadline, or for good with auto-ack.
+    async fn claim(&self, room: usize) -> Result<Vec<Delivered>, ClusterError> {
+        let statement = if self.auto_ack {
+            format!(
+                "WITH taken AS (DELETE FROM tickd_expirations WHERE seq IN ({CLAIMABLE})
+                    RETURNING {EXPIRATION_COLUMNS})
+                 SELECT seq, attempts + 1, namespace, timer_id, key, payload, deadline, fired_at,
+                        repeat_nanos, ttl_nanos, fired_count, late FROM taken"
+            )
+        } else {
+            format!(
+                "UPDATE tickd_expirations
+                 SET claimed_by = $4, attempts = attempts + 1,
+                     claim_until = clock_timestamp() + $5::INT8 * INTERVAL '1 millisecond'
+                 WHERE seq IN ({CLAIMABLE})
+                 RETURNING {EXPIRATION_COLUMNS}"
+            )
+        };
+        let namespace = &self.namespace;
+        let max_attempts = self.max_attempts as i32;
+        let limit = room as i64;
+        let ack_timeout = self.ack_timeout.as_millis() as i64;
+        let parameters: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = if self.auto_ack {
+            vec![namespace, &max_attempts, &limit]
+        } else {
+            vec![namespace, &max_attempts, &limit, &self.name, &ack_timeout]
+        };
+        let mut rows = self
+            .deliveries
+            .connections
+            .client()
+            .query(&statement, &parameters)
+            .await
+            .map_err(ClusterError::query("claiming expirations"))?;
+        rows.sort_by_key(|row| row.get::<_, i64>(0));
+        let delivered = rows.iter().map(|row| {
+            let attempt = row.get::<_, i32>(1);
+            Delivered {
+                delivery_id: delivery_id(row.get(0), attempt),
+                expiration: Arc::new(expiration_of(row)),
+                attempt: attempt as u32,
+            }
+        });
+        Ok(delivered.collect())
+    }
+
+    /// Unacknowledged claims go back at once (next attempt), for any subscriber to take.
+    async fn hand_back(&self) {
+        let handed_back = self
+            .deliveries
+            .connections
+            .client()
+            .query(
+                "WITH released AS (
+                    UPDATE tickd_expirations SET claimed_by = NULL, claim_until = NULL
+                    WHERE claimed_by = $1 RETURNING namespace)
+                 SELECT pg_notify($2, namespace)::TEXT FROM (SELECT DISTINCT namespace FROM released) n",
+                &[&self.name, &FIRED_CHANNEL],
+            )
+            .await;
+        if let Err(error) = handed_back {
+            warn!(subscriber = %self.name, %error, "handing back deliveries failed; they return at their ack deadline");
+        }
+    }
+}
+
+/// Delivery ids name one attempt of one expiration, so an ack of an attempt whose deadline
+/// passed (and was delivered again) is told apart from an ack of the current one.
+fn delivery_id(seq: i64, attempt: i32) -> u64 {
+    ((seq as u64) << 16) | u64::from(attempt as u16)
+}
+
+fn split_delivery_id(delivery_id: u64) -> (i64, i32) {
+    ((delivery_id >> 16) as i64, (delivery_id & 0xffff) as i32)
+}
+
+/// Reads [`EXPIRATION_COLUMNS`].
+fn expiration_of(row: &Row) -> Expiration {
+    Expiration {
+        namespace: Arc::from(row.get::<_, &str>(2)),
+        id: TimerId(row.get::<_, i64>(3) as u64),
+        key: row.get(4),
+        payload: Bytes::copy_from_slice(row.get::<_, &[u8]>(5)),
+        deadline_unix: row.get::<_, i64>(6) as u64,
+        fired_unix: row.get::<_, i64>(7) as u64,
+        repeat: row
+            .get::<_, Option<i64>>(8)
+            .map(|nanos| Duration::from_nanos(nanos as u64)),
+        ttl: row
+            .get::<_, Option<i64>>(9)
+            .map(|nanos| Duration::from_nanos(nanos as u64)),
+        fired_count: row.get::<_, i64>(10) as u64,
+        late: row.get(11),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delivery_id_carries_its_expiration_and_attempt() {
+        for (seq, attempt) in [(1, 1), (123_456_789, 5), ((1 << 47) - 1, 65_535)] {
+            assert_eq!(split_delivery_id(delivery_id(seq, attempt)), (seq, attempt));
+        }
+        assert_ne!(delivery_id(7, 1), delivery_id(7, 2));
+    }
+}

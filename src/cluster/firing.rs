@@ -1,0 +1,227 @@
+//! Fires what the wheel says is due, in one fenced transaction per batch.
+//!
+//! The transaction first locks the rows of the batch's partitions `FOR SHARE`, keeping
+//! only those this replica still holds at the epoch it was granted, with an unexpired
+//! lease. A takeover updates those rows, so it waits for a firing in progress to commit,
+//! and a firing that starts after it sees the new owner: a replica that lost a partition
+//! (paused, cut off, slow) can never fire from it again. Then one statement deletes each
+//! one-shot timer (or re-arms a repeating one) *if its deadline is still the one the wheel
+//! was given*, and records an expiration for every timer it fired. A timer cancelled or
+//! moved elsewhere matches nothing and fires nothing; a moved one is loaded again.
+//!
+//! If the database cannot be reached the batch is retried until it can: the timers are
+//! still in their rows, so nothing is lost, only late.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+use tokio_postgres::Client;
+use tracing::warn;
+
+use super::loader::FIRED_CHANNEL;
+use super::schedule::{DueTimer, ScheduleCommand};
+use super::{ClusterError, Shared};
+use crate::metrics::Metrics;
+
+const RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// Deletes the one-shot timers and re-arms the repeating ones among `due` (matched on
+/// namespace, id and deadline), records one expiration per timer fired, and returns what
+/// was fired with the next deadline of those that repeat.
+const FIRE: &str = "
+WITH due AS (
+    SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[]) AS d(namespace, id, deadline, late)
+),
+once AS (
+    DELETE FROM tickd_timers t USING due
+    WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
+      AND t.repeat_nanos IS NULL
+    RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
+              t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline, due.late
+),
+again AS (
+    UPDATE tickd_timers t
+    SET fired_count = t.fired_count + 1,
+        deadline = t.deadline + t.repeat_nanos * (GREATEST($5 - t.deadline, 0) / t.repeat_nanos + 1)
+    FROM due
+    WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
+      AND t.repeat_nanos IS NOT NULL
+    RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
+              t.fired_count, t.partition, t.deadline AS next_deadline, due.late
+),
+fired AS (SELECT * FROM once UNION ALL SELECT * FROM again),
+recorded AS (
+    INSERT INTO tickd_expirations
+        (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos, fired_count, late)
+    SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count, late
+    FROM fired
+)
+SELECT namespace, id, partition, next_deadline FROM fired";
+
+pub struct Firing {
+    client: Client,
+    shared: Shared,
+    fired_total: Counter,
+}
+
+impl Firing {
+    pub fn new(client: Client, shared: Shared, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            shared,
+            fired_total: metrics.timers_fired.clone(),
+        }
+    }
+
+    /// Runs until the worker stops and its last batch is fired.
+    pub async fn run(mut self, mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>) {
+        while let Some(batch) = due.recv().await {
+            loop {
+                match self.fire(&batch).await {
+                    Ok(()) => break,
+                    Err(error) => {
+                        warn!(replica = %self.shared.replica_id, timers = batch.len(), %error, "firing failed; retrying");
+                        tokio::time::sleep(RETRY_DELAY).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn fire(&mut self, batch: &[DueTimer]) -> Result<(), ClusterError> {
+        let transaction = self
+            .client
+            .transaction()
+            .await
+            .map_err(ClusterError::query("starting a firing"))?;
+        let held = held_partitions(&transaction, &self.shared, batch).await?;
+        let (fenced, firing): (Vec<&DueTimer>, Vec<&DueTimer>) = batch
+            .iter()
+            .partition(|timer| !held.contains(&timer.partition));
+        if !fenced.is_empty() {
+            warn!(replica = %self.shared.replica_id, timers = fenced.len(), "firing fenced: partition lease lost");
+        }
+        if firing.is_empty() {
+            return Ok(());
+        }
+        let now = self.shared.unix_now() as i64;
+        let namespaces: Vec<&str> = firing.iter().map(|timer| &*timer.namespace).collect();
+        let ids: Vec<i64> = firing.iter().map(|timer| timer.id as i64).collect();
+        let deadlines: Vec<i64> = firing.iter().map(|t| t.deadline_unix as i64).collect();
+        let late: Vec<bool> = firing.iter().map(|timer| timer.late).collect();
+        let rows = transaction
+            .query(FIRE, &[&namespaces, &ids, &deadlines, &late, &now])
+            .await
+            .map_err(ClusterError::query("firing timers"))?;
+        let mut fired_namespaces: Vec<&str> = rows.iter().map(|row| row.get(0)).collect();
+        fired_namespaces.sort_unstable();
+        fired_namespaces.dedup();
+        transaction
+            .execute(
+                "SELECT pg_notify($1, namespace) FROM unnest($2::TEXT[]) AS n(namespace)",
+                &[&FIRED_CHANNEL, &fired_namespaces],
+            )
+            .await
+            .map_err(ClusterError::query("announcing fired timers"))?;
+        transaction
+            .commit()
+            .await
+            .map_err(ClusterError::query("committing a firing"))?;
+        self.fired_total.inc_by(rows.len() as u64);
+        self.rearm(&rows);
+        if rows.len() < firing.len() {
+            self.reload_moved(&firing, &rows).await?;
+        }
+        Ok(())
+    }
+
+    /// Puts repeating timers back in the wheel at their next deadline.
+    fn rearm(&self, rows: &[tokio_postgres::Row]) {
+        let horizon_end = self.shared.horizon_end();
+        let rearmed: Vec<DueTimer> = rows
+            .iter()
+            .filter_map(|row| {
+                let next_deadline = row.get::<_, Option<i64>>(3)? as u64;
+                (next_deadline <= horizon_end).then(|| DueTimer {
+                    namespace: Arc::from(row.get::<_, &str>(0)),
+                    id: row.get::<_, i64>(1) as u64,
+                    partition: row.get::<_, i32>(2) as u32,
+                    deadline_unix: next_deadline,
+                    late: false,
+                })
+            })
+            .collect();
+        if !rearmed.is_empty() {
+            let _ = self.shared.schedule.send(ScheduleCommand::Load(rearmed));
+        }
+    }
+
+    /// Timers that matched no row were cancelled or moved by another replica; the moved
+    /// ones whose new deadline is inside the horizon go back into the wheel.
+    async fn reload_moved(
+        &self,
+        firing: &[&DueTimer],
+        rows: &[tokio_postgres::Row],
+    ) -> Result<(), ClusterError> {
+        let fired: Vec<i64> = rows.iter().map(|row| row.get(1)).collect();
+        let unmatched: Vec<i64> = firing
+            .iter()
+            .map(|timer| timer.id as i64)
+            .filter(|id| !fired.contains(id))
+            .collect();
+        let moved = self
+            .client
+            .query(
+                "SELECT namespace, id, partition, deadline FROM tickd_timers
+                 WHERE id = ANY($1) AND deadline <= $2",
+                &[&unmatched, &(self.shared.horizon_end() as i64)],
+            )
+            .await
+            .map_err(ClusterError::query("reloading moved timers"))?;
+        let moved: Vec<DueTimer> = moved
+            .iter()
+            .map(|row| DueTimer {
+                namespace: Arc::from(row.get::<_, &str>(0)),
+                id: row.get::<_, i64>(1) as u64,
+                partition: row.get::<_, i32>(2) as u32,
+                deadline_unix: row.get::<_, i64>(3) as u64,
+                late: false,
+            })
+            .filter(|timer| self.shared.owned.epoch(timer.partition).is_some())
+            .collect();
+        if !moved.is_empty() {
+            let _ = self.shared.schedule.send(ScheduleCommand::Load(moved));
+        }
+        Ok(())
+    }
+}
+
+/// The batch's partitions this replica may still fire from, locked against takeover
+/// until the transaction ends.
+async fn held_partitions(
+    transaction: &tokio_postgres::Transaction<'_>,
+    shared: &Shared,
+    batch: &[DueTimer],
+) -> Result<Vec<u32>, ClusterError> {
+    let mut partitions: Vec<u32> = batch.iter().map(|timer| timer.partition).collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    let (numbers, epochs): (Vec<i32>, Vec<i64>) = partitions
+        .iter()
+        .filter_map(|&partition| Some((partition as i32, shared.owned.epoch(partition)?)))
+        .unzip();
+    let rows = transaction
+        .query(
+            "SELECT p.partition FROM tickd_partitions p
+             JOIN unnest($1::INT4[], $2::INT8[]) AS held(partition, epoch)
+               ON p.partition = held.partition AND p.epoch = held.epoch
+             WHERE p.owner = $3 AND p.lease_until > clock_timestamp()
+             FOR SHARE OF p",
+            &[&numbers, &epochs, &&*shared.replica_id],
+        )
+        .await
+        .map_err(ClusterError::query("checking partition leases"))?;
+    Ok(rows.iter().map(|row| row.get::<_, i32>(0) as u32).collect())
+}

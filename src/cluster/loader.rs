@@ -1,0 +1,269 @@
+//! Keeps a replica's wheel stocked with its partitions' timers that are due within the load
+//! horizon, and passes the database's notifications on.
+//!
+//! Three ways a timer reaches the wheel, which together miss none:
+//! - a scan every quarter horizon loads the timers whose deadlines entered the horizon
+//!   since the last scan (`watermark < deadline <= now + horizon`);
+//! - a newly acquired partition is scanned in full up to the watermark;
+//! - a timer registered or touched to a deadline inside the horizon is announced on
+//!   `tickd_due` by the same statement that wrote it, so the owner hears of it when it
+//!   commits. The owner listens before it scans, and after a lost connection it listens
+//!   again and rescans everything, so an announcement missed while disconnected is found.
+//!
+//! The same connection listens on `tickd_fired`, which wakes subscribers of a namespace.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
+use tracing::{info, warn};
+
+use super::delivery::Wakeups;
+use super::schedule::{DueTimer, ScheduleCommand};
+use super::{ClusterError, Shared};
+
+pub const DUE_CHANNEL: &str = "tickd_due";
+pub const FIRED_CHANNEL: &str = "tickd_fired";
+
+/// How long to wait before connecting again after the listening connection failed.
+const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+pub struct Loader {
+    url: String,
+    shared: Shared,
+    wakeups: Wakeups,
+    /// Deadlines up to here have been scanned for every owned partition.
+    watermark: u64,
+}
+
+/// One listening connection: its client for scans, and the notifications it receives.
+struct Listening {
+    client: Client,
+    notifications: mpsc::UnboundedReceiver<Notification>,
+}
+
+impl Loader {
+    /// Checks the database is reachable now, so a wrong URL fails the start.
+    pub async fn connect(
+        url: &str,
+        shared: Shared,
+        wakeups: Wakeups,
+    ) -> Result<Self, ClusterError> {
+        drop(super::connect(url).await?);
+        Ok(Self {
+            url: url.to_owned(),
+            shared,
+            wakeups,
+            watermark: 0,
+        })
+    }
+
+    pub async fn run(
+        mut self,
+        mut acquired: mpsc::UnboundedReceiver<Vec<u32>>,
+        mut stopping: watch::Receiver<bool>,
+    ) {
+        loop {
+            let listening = tokio::select! {
+                listening = self.listen() => listening,
+                () = super::until_stopped(&mut stopping) => return,
+            };
+            match listening {
+                Ok(listening) => {
+                    if self.serve(listening, &mut acquired, &mut stopping).await {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    warn!(replica = %self.shared.replica_id, %error, "store listener failed")
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RECONNECT_DELAY) => {}
+                () = super::until_stopped(&mut stopping) => return,
+            }
+        }
+    }
+
+    async fn listen(&mut self) -> Result<Listening, ClusterError> {
+        let (client, mut connection) = tokio_postgres::connect(&self.url, NoTls)
+            .await
+            .map_err(ClusterError::Connect)?;
+        let (sender, notifications) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(message) = poll_fn(|context| connection.poll_message(context)).await {
+                match message {
+                    Ok(AsyncMessage::Notification(notification)) => {
+                        if sender.send(notification).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        warn!(%error, "store listener connection closed");
+                        return;
+                    }
+                }
+            }
+        });
+        client
+            .batch_execute(&format!("LISTEN {DUE_CHANNEL}; LISTEN {FIRED_CHANNEL}"))
+            .await
+            .map_err(ClusterError::query("listening for notifications"))?;
+        // Anything announced while no one listened is found by a full scan.
+        self.watermark = 0;
+        self.scan(&client, &self.shared.owned.partitions(), true)
+            .await?;
+        self.wakeups.wake_all();
+        info!(replica = %self.shared.replica_id, "store listener ready");
+        Ok(Listening {
+            client,
+            notifications,
+        })
+    }
+
+    /// Returns true when asked to stop, false when the connection failed.
+    async fn serve(
+        &mut self,
+        mut listening: Listening,
+        acquired: &mut mpsc::UnboundedReceiver<Vec<u32>>,
+        stopping: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let mut scans = tokio::time::interval(self.shared.load_horizon / 4);
+        loop {
+            let scanned = tokio::select! {
+                notification = listening.notifications.recv() => match notification {
+                    Some(notification) => {
+                        self.notified(&notification);
+                        Ok(())
+                    }
+                    None => return false,
+                },
+                Some(partitions) = acquired.recv() => {
+                    self.scan(&listening.client, &partitions, false).await
+                }
+                _ = scans.tick() => {
+                    let partitions = self.shared.owned.partitions();
+                    self.scan(&listening.client, &partitions, true).await
+                }
+                () = super::until_stopped(stopping) => return true,
+            };
+            if let Err(error) = scanned {
+                warn!(replica = %self.shared.replica_id, %error, "scanning for due timers failed");
+                return false;
+            }
+        }
+    }
+
+    fn notified(&self, notification: &Notification) {
+        match notification.channel() {
+            DUE_CHANNEL => match parse_due(notification.payload()) {
+                Some(timer) if self.shared.owned.epoch(timer.partition).is_some() => {
+                    let _ = self
+                        .shared
+                        .schedule
+                        .send(ScheduleCommand::Load(vec![timer]));
+                }
+                Some(_) => {}
+                None => warn!(
+                    payload = notification.payload(),
+                    "malformed due notification"
+                ),
+            },
+            FIRED_CHANNEL => self.wakeups.wake(notification.payload()),
+            _ => {}
+        }
+    }
+
+    /// Loads `partitions`' timers due by the end of the horizon: only those past the
+    /// watermark when `advance` (then moving it), all of them up to it otherwise.
+    async fn scan(
+        &mut self,
+        client: &Client,
+        partitions: &[u32],
+        advance: bool,
+    ) -> Result<(), ClusterError> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let (after, until) = if advance {
+            (self.watermark, self.shared.horizon_end())
+        } else {
+            (0, self.watermark)
+        };
+        let partition_numbers: Vec<i32> = partitions.iter().map(|&p| p as i32).collect();
+        let rows = client
+            .query(
+                "SELECT id, namespace, partition, deadline FROM tickd_timers
+                 WHERE partition = ANY($1) AND deadline > $2 AND deadline <= $3",
+                &[&partition_numbers, &(after as i64), &(until as i64)],
+            )
+            .await
+            .map_err(ClusterError::query("loading due timers"))?;
+        let now = self.shared.unix_now();
+        let timers: Vec<DueTimer> = rows
+            .iter()
+            .map(|row| {
+                let deadline_unix = row.get::<_, i64>(3) as u64;
+                DueTimer {
+                    id: row.get::<_, i64>(0) as u64,
+                    namespace: Arc::from(row.get::<_, &str>(1)),
+                    partition: row.get::<_, i32>(2) as u32,
+                    deadline_unix,
+                    late: deadline_unix < now,
+                }
+            })
+            .collect();
+        if advance {
+            self.watermark = until;
+        }
+        if !timers.is_empty() {
+            let _ = self.shared.schedule.send(ScheduleCommand::Load(timers));
+        }
+        Ok(())
+    }
+}
+
+/// The payload of a `tickd_due` notification: `partition deadline id namespace` (the
+/// namespace last: it may contain spaces, never control characters).
+pub fn due_payload_sql() -> &'static str {
+    "partition::TEXT || ' ' || deadline::TEXT || ' ' || id::TEXT || ' ' || namespace"
+}
+
+fn parse_due(payload: &str) -> Option<DueTimer> {
+    let mut fields = payload.splitn(4, ' ');
+    let partition = fields.next()?.parse().ok()?;
+    let deadline_unix: u64 = fields.next()?.parse().ok()?;
+    let id = fields.next()?.parse().ok()?;
+    let namespace = fields.next()?;
+    Some(DueTimer {
+        namespace: Arc::from(namespace),
+        id,
+        partition,
+        deadline_unix,
+        late: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_due_payload_keeps_spaces_in_the_namespace() {
+        let timer = parse_due("3 1700000000000000000 42 billing eu").expect("well formed");
+        assert_eq!(
+            (
+                timer.partition,
+                timer.deadline_unix,
+                timer.id,
+                &*timer.namespace
+            ),
+            (3, 1_700_000_000_000_000_000, 42, "billing eu")
+        );
+        assert_eq!(parse_due("3 x 42 ns"), None);
+        assert_eq!(parse_due("3 1"), None);
+    }
+}

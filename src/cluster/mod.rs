@@ -1,0 +1,324 @@
+//! Replicated tickd: several replicas share one PostgreSQL database (`--store postgres://`).
+//!
+//! The database is the store and the coordination point; no replica talks to another.
+//! A timer's life here:
+//! - **born** in [`commands`]: a row in `tickd_timers`, in partition `id % partitions`,
+//!   committed before the RPC is answered; if it is due within the load horizon, a
+//!   `NOTIFY tickd_due` in the same statement tells its partition's owner at once;
+//! - **waits** in the owner's [`schedule`] (a wheel on the worker thread), loaded by
+//!   [`loader`] from that notification or from its periodic scan of the horizon;
+//! - **fires** in [`firing`]: one transaction checks that this replica still holds the
+//!   partition's lease at the epoch it was granted (the fence), deletes or re-arms the row,
+//!   and records an expiration in `tickd_expirations`;
+//! - **is delivered** by [`delivery`] on whichever replica its subscribers are connected
+//!   to: claimed from the database for one subscriber until its ack deadline, deleted when
+//!   acknowledged, claimed again (next attempt) when the deadline passes.
+//!
+//! [`ownership`] renews this replica's partition leases, takes over expired ones, and
+//! balances partitions across the live replicas.
+
+pub mod commands;
+pub mod delivery;
+pub mod firing;
+pub mod loader;
+pub mod ownership;
+pub mod schedule;
+pub mod schema;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{Client, NoTls};
+use tracing::warn;
+
+use crate::config::Config;
+use crate::delivery::DeliveryConfig;
+use crate::metrics::Metrics;
+use crate::worker::clock::SystemClock;
+use crate::worker::{Worker, WorkerHandle};
+use schedule::{Schedule, ScheduleCommand};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("connecting to the store database: {0}")]
+    Connect(#[source] tokio_postgres::Error),
+    #[error("{context}: {source}")]
+    Query {
+        context: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("starting the timer worker thread: {0}")]
+    Worker(#[source] std::io::Error),
+    #[error("{0} is not supported with --store postgres")]
+    Unsupported(&'static str),
+}
+
+/// The API sees a database failure as UNAVAILABLE: the call may be retried.
+impl From<ClusterError> for crate::worker::table::TimerError {
+    fn from(error: ClusterError) -> Self {
+        Self::Unavailable(format!("the store database failed: {error}"))
+    }
+}
+
+impl ClusterError {
+    /// For `map_err`: names what was being done when the database refused.
+    fn query(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> ClusterError {
+        move |source| ClusterError::Query { context, source }
+    }
+}
+
+/// What the replicated mode reads from the configuration.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub url: String,
+    pub replica_id: String,
+    /// Used only if this replica creates the schema.
+    pub partitions: u32,
+    pub lease_ttl: Duration,
+    pub load_horizon: Duration,
+    pub connections: u32,
+    pub tick: Duration,
+    pub max_pending: usize,
+    pub worker_queue: usize,
+    pub delivery: DeliveryConfig,
+}
+
+impl ClusterConfig {
+    pub fn from_config(config: &Config, url: &str) -> Result<Self, ClusterError> {
+        if config.max_pending_per_namespace > 0 {
+            return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
+        }
+        let replica_id = config.replica_id.clone().unwrap_or_else(default_replica_id);
+        Ok(Self {
+            url: url.to_owned(),
+            replica_id,
+            partitions: config.partitions,
+            lease_ttl: config.lease_ttl,
+            load_horizon: config.load_horizon,
+            connections: config.store_connections,
+            tick: config.tick,
+            max_pending: config.max_pending,
+            worker_queue: config.worker_queue,
+            delivery: config.delivery(),
+        })
+    }
+}
+
+/// Host name and process id: unique among live replicas, and readable in the lease table.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "tickd".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Resolves once `stopping` turns true (or its sender is gone).
+async fn until_stopped(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stopping| *stopping).await;
+}
+
+/// Opens one connection and drives it on its own task.
+pub async fn connect(url: &str) -> Result<Client, ClusterError> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(ClusterError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            warn!(%error, "store connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// The partitions this replica holds, each with the epoch its lease was granted at.
+/// Written by [`ownership`], read by everything that must not act on a partition it lost.
+#[derive(Clone, Default)]
+pub struct Owned {
+    epochs: Arc<Mutex<FxHashMap<u32, i64>>>,
+}
+
+impl Owned {
+    pub fn epoch(&self, partition: u32) -> Option<i64> {
+        self.lock().get(&partition).copied()
+    }
+
+    pub fn partitions(&self) -> Vec<u32> {
+        let mut partitions: Vec<u32> = self.lock().keys().copied().collect();
+        partitions.sort_unstable();
+        partitions
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn insert(&self, partition: u32, epoch: i64) {
+        self.lock().insert(partition, epoch);
+    }
+
+    fn remove(&self, partitions: &[u32]) {
+        let mut epochs = self.lock();
+        for partition in partitions {
+            epochs.remove(partition);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<u32, i64>> {
+        self.epochs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A few connections used in turn for single statements. tokio-postgres pipelines
+/// statements on one connection, so concurrent calls share them without waiting for each
+/// other's round trips.
+#[derive(Clone)]
+pub struct Connections {
+    clients: Arc<Vec<Client>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Connections {
+    pub async fn open(url: &str, count: u32) -> Result<Self, ClusterError> {
+        let mut clients = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            clients.push(connect(url).await?);
+        }
+        Ok(Self {
+            clients: Arc::new(clients),
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        &self.clients[turn % self.clients.len()]
+    }
+}
+
+/// What every part of a replica needs to know about the cluster.
+#[derive(Clone)]
+pub struct Shared {
+    pub replica_id: Arc<str>,
+    pub partitions: u32,
+    pub lease_ttl: Duration,
+    pub load_horizon: Duration,
+    pub owned: Owned,
+    pub schedule: WorkerHandle<ScheduleCommand>,
+    pub clock: SystemClock,
+}
+
+impl Shared {
+    pub fn partition_of(&self, id: u64) -> u32 {
+        (id % u64::from(self.partitions)) as u32
+    }
+
+    /// Unix nanoseconds now, on this replica's clock (deadlines are kept in it).
+    pub fn unix_now(&self) -> u64 {
+        use crate::worker::clock::Clock;
+        self.clock.now().unix
+    }
+
+    /// The end of the load horizon: timers due by then belong in the owner's wheel.
+    pub fn horizon_end(&self) -> u64 {
+        self.unix_now()
+            .saturating_add(self.load_horizon.as_nanos() as u64)
+    }
+}
+
+/// A running replica: the handles the API uses, and what [`Replica::stop`] winds down.
+pub struct Replica {
+    pub commands: commands::ClusterCommands,
+    pub deliveries: delivery::ClusterDeliveries,
+    worker: Worker<Schedule>,
+    ownership: ownership::Ownership,
+    stop: watch::Sender<bool>,
+    end_subscriptions: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Replica {
+    /// Connects, migrates the schema, joins the cluster and starts taking partitions.
+    pub async fn start(config: ClusterConfig, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
+        let mut setup = connect(&config.url).await?;
+        let partitions = schema::migrate(&mut setup, config.partitions).await?;
+        drop(setup);
+        let clock = SystemClock::new();
+        let (fired_sender, fired) = mpsc::unbounded_channel();
+        let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64, config.max_pending);
+        let worker_config = crate::worker::WorkerConfig {
+            queue_capacity: config.worker_queue,
+            busy_seconds: Some(metrics.worker_busy_seconds.clone()),
+            ..Default::default()
+        };
+        let worker = Worker::spawn(schedule, clock, worker_config, move |batch| {
+            let _ = fired_sender.send(batch);
+        })
+        .map_err(ClusterError::Worker)?;
+        let shared = Shared {
+            replica_id: Arc::from(config.replica_id.as_str()),
+            partitions,
+            lease_ttl: config.lease_ttl,
+            load_horizon: config.load_horizon,
+            owned: Owned::default(),
+            schedule: worker.handle(),
+            clock,
+        };
+        let (stop, stopping) = watch::channel(false);
+        let (end_subscriptions, subscriptions_ending) = watch::channel(false);
+        let connections = Connections::open(&config.url, config.connections).await?;
+        let wakeups = delivery::Wakeups::default();
+        let (acquired_sender, acquired) = mpsc::unbounded_channel();
+        let ownership =
+            ownership::Ownership::new(connect(&config.url).await?, shared.clone(), acquired_sender);
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(ownership.clone().run(stopping.clone())));
+        let loader = loader::Loader::connect(&config.url, shared.clone(), wakeups.clone()).await?;
+        tasks.push(tokio::spawn(loader.run(acquired, stopping.clone())));
+        let firing = firing::Firing::new(connect(&config.url).await?, shared.clone(), metrics);
+        tasks.push(tokio::spawn(firing.run(fired)));
+        Ok(Self {
+            commands: commands::ClusterCommands::new(connections.clone(), shared.clone()),
+            deliveries: delivery::ClusterDeliveries::new(
+                connections,
+                shared,
+                config.delivery,
+                wakeups,
+                subscriptions_ending,
+            ),
+            worker,
+            ownership,
+            stop,
+            end_subscriptions,
+            tasks,
+        })
+    }
+
+    /// Ends every subscription stream (graceful shutdown begins); their unacknowledged
+    /// deliveries go back to the database for other replicas' subscribers.
+    pub fn end_subscriptions(&self) {
+        let _ = self.end_subscriptions.send(true);
+    }
+
+    /// Ends subscriptions and background work, then hands every partition back so that
+    /// the other replicas take them over at once rather than after the lease runs out.
+    pub async fn stop(self) -> usize {
+        self.end_subscriptions();
+        let _ = self.stop.send(true);
+        let schedule = tokio::task::block_in_place(|| self.worker.stop());
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.ownership.leave().await;
+        schedule.len()
+    }
+}

@@ -1,0 +1,211 @@
+//! Partition leases: which replica may fire which partition's timers.
+//!
+//! Every third of `--lease-ttl` a replica announces itself alive, renews the leases it
+//! holds, and evens out the load: with `L` live replicas each holds at most
+//! `ceil(partitions / L)`, releasing the excess and claiming free or expired partitions up
+//! to that share. Claiming a partition bumps its epoch. The lease times come from the
+//! database's clock, so replicas' clocks need not agree.
+//!
+//! The guarantee that a replica that lost a partition never fires from it again does not
+//! rest on this loop noticing in time (it may be paused, or its connection slow): the
+//! firing transaction itself locks the partition row and checks owner, epoch and expiry.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio_postgres::Client;
+use tracing::{info, warn};
+
+use super::schedule::ScheduleCommand;
+use super::{ClusterError, Shared};
+
+#[derive(Clone)]
+pub struct Ownership {
+    client: Arc<Mutex<Client>>,
+    shared: Shared,
+    /// Newly acquired partitions, for the loader to scan.
+    acquired: mpsc::UnboundedSender<Vec<u32>>,
+}
+
+impl Ownership {
+    pub fn new(client: Client, shared: Shared, acquired: mpsc::UnboundedSender<Vec<u32>>) -> Self {
+        Self {
+            client: Arc::new(Mutex::new(client)),
+            shared,
+            acquired,
+        }
+    }
+
+    pub async fn run(self, mut stopping: watch::Receiver<bool>) {
+        let period = self.shared.lease_ttl / 3;
+        loop {
+            if let Err(error) = self.round().await {
+                warn!(replica = %self.shared.replica_id, %error, "lease round failed");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = super::until_stopped(&mut stopping) => return,
+            }
+        }
+    }
+
+    /// One renewal: heartbeat, renew, then release or claim towards a fair share.
+    async fn round(&self) -> Result<(), ClusterError> {
+        let client = self.client.lock().await;
+        let live = self.heartbeat(&client).await?;
+        self.renew(&client).await?;
+        let fair_share = self.shared.partitions.div_ceil(live.max(1)) as usize;
+        let held = self.shared.owned.len();
+        if held > fair_share {
+            let mut excess = self.shared.owned.partitions();
+            excess.drain(..fair_share);
+            self.release(&client, &excess).await?;
+        } else if held < fair_share {
+            self.claim(&client, fair_share - held).await?;
+        }
+        Ok(())
+    }
+
+    /// Marks this replica alive for one lease; returns how many replicas are alive.
+    async fn heartbeat(&self, client: &Client) -> Result<u32, ClusterError> {
+        let ttl_ms = self.ttl_millis();
+        client
+            .execute(
+                "INSERT INTO tickd_replicas (replica, alive_until)
+                 VALUES ($1, clock_timestamp() + $2::INT8 * INTERVAL '1 millisecond')
+                 ON CONFLICT (replica) DO UPDATE SET alive_until = excluded.alive_until",
+                &[&&*self.shared.replica_id, &ttl_ms],
+            )
+            .await
+            .map_err(ClusterError::query("announcing the replica"))?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM tickd_replicas WHERE alive_until > clock_timestamp()",
+                &[],
+            )
+            .await
+            .map_err(ClusterError::query("counting live replicas"))?;
+        Ok(row.get::<_, i64>(0) as u32)
+    }
+
+    /// Extends the leases still held; any the database no longer gives back were lost
+    /// (expired while this replica was paused or cut off, and perhaps taken over).
+    async fn renew(&self, client: &Client) -> Result<(), ClusterError> {
+        let rows = client
+            .query(
+                "UPDATE tickd_partitions
+                 SET lease_until = clock_timestamp() + $2::INT8 * INTERVAL '1 millisecond'
+                 WHERE owner = $1 AND lease_until > clock_timestamp()
+                 RETURNING partition, epoch",
+                &[&&*self.shared.replica_id, &self.ttl_millis()],
+            )
+            .await
+            .map_err(ClusterError::query("renewing partition leases"))?;
+        let renewed: Vec<(u32, i64)> = rows
+            .iter()
+            .map(|row| (row.get::<_, i32>(0) as u32, row.get(1)))
+            .collect();
+        let lost: Vec<u32> = self
+            .shared
+            .owned
+            .partitions()
+            .into_iter()
+            .filter(|partition| {
+                !renewed.iter().any(|&(renewed, epoch)| {
+                    renewed == *partition && Some(epoch) == self.shared.owned.epoch(*partition)
+                })
+            })
+            .collect();
+        if !lost.is_empty() {
+            warn!(replica = %self.shared.replica_id, partitions = ?lost, "partitions lost");
+            self.forget(lost);
+        }
+        Ok(())
+    }
+
+    async fn claim(&self, client: &Client, wanted: usize) -> Result<(), ClusterError> {
+        let rows = client
+            .query(
+                "UPDATE tickd_partitions
+                 SET owner = $1, epoch = epoch + 1,
+                     lease_until = clock_timestamp() + $2::INT8 * INTERVAL '1 millisecond'
+                 WHERE partition IN (
+                     SELECT partition FROM tickd_partitions
+                     WHERE owner IS NULL OR lease_until IS NULL OR lease_until < clock_timestamp()
+                     ORDER BY partition LIMIT $3
+                     FOR UPDATE SKIP LOCKED)
+                 RETURNING partition, epoch",
+                &[
+                    &&*self.shared.replica_id,
+                    &self.ttl_millis(),
+                    &(wanted as i64),
+                ],
+            )
+            .await
+            .map_err(ClusterError::query("claiming partitions"))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut acquired = Vec::with_capacity(rows.len());
+        for row in rows {
+            let partition = row.get::<_, i32>(0) as u32;
+            let epoch: i64 = row.get(1);
+            self.shared.owned.insert(partition, epoch);
+            acquired.push(partition);
+        }
+        acquired.sort_unstable();
+        info!(replica = %self.shared.replica_id, partitions = ?acquired, "partitions acquired");
+        let _ = self.acquired.send(acquired);
+        Ok(())
+    }
+
+    /// Stops firing from `partitions` first, then lets the database give them to others.
+    async fn release(&self, client: &Client, partitions: &[u32]) -> Result<(), ClusterError> {
+        self.forget(partitions.to_vec());
+        let partitions: Vec<i32> = partitions
+            .iter()
+            .map(|&partition| partition as i32)
+            .collect();
+        client
+            .execute(
+                "UPDATE tickd_partitions SET owner = NULL, lease_until = NULL
+                 WHERE owner = $1 AND partition = ANY($2)",
+                &[&&*self.shared.replica_id, &partitions],
+            )
+            .await
+            .map_err(ClusterError::query("releasing partitions"))?;
+        info!(replica = %self.shared.replica_id, partitions = ?partitions, "partitions released");
+        Ok(())
+    }
+
+    /// On a clean stop: every partition back, and this replica no longer counted as alive.
+    pub async fn leave(&self) {
+        let held = self.shared.owned.partitions();
+        let client = self.client.lock().await;
+        if let Err(error) = self.release(&client, &held).await {
+            warn!(replica = %self.shared.replica_id, %error, "releasing partitions at shutdown failed");
+        }
+        let left = client
+            .execute(
+                "DELETE FROM tickd_replicas WHERE replica = $1",
+                &[&&*self.shared.replica_id],
+            )
+            .await;
+        if let Err(error) = left {
+            warn!(replica = %self.shared.replica_id, %error, "leaving the replica table failed");
+        }
+    }
+
+    fn forget(&self, partitions: Vec<u32>) {
+        self.shared.owned.remove(&partitions);
+        // A stopped worker holds nothing left to forget.
+        let _ = self
+            .shared
+            .schedule
+            .send(ScheduleCommand::Forget(partitions));
+    }
+
+    fn ttl_millis(&self) -> i64 {
+        self.shared.lease_ttl.as_millis() as i64
+    }
+}
