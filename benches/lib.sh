@@ -82,3 +82,68 @@ ratio() {
 load1() {
     cut -d' ' -f1 /proc/loadavg
 }
+
+# start_postgres: a fresh PostgreSQL cluster on a free port of 127.0.0.1, durable settings
+# (fsync and synchronous_commit on, as in production); sets PG_PORT. Debian's packages;
+# run as the `postgres` user when we are root (postgres refuses to run as root).
+start_postgres() {
+    local bin dir as_postgres=()
+    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+    if [ -z "$bin" ]; then
+        echo "PostgreSQL is missing: apt-get install -y postgresql" >&2
+        return 1
+    fi
+    dir="$BENCH_WORK/postgres"
+    mkdir -p "$dir"
+    if [ "$(id -u)" = 0 ]; then
+        chown postgres "$dir"
+        chmod 755 "$BENCH_WORK"
+        as_postgres=(runuser -u postgres --)
+    fi
+    "${as_postgres[@]}" "$bin/initdb" -A trust -U postgres -D "$dir/data" >"$dir/initdb.log" 2>&1
+    PG_PORT=$(free_port)
+    "${as_postgres[@]}" "$bin/postgres" -D "$dir/data" -h 127.0.0.1 -p "$PG_PORT" -k "$dir" \
+        -c max_connections=300 -c shared_buffers=1GB >"$dir/postgres.log" 2>&1 &
+    BENCH_PIDS+=("$!")
+    local i
+    for i in $(seq 200); do
+        if psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -c 'SELECT 1' >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "PostgreSQL did not start:" >&2
+    cat "$dir/postgres.log" >&2
+    return 1
+}
+
+# psql_value SQL [DATABASE]: one value from the benchmark's PostgreSQL.
+psql_value() {
+    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "${2:-postgres}" -tAc "$1"
+}
+
+# start_replica DATABASE ID [extra tickd args...]: one tickd replica on DATABASE; appends
+# its URL to REPLICA_URLS and its pid to REPLICA_PIDS.
+start_replica() {
+    local database=$1 id=$2 port log
+    shift 2
+    port=$(free_port)
+    log="$BENCH_WORK/replica-$id-$port.log"
+    "$BIN/tickd" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+        --store "postgres://postgres@127.0.0.1:$PG_PORT/$database" --replica-id "$id" "$@" \
+        >"$log" 2>&1 &
+    local pid=$!
+    BENCH_PIDS+=("$pid")
+    local i
+    for i in $(seq 300); do
+        if grep -qs "tickd serving" "$log"; then
+            REPLICA_URLS+=("http://127.0.0.1:$port")
+            REPLICA_PIDS+=("$pid")
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "replica $id did not start:" >&2
+    cat "$log" >&2
+    return 1
+}

@@ -27,6 +27,9 @@ use crate::metrics::Metrics;
 
 const RETRY_DELAY: Duration = Duration::from_millis(200);
 
+/// Timers fired in one transaction at most (beyond it, the rest wait for the next one).
+const MAX_BATCH: usize = 10_000;
+
 /// Deletes the one-shot timers and re-arms the repeating ones among `due` (matched on
 /// namespace, id and deadline), records one expiration per timer fired, and returns what
 /// was fired with the next deadline of those that repeat.
@@ -76,8 +79,17 @@ impl Firing {
     }
 
     /// Runs until the worker stops and its last batch is fired.
+    ///
+    /// Whatever the wheel fired while the previous transaction ran is fired together in
+    /// the next one: under load, one commit (one fsync) serves many wheel ticks.
     pub async fn run(mut self, mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>) {
-        while let Some(batch) = due.recv().await {
+        while let Some(mut batch) = due.recv().await {
+            while batch.len() < MAX_BATCH {
+                match due.try_recv() {
+                    Ok(more) => batch.extend(more),
+                    Err(_) => break,
+                }
+            }
             loop {
                 match self.fire(&batch).await {
                     Ok(()) => break,

@@ -24,7 +24,8 @@ const GRACE: Duration = Duration::from_secs(5);
 /// Connection options common to every gRPC benchmark.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// Server URL; only loopback is meant (`http://127.0.0.1:PORT`).
+    /// Server URL; only loopback is meant (`http://127.0.0.1:PORT`). Several, separated by
+    /// commas (the replicas of one cluster): connections go to each in turn.
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     pub addr: String,
     /// HTTP/2 connections the callers and streams are spread over (one connection
@@ -63,20 +64,27 @@ impl ClientArgs {
         }
     }
 
-    /// `--connections` separate HTTP/2 connections.
+    /// `--connections` separate HTTP/2 connections (at least one per address), spread over
+    /// the addresses in turn.
     async fn connect(&self) -> Result<Vec<Channel>, String> {
-        let endpoint = Endpoint::from_shared(self.addr.clone())
-            .map_err(|error| format!("--addr {}: {error}", self.addr))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(5))
-            .initial_stream_window_size(1 << 20)
-            .initial_connection_window_size(8 << 20);
-        let mut channels = Vec::with_capacity(self.connections.max(1));
-        for _ in 0..self.connections.max(1) {
+        let addresses: Vec<&str> = self.addr.split(',').map(str::trim).collect();
+        let mut endpoints = Vec::with_capacity(addresses.len());
+        for address in &addresses {
+            let endpoint = Endpoint::from_shared(address.to_string())
+                .map_err(|error| format!("--addr {address}: {error}"))?
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(5))
+                .initial_stream_window_size(1 << 20)
+                .initial_connection_window_size(8 << 20);
+            endpoints.push((address, endpoint));
+        }
+        let count = self.connections.max(endpoints.len());
+        let mut channels = Vec::with_capacity(count);
+        for (address, endpoint) in endpoints.iter().cycle().take(count) {
             let channel = endpoint
                 .connect()
                 .await
-                .map_err(|error| format!("connecting to {}: {error}", self.addr))?;
+                .map_err(|error| format!("connecting to {address}: {error}"))?;
             channels.push(channel);
         }
         Ok(channels)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Replicated tickd on PostgreSQL: aggregate registration and firing with 1, 2 and 3
+# replicas on one database, failover time, and the database's cost per timer; the same
+# workload on one tickd with its local log (--sync always) for reference. One line each:
+#   replicas_register  n=.. timers_per_s=..        NewTimeouts batches spread over the replicas
+#   replicas_e2e       n=.. fired_per_s=.. p99_late_ms=.. lost=.. duplicated=..
+#   replicas_cost      n=.. table_bytes_per_timer=.. wal_bytes_per_timer=..
+#   replicas_failover  lease_ttl=.. takeover_s=..  SIGKILL of one of 3 replicas until every
+#                                                  partition it held is owned by another
+# A fresh database serves each replica count. PostgreSQL runs with its durable defaults.
+#
+# Environment: SECS (10), CONC (64), BATCH (100), RATE (5000), DELAY_MS (1000),
+# SUBSCRIBERS (6), LEASE_TTL (10s), PARTITIONS (64).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source benches/lib.sh
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+
+SECS=${SECS:-10}
+CONC=${CONC:-64}
+BATCH=${BATCH:-100}
+RATE=${RATE:-5000}
+DELAY_MS=${DELAY_MS:-1000}
+SUBSCRIBERS=${SUBSCRIBERS:-6}
+LEASE_TTL=${LEASE_TTL:-10s}
+PARTITIONS=${PARTITIONS:-64}
+
+cargo build --release --bin tickd-bench --bin tickd >&2
+echo "# $(nproc) cores, load average $(load1)" >&2
+start_postgres
+
+# start_cluster N: a fresh database and N replicas on it; sets ADDRS and DATABASE.
+start_cluster() {
+    local n=$1 i
+    DATABASE="tickd_n${n}_$RANDOM"
+    psql_value "CREATE DATABASE $DATABASE" >/dev/null
+    REPLICA_URLS=()
+    REPLICA_PIDS=()
+    for i in $(seq "$n"); do
+        start_replica "$DATABASE" "r$i" --partitions "$PARTITIONS" --lease-ttl "$LEASE_TTL"
+    done
+    ADDRS=$(IFS=,; echo "${REPLICA_URLS[*]}")
+    # Every partition owned: the cluster is settled.
+    until [ "$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner IS NULL" "$DATABASE")" = 0 ]; do
+        sleep 0.1
+    done
+}
+
+stop_cluster() {
+    local pid
+    for pid in "${REPLICA_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${REPLICA_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+}
+
+wal_lsn() {
+    psql_value "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
+}
+
+for n in 1 2 3; do
+    start_cluster "$n"
+    wal_before=$(wal_lsn)
+    line=$("$BIN/tickd-bench" rpc --addr "$ADDRS" --connections 6 --secs "$SECS" \
+        --mode batch --conc "$CONC" --batch "$BATCH")
+    wal_after=$(wal_lsn)
+    echo "replicas_register n=$n ${line#* }"
+    timers=$(psql_value "SELECT count(*) FROM tickd_timers" "$DATABASE")
+    table_bytes=$(psql_value "SELECT pg_total_relation_size('tickd_timers')" "$DATABASE")
+    wal_before_e2e=$(wal_lsn)
+    line=$("$BIN/tickd-bench" e2e --addr "$ADDRS" --connections 6 --rate "$RATE" \
+        --secs "$SECS" --delay-ms "$DELAY_MS" --subscribers "$SUBSCRIBERS")
+    wal_after_e2e=$(wal_lsn)
+    echo "replicas_e2e n=$n ${line#* }"
+    registered=$(field "$line" registered)
+    echo "replicas_cost n=$n table_bytes_per_timer=$(ratio "$table_bytes" "$timers")" \
+        "register_wal_bytes_per_timer=$(ratio $((wal_after - wal_before)) "$timers")" \
+        "lifecycle_wal_bytes_per_timer=$(ratio $((wal_after_e2e - wal_before_e2e)) "$registered")"
+    if [ "$n" = 3 ]; then
+        victim=${REPLICA_PIDS[2]}
+        held=$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner = 'r3'" "$DATABASE")
+        killed_at=$(date +%s.%N)
+        kill -9 "$victim"
+        until [ "$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner = 'r3' OR owner IS NULL" "$DATABASE")" = 0 ]; do
+            sleep 0.05
+        done
+        taken_at=$(date +%s.%N)
+        echo "replicas_failover lease_ttl=$LEASE_TTL partitions=$held" \
+            "takeover_s=$(awk -v a="$killed_at" -v b="$taken_at" 'BEGIN { printf "%.2f", b - a }')"
+    fi
+    stop_cluster
+done
+
+# The reference: one tickd, its own log, same workload.
+start_tickd always
+line=$("$BIN/tickd-bench" rpc --addr "$TICKD_URL" --connections 6 --secs "$SECS" \
+    --mode batch --conc "$CONC" --batch "$BATCH")
+echo "single_register sync=always ${line#* }"
+line=$("$BIN/tickd-bench" e2e --addr "$TICKD_URL" --connections 6 --rate "$RATE" \
+    --secs "$SECS" --delay-ms "$DELAY_MS" --subscribers "$SUBSCRIBERS")
+echo "single_e2e sync=always ${line#* }"
+stop_tickd
