@@ -7,17 +7,17 @@
 //! `TICKD_CRASH_SEED=<seed>` replays the same choices (the interleaving still varies).
 
 mod common;
+mod support;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
+use support::daemon::{tickd_command, Daemon};
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::{Channel, Endpoint};
 
@@ -47,120 +47,15 @@ impl Rng {
     }
 }
 
-/// A `tickd` process; killed (SIGKILL) when dropped, so a failing test leaves none behind.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Daemon {
-    fn start(data_dir: &Path) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tickd"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "text",
-                "--data-dir",
-            ])
-            .arg(data_dir)
-            // Snapshots every few hundred records, so kills also land in the middle of
-            // snapshots and compactions.
-            .args(["--snapshot-after-bytes", &SNAPSHOT_AFTER_BYTES.to_string()])
-            .env("TICKD_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn tickd");
-        let stdout = child.stdout.take().expect("stdout");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (port_sender, port) = std::sync::mpsc::channel();
-        let lines = log.clone();
-        // Reads the log to the end, so the daemon never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let line = strip_ansi(&line);
-                if line.contains("tickd serving") {
-                    if let Some(addr) = listen_addr(&line) {
-                        let _ = port_sender.send(addr);
-                    }
-                }
-                lines.lock().unwrap().push(line);
-            }
-        });
-        let addr = match port.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "tickd did not report its address; log:\n{}",
-                    log.lock().unwrap().join("\n")
-                );
-            }
-        };
-        Daemon { child, addr, log }
-    }
-
-    /// SIGKILL, and wait for the process to be gone.
-    fn kill(&mut self) {
-        self.child.kill().expect("kill");
-        self.child.wait().expect("wait");
-    }
-
-    /// Log lines containing `needle` so far.
-    fn count(&self, needle: &str) -> usize {
-        let log = self.log.lock().unwrap();
-        log.iter().filter(|line| line.contains(needle)).count()
-    }
-
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!(
-                "tickd exited on its own ({status}); log:\n{}",
-                self.log_text()
-            );
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ ... final byte in @..~
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) && c != '[' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// `... tickd serving listen=127.0.0.1:PORT unix_socket=None ...`
-fn listen_addr(line: &str) -> Option<SocketAddr> {
-    let rest = &line[line.find("listen=")? + "listen=".len()..];
-    rest.split_whitespace().next()?.parse().ok()
+/// A `tickd` on `data_dir`, snapshotting every few hundred records, so kills also land in
+/// the middle of snapshots and compactions.
+fn start_daemon(data_dir: &Path) -> Daemon {
+    let mut command = tickd_command();
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--snapshot-after-bytes", &SNAPSHOT_AFTER_BYTES.to_string()]);
+    Daemon::start(command)
 }
 
 fn client_for(addr: SocketAddr) -> TimersClient<Channel> {
@@ -327,7 +222,7 @@ async fn killed_at_random_moments_loses_no_acknowledged_timer() {
     let ledger = Arc::new(Mutex::new(Ledger::default()));
 
     for round in 0..KILLS {
-        let mut daemon = Daemon::start(&data);
+        let mut daemon = start_daemon(&data);
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..LOADERS {
@@ -362,7 +257,7 @@ async fn killed_at_random_moments_loses_no_acknowledged_timer() {
     }
 
     // The last start: everything acknowledged and not cancelled must come out.
-    let mut daemon = Daemon::start(&data);
+    let mut daemon = start_daemon(&data);
     let stop = Arc::new(AtomicBool::new(false));
     let consumer = tokio::spawn(consume(daemon.addr, ledger.clone(), stop.clone()));
     let final_start = Instant::now();

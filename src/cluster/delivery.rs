@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::Row;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::loader::FIRED_CHANNEL;
 use super::{ClusterError, Connections, Shared};
@@ -243,7 +243,9 @@ impl Subscriber {
                 () = &mut woken => {}
                 () = tokio::time::sleep(POLL_INTERVAL) => {}
                 () = self.sender.closed() => break,
-                () = super::until_stopped(&mut stopping) => break,
+                // The replica is draining: the claims stay, so acks of deliveries the
+                // client already has still succeed; the rest return at their deadline.
+                () = super::until_stopped(&mut stopping) => return,
             }
         }
         self.hand_back().await;
@@ -255,7 +257,9 @@ impl Subscriber {
             if room == 0 {
                 return Ok(());
             }
+            let started = std::time::Instant::now();
             let claimed = self.claim(room).await?;
+            debug!(subscriber = %self.name, room, claimed = claimed.len(), elapsed_us = started.elapsed().as_micros() as u64, "claimed");
             let exhausted = claimed.len() < room;
             for delivered in claimed {
                 // Room was checked; a full or closed stream leaves the claim to expire.

@@ -18,9 +18,8 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
-use tracing::warn;
+use tracing::{debug, warn};
 
-use super::loader::FIRED_CHANNEL;
 use super::schedule::{DueTimer, ScheduleCommand};
 use super::{ClusterError, Shared};
 use crate::metrics::Metrics;
@@ -30,12 +29,25 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Timers fired in one transaction at most (beyond it, the rest wait for the next one).
 const MAX_BATCH: usize = 10_000;
 
-/// Deletes the one-shot timers and re-arms the repeating ones among `due` (matched on
-/// namespace, id and deadline), records one expiration per timer fired, and returns what
-/// was fired with the next deadline of those that repeat.
+/// In one statement (so one round trip and one commit): locks the partitions of the
+/// batch that this replica still holds (`$6`, `$7`: partitions and the epochs it was
+/// granted; `$8`: this replica) `FOR SHARE`; of the due timers (`$1`..`$4`, `$9`) in those
+/// partitions, deletes the one-shot ones and re-arms the repeating ones whose deadline is
+/// still the one the wheel had; records one expiration per timer fired; announces the
+/// namespaces on `tickd_fired` (identical notifications in a transaction are sent once).
+/// Returns what was fired, with the next deadline of those that repeat.
 const FIRE: &str = "
-WITH due AS (
-    SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[]) AS d(namespace, id, deadline, late)
+WITH held AS (
+    SELECT p.partition FROM tickd_partitions p
+    JOIN unnest($6::INT4[], $7::INT8[]) AS mine(partition, epoch)
+      ON p.partition = mine.partition AND p.epoch = mine.epoch
+    WHERE p.owner = $8 AND p.lease_until > clock_timestamp()
+    FOR SHARE OF p
+),
+due AS (
+    SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[], $9::INT4[])
+        AS d(namespace, id, deadline, late, partition)
+    WHERE partition IN (SELECT partition FROM held)
 ),
 once AS (
     DELETE FROM tickd_timers t USING due
@@ -61,7 +73,14 @@ recorded AS (
     SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count, late
     FROM fired
 )
-SELECT namespace, id, partition, next_deadline FROM fired";
+SELECT namespace, id, partition, next_deadline, pg_notify('tickd_fired', namespace)::TEXT FROM fired";
+
+/// Which of the partitions `$1` (granted at epochs `$2`) replica `$3` still holds.
+const HELD: &str = "
+SELECT p.partition FROM tickd_partitions p
+JOIN unnest($1::INT4[], $2::INT8[]) AS mine(partition, epoch)
+  ON p.partition = mine.partition AND p.epoch = mine.epoch
+WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
 
 pub struct Firing {
     client: Client,
@@ -103,50 +122,88 @@ impl Firing {
     }
 
     async fn fire(&mut self, batch: &[DueTimer]) -> Result<(), ClusterError> {
-        let transaction = self
+        let started = std::time::Instant::now();
+        let (partitions, epochs) = self.granted(batch);
+        let now = self.shared.unix_now() as i64;
+        let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
+        let ids: Vec<i64> = batch.iter().map(|timer| timer.id as i64).collect();
+        let deadlines: Vec<i64> = batch.iter().map(|t| t.deadline_unix as i64).collect();
+        let late: Vec<bool> = batch.iter().map(|timer| timer.late).collect();
+        let timer_partitions: Vec<i32> = batch.iter().map(|t| t.partition as i32).collect();
+        let rows = self
             .client
-            .transaction()
+            .query(
+                FIRE,
+                &[
+                    &namespaces,
+                    &ids,
+                    &deadlines,
+                    &late,
+                    &now,
+                    &partitions,
+                    &epochs,
+                    &&*self.shared.replica_id,
+                    &timer_partitions,
+                ],
+            )
             .await
-            .map_err(ClusterError::query("starting a firing"))?;
-        let held = held_partitions(&transaction, &self.shared, batch).await?;
-        let (fenced, firing): (Vec<&DueTimer>, Vec<&DueTimer>) = batch
+            .map_err(ClusterError::query("firing timers"))?;
+        self.fired_total.inc_by(rows.len() as u64);
+        debug!(
+            timers = rows.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "fired"
+        );
+        self.rearm(&rows);
+        if rows.len() < batch.len() {
+            self.settle_unfired(batch, &rows).await?;
+        }
+        Ok(())
+    }
+
+    /// The batch's partitions with the epochs this replica was granted them at.
+    fn granted(&self, batch: &[DueTimer]) -> (Vec<i32>, Vec<i64>) {
+        let mut partitions: Vec<u32> = batch.iter().map(|timer| timer.partition).collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        partitions
+            .into_iter()
+            .filter_map(|partition| Some((partition as i32, self.shared.owned.epoch(partition)?)))
+            .unzip()
+    }
+
+    /// Timers that fired nothing were fenced (their partition is no longer this replica's),
+    /// or cancelled or moved by another replica: the moved ones whose new deadline is
+    /// inside the horizon go back into the wheel.
+    async fn settle_unfired(
+        &self,
+        batch: &[DueTimer],
+        rows: &[tokio_postgres::Row],
+    ) -> Result<(), ClusterError> {
+        let fired: Vec<i64> = rows.iter().map(|row| row.get(1)).collect();
+        let unfired: Vec<&DueTimer> = batch
             .iter()
-            .partition(|timer| !held.contains(&timer.partition));
+            .filter(|timer| !fired.contains(&(timer.id as i64)))
+            .collect();
+        let (partitions, epochs) = self.granted(batch);
+        let held: Vec<u32> = self
+            .client
+            .query(HELD, &[&partitions, &epochs, &&*self.shared.replica_id])
+            .await
+            .map_err(ClusterError::query("checking partition leases"))?
+            .iter()
+            .map(|row| row.get::<_, i32>(0) as u32)
+            .collect();
+        let (still_held, fenced): (Vec<&DueTimer>, Vec<&DueTimer>) = unfired
+            .into_iter()
+            .partition(|timer| held.contains(&timer.partition));
         if !fenced.is_empty() {
             warn!(replica = %self.shared.replica_id, timers = fenced.len(), "firing fenced: partition lease lost");
         }
-        if firing.is_empty() {
+        if still_held.is_empty() {
             return Ok(());
         }
-        let now = self.shared.unix_now() as i64;
-        let namespaces: Vec<&str> = firing.iter().map(|timer| &*timer.namespace).collect();
-        let ids: Vec<i64> = firing.iter().map(|timer| timer.id as i64).collect();
-        let deadlines: Vec<i64> = firing.iter().map(|t| t.deadline_unix as i64).collect();
-        let late: Vec<bool> = firing.iter().map(|timer| timer.late).collect();
-        let rows = transaction
-            .query(FIRE, &[&namespaces, &ids, &deadlines, &late, &now])
-            .await
-            .map_err(ClusterError::query("firing timers"))?;
-        let mut fired_namespaces: Vec<&str> = rows.iter().map(|row| row.get(0)).collect();
-        fired_namespaces.sort_unstable();
-        fired_namespaces.dedup();
-        transaction
-            .execute(
-                "SELECT pg_notify($1, namespace) FROM unnest($2::TEXT[]) AS n(namespace)",
-                &[&FIRED_CHANNEL, &fired_namespaces],
-            )
-            .await
-            .map_err(ClusterError::query("announcing fired timers"))?;
-        transaction
-            .commit()
-            .await
-            .map_err(ClusterError::query("committing a firing"))?;
-        self.fired_total.inc_by(rows.len() as u64);
-        self.rearm(&rows);
-        if rows.len() < firing.len() {
-            self.reload_moved(&firing, &rows).await?;
-        }
-        Ok(())
+        self.reload_moved(&still_held).await
     }
 
     /// Puts repeating timers back in the wheel at their next deadline.
@@ -170,19 +227,9 @@ impl Firing {
         }
     }
 
-    /// Timers that matched no row were cancelled or moved by another replica; the moved
-    /// ones whose new deadline is inside the horizon go back into the wheel.
-    async fn reload_moved(
-        &self,
-        firing: &[&DueTimer],
-        rows: &[tokio_postgres::Row],
-    ) -> Result<(), ClusterError> {
-        let fired: Vec<i64> = rows.iter().map(|row| row.get(1)).collect();
-        let unmatched: Vec<i64> = firing
-            .iter()
-            .map(|timer| timer.id as i64)
-            .filter(|id| !fired.contains(id))
-            .collect();
+    /// Loads the timers' current deadlines, where still inside the horizon.
+    async fn reload_moved(&self, unmatched: &[&DueTimer]) -> Result<(), ClusterError> {
+        let unmatched: Vec<i64> = unmatched.iter().map(|timer| timer.id as i64).collect();
         let moved = self
             .client
             .query(
@@ -208,32 +255,4 @@ impl Firing {
         }
         Ok(())
     }
-}
-
-/// The batch's partitions this replica may still fire from, locked against takeover
-/// until the transaction ends.
-async fn held_partitions(
-    transaction: &tokio_postgres::Transaction<'_>,
-    shared: &Shared,
-    batch: &[DueTimer],
-) -> Result<Vec<u32>, ClusterError> {
-    let mut partitions: Vec<u32> = batch.iter().map(|timer| timer.partition).collect();
-    partitions.sort_unstable();
-    partitions.dedup();
-    let (numbers, epochs): (Vec<i32>, Vec<i64>) = partitions
-        .iter()
-        .filter_map(|&partition| Some((partition as i32, shared.owned.epoch(partition)?)))
-        .unzip();
-    let rows = transaction
-        .query(
-            "SELECT p.partition FROM tickd_partitions p
-             JOIN unnest($1::INT4[], $2::INT8[]) AS held(partition, epoch)
-               ON p.partition = held.partition AND p.epoch = held.epoch
-             WHERE p.owner = $3 AND p.lease_until > clock_timestamp()
-             FOR SHARE OF p",
-            &[&numbers, &epochs, &&*shared.replica_id],
-        )
-        .await
-        .map_err(ClusterError::query("checking partition leases"))?;
-    Ok(rows.iter().map(|row| row.get::<_, i32>(0) as u32).collect())
 }

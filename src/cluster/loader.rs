@@ -178,7 +178,8 @@ impl Loader {
     }
 
     /// Loads `partitions`' timers due by the end of the horizon: only those past the
-    /// watermark when `advance` (then moving it), all of them up to it otherwise.
+    /// watermark when `advance` (then moving it), all of them otherwise (a partition just
+    /// acquired). Loading a timer twice is harmless: the wheel keeps one entry per id.
     async fn scan(
         &mut self,
         client: &Client,
@@ -188,10 +189,12 @@ impl Loader {
         if partitions.is_empty() {
             return Ok(());
         }
+        let horizon_end = self.shared.horizon_end();
         let (after, until) = if advance {
-            (self.watermark, self.shared.horizon_end())
+            (self.watermark, horizon_end)
         } else {
-            (0, self.watermark)
+            // Past the watermark too: before the first scan with partitions it is still 0.
+            (0, self.watermark.max(horizon_end))
         };
         let partition_numbers: Vec<i32> = partitions.iter().map(|&p| p as i32).collect();
         let rows = client

@@ -1,0 +1,1054 @@
+//! Replicated mode: several `tickd` processes sharing one PostgreSQL database (`--store
+//! postgres://...`), each firing the timers of the partitions it holds a lease on.
+//!
+//! Replicas must keep the single-node contract whatever happens to them: every acknowledged
+//! registration fires, and fires once. A timer's firing is identified by its `fired_at`:
+//! two owners firing the same timer would show two `fired_at` values and two first
+//! deliveries (attempt 1). Redeliveries (attempt > 1, same `fired_at`) are allowed, since a
+//! claim can be lost with the replica holding it.
+//!
+//! Each test starts a real PostgreSQL and real `tickd` processes, registers through all
+//! replicas, consumes through all of them (acknowledging everything), and then:
+//!
+//! - shared work: three replicas split the partitions, and fire each timer once;
+//! - SIGKILL: the partitions of a dead replica are taken over once its leases lapse, and its
+//!   timers still fire once;
+//! - SIGSTOP: an owner paused past its lease is fenced off when it resumes, so its wheel
+//!   cannot fire again what the new owner already fired;
+//! - rolling restart: each replica in turn drains (SIGTERM), releases its partitions and
+//!   comes back under the same id, and nothing is lost.
+//!
+//! Waits poll for the awaited event (database rows, log lines, deliveries) with a generous
+//! deadline; nothing here depends on how fast the machine is.
+
+mod common;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::{ready, Future};
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::process::{Command, ExitStatus};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use support::daemon::{tickd_command, Daemon};
+use support::postgres::{explain, Postgres};
+use tempfile::TempDir;
+use tickd::proto::timers_client::TimersClient;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tonic::transport::{Channel, Endpoint};
+
+const NAMESPACE: &str = "replicas";
+const PARTITIONS: usize = 16;
+/// Short leases, so takeovers happen within seconds.
+const LEASE_TTL: &str = "2s";
+/// Timers due within this are held in the owner's wheel (test 3 relies on it).
+const LOAD_HORIZON: &str = "5s";
+/// How long any awaited event may take before the test gives up.
+const PATIENCE: Duration = Duration::from_secs(120);
+/// How often an awaited condition is checked again.
+const POLL: Duration = Duration::from_millis(50);
+/// How long a stopping replica may take to drain and exit.
+const EXIT_PATIENCE: Duration = Duration::from_secs(30);
+const ACK_TIMEOUT_MS: u64 = 5_000;
+const MAX_UNACKED: u32 = 1_000;
+/// Pause between registrations of a continuous load: a steady trickle, not a flood.
+const LOAD_PACE: Duration = Duration::from_millis(20);
+/// Pause before a subscriber tries another replica, so a dead one is not hammered.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
+/// Log lines that explain what a replica did with its partitions (shown on failures).
+const NOTABLE_LOG_LINES: [&str; 7] = [
+    "partitions acquired",
+    "partitions lost",
+    "partitions released",
+    "firing fenced",
+    "WARN",
+    "ERROR",
+    "panicked",
+];
+
+// ---------------------------------------------------------------- the tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fixture_answers_queries() {
+    let postgres = Postgres::start().await;
+    let rows = postgres.query("SELECT 40 + 2").await;
+    let answer: i32 = rows[0].get(0);
+    assert_eq!(answer, 42);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_fire_each_timer_once() {
+    const IDS: [&str; 3] = ["r1", "r2", "r3"];
+    let cluster = Cluster::start(&IDS).await;
+    let ledger = SharedLedger::default();
+    let consumers = consume_on_each(&cluster, &ledger, &IDS);
+
+    Registrar::new(&cluster, &ledger, 200..=3_000)
+        .register(300)
+        .await;
+    assert_all_registered(&ledger, 300);
+
+    cluster.wait_until_delivered(&ledger).await;
+    cluster
+        .eventually("each of the three replicas owns a partition", || {
+            cluster.each_owns_a_partition(&IDS)
+        })
+        .await;
+    cluster.wait_until_drained().await;
+    consumers.stop().await;
+
+    let ledger = ledger.lock().unwrap();
+    eprintln!("{}", ledger.summary());
+    assert_each_timer_fired_once(&ledger, FirstDeliveries::ExactlyOne);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_replica_partitions_are_taken_over() {
+    const IDS: [&str; 3] = ["r1", "r2", "r3"];
+    const VICTIM: &str = "r2";
+    let mut cluster = Cluster::start(&IDS).await;
+    let ledger = SharedLedger::default();
+    let consumers = consume_on_each(&cluster, &ledger, &IDS);
+    let registrations = Background::new();
+    let registrar = Registrar::new(&cluster, &ledger, 500..=4_000);
+    registrations.spawn(registrar.run_until(registrations.stop_signal()));
+
+    // Kill only once the victim owns partitions and timers are pending everywhere.
+    cluster
+        .eventually("each replica owns a partition", || {
+            cluster.each_owns_a_partition(&IDS)
+        })
+        .await;
+    cluster
+        .eventually("100 registrations acknowledged", || {
+            ready(registered_at_least(&ledger, 100))
+        })
+        .await;
+    let victim_epochs = cluster.partitions_owned_by(VICTIM).await;
+    assert!(!victim_epochs.is_empty(), "{VICTIM} owns no partition");
+    let killed_at = Instant::now();
+    cluster.kill(VICTIM);
+    let registered_at_kill = ledger.lock().unwrap().registered.len();
+
+    cluster
+        .eventually(
+            "the killed replica's partitions owned by the others",
+            || cluster.taken_over(VICTIM, &victim_epochs),
+        )
+        .await;
+    eprintln!(
+        "takeover of {} partitions: {:?} from SIGKILL (lease ttl {LEASE_TTL})",
+        victim_epochs.len(),
+        killed_at.elapsed()
+    );
+    assert_epochs_increased(&victim_epochs, &cluster.partitions().await);
+
+    cluster
+        .eventually("100 more registrations through the survivors", || {
+            ready(registered_at_least(&ledger, registered_at_kill + 100))
+        })
+        .await;
+    registrations.stop().await;
+    cluster.wait_until_delivered(&ledger).await;
+    cluster.wait_until_drained().await;
+    consumers.stop().await;
+
+    let ledger = ledger.lock().unwrap();
+    eprintln!("{}", ledger.summary());
+    // The victim may have claimed a first delivery that never reached its subscriber.
+    assert_each_timer_fired_once(&ledger, FirstDeliveries::AtMostOne);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_owner_cannot_fire_after_losing_its_lease() {
+    const PAUSED: &str = "a";
+    const SUCCESSOR: &str = "b";
+    let mut cluster = Cluster::start(&[PAUSED]).await;
+    cluster
+        .eventually("the first replica owns every partition", || {
+            cluster.owns_every_partition(PAUSED)
+        })
+        .await;
+    let ledger = SharedLedger::default();
+    // Due within the load horizon: the paused owner holds them all in its wheel.
+    Registrar::new(&cluster, &ledger, 3_800..=4_200)
+        .register(50)
+        .await;
+    assert_all_registered(&ledger, 50);
+
+    cluster.pause(PAUSED);
+    let paused_at = Instant::now();
+    cluster.start_replica(SUCCESSOR).await;
+    let consumers = consume_on_each(&cluster, &ledger, &[SUCCESSOR]);
+    cluster
+        .eventually("the successor owns every partition", || {
+            cluster.owns_every_partition(SUCCESSOR)
+        })
+        .await;
+    eprintln!(
+        "successor owns every partition {:?} after the pause",
+        paused_at.elapsed()
+    );
+    cluster.wait_until_delivered(&ledger).await;
+    assert_all_delivered_by(&ledger.lock().unwrap(), SUCCESSOR);
+
+    // Resumed, the paused owner finds its timers overdue; it must notice the lost leases.
+    cluster.resume(PAUSED);
+    consumers.spawn(consume(
+        PAUSED.into(),
+        cluster.live.clone(),
+        ledger.clone(),
+        consumers.stop_signal(),
+    ));
+    cluster
+        .eventually(
+            "the resumed owner fences its firings or drops its leases",
+            || ready(noticed_lost_leases(cluster.daemon(PAUSED))),
+        )
+        .await;
+    // By the time it holds a partition again, any stale firing would have been made.
+    cluster
+        .eventually("the resumed owner owns a partition again", || {
+            cluster.owns_a_partition(PAUSED)
+        })
+        .await;
+    cluster.wait_until_drained().await;
+    consumers.stop().await;
+
+    eprintln!(
+        "resumed owner's log:\n{}",
+        cluster
+            .daemon(PAUSED)
+            .lines_with(&["partitions lost", "firing fenced"])
+            .join("\n")
+    );
+    let ledger = ledger.lock().unwrap();
+    eprintln!("{}", ledger.summary());
+    assert_each_timer_fired_once(&ledger, FirstDeliveries::ExactlyOne);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_loses_nothing() {
+    const IDS: [&str; 3] = ["r1", "r2", "r3"];
+    let mut cluster = Cluster::start(&IDS).await;
+    let ledger = SharedLedger::default();
+    let consumers = consume_on_each(&cluster, &ledger, &IDS);
+    Registrar::new(&cluster, &ledger, 1_000..=15_000)
+        .register(300)
+        .await;
+    assert_all_registered(&ledger, 300);
+    // Restart only once every replica has partitions to hand over.
+    cluster
+        .eventually("each replica owns a partition", || {
+            cluster.each_owns_a_partition(&IDS)
+        })
+        .await;
+    let registrations = Background::new();
+    let registrar = Registrar::new(&cluster, &ledger, 1_000..=5_000);
+    registrations.spawn(registrar.run_until(registrations.stop_signal()));
+
+    for id in IDS {
+        let started = Instant::now();
+        restart(&mut cluster, id).await;
+        eprintln!(
+            "{id} restarted and owning partitions in {:?}",
+            started.elapsed()
+        );
+    }
+    registrations.stop().await;
+    cluster.wait_until_delivered(&ledger).await;
+    cluster.wait_until_drained().await;
+    consumers.stop().await;
+
+    let ledger = ledger.lock().unwrap();
+    eprintln!("{}", ledger.summary());
+    // Streams a draining replica ends may take a claimed first delivery with them.
+    assert_each_timer_fired_once(&ledger, FirstDeliveries::AtMostOne);
+}
+
+/// SIGTERM: the replica must exit 0, having released its leases on the way out (not left
+/// them to expire); then a new process with the same id must win partitions again.
+async fn restart(cluster: &mut Cluster, id: &str) {
+    let status = cluster.stop_gracefully(id).await;
+    assert!(
+        status.success(),
+        "{id} exited with {status} after SIGTERM; log:\n{}",
+        cluster.retired_daemon(id).log_text()
+    );
+    if let Err(held) = cluster.holds_no_lease(id).await {
+        panic!(
+            "{held} after a clean exit; log:\n{}",
+            cluster.retired_daemon(id).log_text()
+        );
+    }
+    cluster.start_replica(id).await;
+    cluster
+        .eventually("the restarted replica owns a partition", || {
+            cluster.owns_a_partition(id)
+        })
+        .await;
+}
+
+// ---------------------------------------------------------------- assertions
+
+enum FirstDeliveries {
+    /// Nothing was lost in transit: each timer's attempt 1 was seen.
+    ExactlyOne,
+    /// A replica died or drained holding claims: a first delivery may never have arrived,
+    /// and its redelivery came instead.
+    AtMostOne,
+}
+
+/// Every acknowledged registration was delivered; each timer was fired once (one `fired_at`)
+/// and first delivered at most once (or exactly once, per `first`).
+fn assert_each_timer_fired_once(ledger: &Ledger, first: FirstDeliveries) {
+    let undelivered = ledger.undelivered();
+    assert!(
+        undelivered.is_empty(),
+        "{} acknowledged registrations never delivered: {undelivered:?}",
+        undelivered.len()
+    );
+    let mut violations = Vec::new();
+    for (id, deliveries) in ledger.deliveries_by_timer() {
+        let firings: BTreeSet<i128> = deliveries.iter().map(|d| d.fired_at).collect();
+        let first_deliveries = deliveries.iter().filter(|d| d.attempt == 1).count();
+        let first_ok = match first {
+            FirstDeliveries::ExactlyOne => first_deliveries == 1,
+            FirstDeliveries::AtMostOne => first_deliveries <= 1,
+        };
+        if firings.len() != 1 || !first_ok {
+            violations.push(format!(
+                "timer {id}: {} firings, {first_deliveries} first deliveries: {deliveries:?}",
+                firings.len()
+            ));
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "{} timers fired more than once or delivered first more than once:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
+}
+
+/// With every replica up, every registration is acknowledged.
+fn assert_all_registered(ledger: &SharedLedger, count: usize) {
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(
+        ledger.registered.len(),
+        count,
+        "a healthy cluster refused registrations: {}",
+        ledger.summary()
+    );
+}
+
+fn assert_all_delivered_by(ledger: &Ledger, replica: &str) {
+    let elsewhere: Vec<&Delivery> = ledger
+        .deliveries
+        .iter()
+        .filter(|delivery| delivery.replica != replica)
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "deliveries from a replica other than {replica}: {elsewhere:?}"
+    );
+}
+
+/// A takeover moves a partition to a new epoch, which fences the previous owner.
+fn assert_epochs_increased(before: &BTreeMap<i32, i64>, after: &[Partition]) {
+    for partition in after {
+        if let Some(old_epoch) = before.get(&partition.number) {
+            assert!(
+                partition.epoch > *old_epoch,
+                "partition {} taken over by {:?} but its epoch went from {old_epoch} to {}",
+                partition.number,
+                partition.owner,
+                partition.epoch
+            );
+        }
+    }
+}
+
+fn registered_at_least(ledger: &SharedLedger, count: usize) -> Result<(), String> {
+    let registered = ledger.lock().unwrap().registered.len();
+    if registered >= count {
+        Ok(())
+    } else {
+        Err(format!(
+            "{registered} of {count} registrations acknowledged"
+        ))
+    }
+}
+
+fn noticed_lost_leases(daemon: &Daemon) -> Result<(), String> {
+    logged(daemon, "firing fenced").or_else(|_| logged(daemon, "partitions lost"))
+}
+
+fn logged(daemon: &Daemon, needle: &str) -> Result<(), String> {
+    if daemon.count(needle) > 0 {
+        Ok(())
+    } else {
+        Err(format!("no \"{needle}\" in the log yet"))
+    }
+}
+
+// ---------------------------------------------------------------- the cluster
+
+/// The replicas of one test, the database they share, and the addresses clients may use.
+///
+/// Fields drop in order: the replicas are killed before the database goes.
+struct Cluster {
+    live: Live,
+    replicas: BTreeMap<String, Daemon>,
+    /// Replicas killed or stopped: their logs still explain a failure.
+    retired: Vec<(String, Daemon)>,
+    /// The test's own connection, for looking at the replicas' tables.
+    db: tokio_postgres::Client,
+    postgres: Postgres,
+    /// The replicas' working directory, so nothing they write lands in the source tree.
+    work_dir: TempDir,
+}
+
+/// One row of `tickd_partitions`.
+#[derive(Debug)]
+struct Partition {
+    number: i32,
+    owner: Option<String>,
+    epoch: i64,
+}
+
+impl Cluster {
+    /// A fresh PostgreSQL with a replica for each id, started one after another.
+    async fn start(ids: &[&str]) -> Cluster {
+        let postgres = Postgres::start().await;
+        let db = postgres.connect().await;
+        let mut cluster = Cluster {
+            live: Live::default(),
+            replicas: BTreeMap::new(),
+            retired: Vec::new(),
+            db,
+            postgres,
+            work_dir: tempfile::tempdir().expect("temp dir"),
+        };
+        for id in ids {
+            cluster.start_replica(id).await;
+        }
+        cluster
+    }
+
+    /// Starts a replica and waits until it answers calls; clients may use it from then on.
+    async fn start_replica(&mut self, id: &str) {
+        let command = replica_command(&self.postgres.url(), id, self.work_dir.path());
+        let daemon = tokio::task::spawn_blocking(move || Daemon::start(command))
+            .await
+            .expect("start replica");
+        let addr = daemon.addr;
+        self.replicas.insert(id.into(), daemon);
+        // It logs "tickd serving" once listening, before it has migrated the schema and
+        // joined the cluster; calls wait for that.
+        self.eventually("the new replica answers calls", || answers_calls(addr))
+            .await;
+        self.live.insert(ReplicaAddr {
+            id: id.into(),
+            addr,
+        });
+    }
+
+    fn daemon(&self, id: &str) -> &Daemon {
+        self.replicas
+            .get(id)
+            .unwrap_or_else(|| panic!("no running replica {id}"))
+    }
+
+    /// The last process that ran as `id` and is gone.
+    fn retired_daemon(&self, id: &str) -> &Daemon {
+        let (_, daemon) = self
+            .retired
+            .iter()
+            .rev()
+            .find(|(retired, _)| retired == id)
+            .unwrap_or_else(|| panic!("no stopped replica {id}"));
+        daemon
+    }
+
+    /// Clients stop using it first, so only calls already in flight see it die.
+    fn kill(&mut self, id: &str) {
+        self.live.remove(id);
+        let mut daemon = self.replicas.remove(id).expect("running replica");
+        daemon.kill();
+        self.retired.push((id.into(), daemon));
+    }
+
+    fn pause(&mut self, id: &str) {
+        self.live.remove(id);
+        self.daemon(id).signal("STOP");
+    }
+
+    fn resume(&mut self, id: &str) {
+        let daemon = self.daemon(id);
+        daemon.signal("CONT");
+        let addr = daemon.addr;
+        self.live.insert(ReplicaAddr {
+            id: id.into(),
+            addr,
+        });
+    }
+
+    /// SIGTERM, and the exit status once it has drained.
+    async fn stop_gracefully(&mut self, id: &str) -> ExitStatus {
+        self.live.remove(id);
+        let mut daemon = self.replicas.remove(id).expect("running replica");
+        daemon.signal("TERM");
+        let (daemon, status) = tokio::task::spawn_blocking(move || {
+            let status = daemon.wait_for_exit(EXIT_PATIENCE);
+            (daemon, status)
+        })
+        .await
+        .expect("wait for exit");
+        self.retired.push((id.into(), daemon));
+        status
+    }
+
+    /// Checks `condition` every [`POLL`] until it holds; after [`PATIENCE`], panics with its
+    /// last explanation and the state of the database and the replicas.
+    async fn eventually<F, Fut>(&self, what: &str, mut condition: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let Err(explanation) = condition().await else {
+                return;
+            };
+            if Instant::now() > deadline {
+                panic!(
+                    "still not true after {PATIENCE:?}: {what} ({explanation})\n{}",
+                    self.report().await
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn wait_until_delivered(&self, ledger: &SharedLedger) {
+        self.eventually("every acknowledged registration delivered", || {
+            let undelivered = ledger.lock().unwrap().undelivered().len();
+            ready(match undelivered {
+                0 => Ok(()),
+                _ => Err(format!("{undelivered} not delivered yet")),
+            })
+        })
+        .await;
+    }
+
+    /// Nothing pending and nothing awaiting an ack: whatever was going to fire has fired, and
+    /// reached a subscriber.
+    async fn wait_until_drained(&self) {
+        self.eventually("no timer pending and no expiration unacknowledged", || {
+            self.drained()
+        })
+        .await;
+    }
+
+    async fn drained(&self) -> Result<(), String> {
+        let timers = self.count_rows("tickd_timers").await;
+        let expirations = self.count_rows("tickd_expirations").await;
+        if timers == 0 && expirations == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{timers} timers pending, {expirations} expirations unacknowledged"
+            ))
+        }
+    }
+
+    async fn count_rows(&self, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}");
+        let row = self
+            .db
+            .query_one(&sql, &[])
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {}", explain(&error)));
+        row.get(0)
+    }
+
+    async fn partitions(&self) -> Vec<Partition> {
+        let sql = "SELECT partition, owner, epoch FROM tickd_partitions ORDER BY partition";
+        let rows = self
+            .db
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {}", explain(&error)));
+        rows.iter()
+            .map(|row| Partition {
+                number: row.get("partition"),
+                owner: row.get("owner"),
+                epoch: row.get("epoch"),
+            })
+            .collect()
+    }
+
+    /// Partition → epoch, for the partitions `id` owns now.
+    async fn partitions_owned_by(&self, id: &str) -> BTreeMap<i32, i64> {
+        self.partitions()
+            .await
+            .into_iter()
+            .filter(|partition| partition.owner.as_deref() == Some(id))
+            .map(|partition| (partition.number, partition.epoch))
+            .collect()
+    }
+
+    async fn each_owns_a_partition(&self, ids: &[&str]) -> Result<(), String> {
+        let partitions = self.partitions().await;
+        let idle: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| {
+                !partitions
+                    .iter()
+                    .any(|partition| partition.owner.as_deref() == Some(*id))
+            })
+            .collect();
+        if idle.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("no partition owned by {idle:?}"))
+        }
+    }
+
+    async fn owns_a_partition(&self, id: &str) -> Result<(), String> {
+        self.each_owns_a_partition(&[id]).await
+    }
+
+    async fn owns_every_partition(&self, id: &str) -> Result<(), String> {
+        let owned = self.partitions_owned_by(id).await.len();
+        if owned == PARTITIONS {
+            Ok(())
+        } else {
+            Err(format!("{id} owns {owned} of {PARTITIONS} partitions"))
+        }
+    }
+
+    /// Every partition `victim` owned before is owned by another replica.
+    async fn taken_over(&self, victim: &str, before: &BTreeMap<i32, i64>) -> Result<(), String> {
+        let partitions = self.partitions().await;
+        let not_yet: Vec<&Partition> = partitions
+            .iter()
+            .filter(|partition| before.contains_key(&partition.number))
+            .filter(|partition| {
+                partition
+                    .owner
+                    .as_deref()
+                    .is_none_or(|owner| owner == victim)
+            })
+            .collect();
+        if not_yet.is_empty() && partitions.len() == PARTITIONS {
+            Ok(())
+        } else {
+            Err(format!("not taken over yet: {not_yet:?}"))
+        }
+    }
+
+    /// No unexpired lease in `id`'s name (its rows may keep the name with a past lease).
+    async fn holds_no_lease(&self, id: &str) -> Result<(), String> {
+        let sql = "SELECT partition FROM tickd_partitions WHERE owner = $1 AND lease_until > now()";
+        let rows = self
+            .db
+            .query(sql, &[&id])
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {}", explain(&error)));
+        let held: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+        if held.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{id} still holds leases on partitions {held:?}"))
+        }
+    }
+
+    /// The partition table, the row counts, and each replica's notable log lines. Never
+    /// panics: it is written while a test is failing.
+    async fn report(&self) -> String {
+        let mut report = String::from("partitions (number:owner@epoch):");
+        match self
+            .db
+            .query(
+                "SELECT partition, owner, epoch FROM tickd_partitions ORDER BY 1",
+                &[],
+            )
+            .await
+        {
+            Ok(rows) => {
+                for row in rows {
+                    let number: Option<i32> = row.try_get(0).ok();
+                    let owner: Option<String> = row.try_get(1).ok().flatten();
+                    let epoch: Option<i64> = row.try_get(2).ok();
+                    report.push_str(&format!(
+                        " {}:{}@{}",
+                        number.unwrap_or(-1),
+                        owner.as_deref().unwrap_or("-"),
+                        epoch.unwrap_or(-1)
+                    ));
+                }
+            }
+            Err(error) => report.push_str(&format!(" ({})", explain(&error))),
+        }
+        for table in ["tickd_timers", "tickd_expirations"] {
+            let counted = self
+                .db
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .await
+                .map(|row| row.get::<_, i64>(0).to_string());
+            report.push_str(&format!(
+                "\n{table}: {}",
+                counted.unwrap_or_else(|error| explain(&error))
+            ));
+        }
+        let running = self
+            .replicas
+            .iter()
+            .map(|(id, daemon)| (id, daemon, "running"));
+        let retired = self.retired.iter().map(|(id, daemon)| (id, daemon, "gone"));
+        for (id, daemon, state) in running.chain(retired) {
+            let lines = daemon.lines_with(&NOTABLE_LOG_LINES);
+            let tail = &lines[lines.len().saturating_sub(30)..];
+            report.push_str(&format!(
+                "\n--- {id} (pid {}, {state}), notable log lines ---\n{}",
+                daemon.pid(),
+                tail.join("\n")
+            ));
+        }
+        report
+    }
+}
+
+async fn answers_calls(addr: SocketAddr) -> Result<(), String> {
+    let mut client = client_for(addr, Some(Duration::from_secs(5)));
+    let request = PendingRequest {
+        namespace: NAMESPACE.into(),
+        ..Default::default()
+    };
+    match client.pending(request).await {
+        Ok(_) => Ok(()),
+        Err(status) => Err(format!("Pending: {status}")),
+    }
+}
+
+fn replica_command(store: &str, id: &str, work_dir: &Path) -> Command {
+    let mut command = tickd_command();
+    command
+        .args(["--metrics-listen", "127.0.0.1:0", "--store", store])
+        .args(["--replica-id", id, "--partitions", &PARTITIONS.to_string()])
+        .args(["--lease-ttl", LEASE_TTL, "--load-horizon", LOAD_HORIZON])
+        .current_dir(work_dir);
+    command
+}
+
+/// A replica clients may call.
+#[derive(Clone, Debug)]
+struct ReplicaAddr {
+    id: String,
+    addr: SocketAddr,
+}
+
+/// The replicas clients may use right now, shared between a test and its client tasks: a
+/// replica is taken out before it is killed, paused or stopped.
+#[derive(Clone, Default)]
+struct Live(Arc<Mutex<Vec<ReplicaAddr>>>);
+
+impl Live {
+    fn insert(&self, replica: ReplicaAddr) {
+        let mut live = self.0.lock().unwrap();
+        live.retain(|other| other.id != replica.id);
+        live.push(replica);
+    }
+
+    fn remove(&self, id: &str) {
+        self.0.lock().unwrap().retain(|replica| replica.id != id);
+    }
+
+    /// The live replica for call number `turn`, round robin.
+    fn in_turn(&self, turn: usize) -> Option<ReplicaAddr> {
+        let live = self.0.lock().unwrap();
+        (!live.is_empty()).then(|| live[turn % live.len()].clone())
+    }
+
+    /// `home` while it is live, otherwise another live replica, a different one each turn.
+    fn home_or_other(&self, home: &str, turn: usize) -> Option<ReplicaAddr> {
+        let at_home = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.id == home)
+            .cloned();
+        at_home.or_else(|| self.in_turn(turn))
+    }
+}
+
+fn client_for(addr: SocketAddr, timeout: Option<Duration>) -> TimersClient<Channel> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(1));
+    if let Some(timeout) = timeout {
+        endpoint = endpoint.timeout(timeout);
+    }
+    TimersClient::new(endpoint.connect_lazy())
+}
+
+// ---------------------------------------------------------------- clients and their ledger
+
+/// One expiration as a subscriber received it.
+#[derive(Clone, Debug)]
+struct Delivery {
+    timer_id: String,
+    fired_at: i128,
+    attempt: u32,
+    /// The replica whose stream it came on.
+    replica: String,
+}
+
+/// What the clients were told.
+#[derive(Default)]
+struct Ledger {
+    /// Registrations a replica acknowledged: timer id → deadline (unix nanos).
+    registered: BTreeMap<String, i128>,
+    register_errors: u64,
+    deliveries: Vec<Delivery>,
+    /// Acks that failed or named a delivery no longer awaiting one, counted by reason: each
+    /// means a redelivery.
+    lost_acks: BTreeMap<String, u64>,
+}
+
+type SharedLedger = Arc<Mutex<Ledger>>;
+
+impl Ledger {
+    fn undelivered(&self) -> Vec<String> {
+        let delivered: BTreeSet<&str> = self
+            .deliveries
+            .iter()
+            .map(|d| d.timer_id.as_str())
+            .collect();
+        self.registered
+            .keys()
+            .filter(|id| !delivered.contains(id.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    fn deliveries_by_timer(&self) -> BTreeMap<&str, Vec<&Delivery>> {
+        let mut by_timer: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+        for delivery in &self.deliveries {
+            by_timer
+                .entry(&delivery.timer_id)
+                .or_default()
+                .push(delivery);
+        }
+        by_timer
+    }
+
+    fn summary(&self) -> String {
+        let mut per_replica: BTreeMap<&str, usize> = BTreeMap::new();
+        for delivery in &self.deliveries {
+            *per_replica.entry(&delivery.replica).or_default() += 1;
+        }
+        let redeliveries = self.deliveries.iter().filter(|d| d.attempt > 1).count();
+        format!(
+            "{} registrations acknowledged ({} failed), {} deliveries ({redeliveries} \
+             redeliveries), per replica: {per_replica:?}, lost acks: {:?}",
+            self.registered.len(),
+            self.register_errors,
+            self.deliveries.len(),
+            self.lost_acks
+        )
+    }
+}
+
+/// Registers timers through the live replicas in turn, recording each acknowledged one.
+struct Registrar {
+    live: Live,
+    ledger: SharedLedger,
+    /// Delays (ms), spread evenly over this range.
+    delays: RangeInclusive<u64>,
+    clients: HashMap<SocketAddr, TimersClient<Channel>>,
+    sequence: u64,
+}
+
+impl Registrar {
+    fn new(cluster: &Cluster, ledger: &SharedLedger, delays: RangeInclusive<u64>) -> Registrar {
+        Registrar {
+            live: cluster.live.clone(),
+            ledger: ledger.clone(),
+            delays,
+            clients: HashMap::new(),
+            sequence: 0,
+        }
+    }
+
+    async fn register(&mut self, count: usize) {
+        for _ in 0..count {
+            self.register_one().await;
+        }
+    }
+
+    /// Registers at a steady pace until `stop`.
+    async fn run_until(mut self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            self.register_one().await;
+            tokio::select! {
+                () = tokio::time::sleep(LOAD_PACE) => {}
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+        }
+    }
+
+    /// One registration through the next live replica; an error (the replica died under
+    /// the call) leaves the outcome unknown, so the timer is not required to fire.
+    async fn register_one(&mut self) {
+        self.sequence += 1;
+        let Some(replica) = self.live.in_turn(self.sequence as usize) else {
+            tokio::time::sleep(POLL).await;
+            return;
+        };
+        let mut client = self
+            .clients
+            .entry(replica.addr)
+            .or_insert_with(|| client_for(replica.addr, Some(Duration::from_secs(10))))
+            .clone();
+        let request = NewTimeoutRequest {
+            timer: Some(spec(NAMESPACE, self.next_delay(), b"")),
+        };
+        let answer = client.new_timeout(request).await;
+        let mut ledger = self.ledger.lock().unwrap();
+        match answer {
+            Ok(response) => {
+                let timer = response.into_inner().timer.expect("timer");
+                let deadline = unix_nanos(timer.deadline.as_ref().expect("deadline"));
+                ledger.registered.insert(timer.id, deadline);
+            }
+            Err(_) => ledger.register_errors += 1,
+        }
+    }
+
+    /// Spreads delays over the range with a stride coprime to most ranges' lengths.
+    fn next_delay(&self) -> u64 {
+        let span = self.delays.end() - self.delays.start() + 1;
+        self.delays.start() + (self.sequence * 7_919) % span
+    }
+}
+
+/// Subscribes on `home` (or, while it is down, on another live replica), moving to another
+/// live replica whenever the stream ends or fails, until `stop`. Each delivery is recorded,
+/// then acknowledged at once on the replica it came from.
+async fn consume(home: String, live: Live, ledger: SharedLedger, mut stop: watch::Receiver<bool>) {
+    let mut turn = 0;
+    while !*stop.borrow() {
+        turn += 1;
+        if let Some(replica) = live.home_or_other(&home, turn) {
+            tokio::select! {
+                () = consume_from(&replica, &ledger) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RECONNECT_PAUSE) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+    }
+}
+
+/// One subscription, until its stream ends or fails.
+async fn consume_from(replica: &ReplicaAddr, ledger: &SharedLedger) {
+    // No request timeout: it would cut the stream.
+    let mut client = client_for(replica.addr, None);
+    let request = SubscribeRequest {
+        namespace: NAMESPACE.into(),
+        ack_timeout: Some(millis(ACK_TIMEOUT_MS)),
+        max_unacked: MAX_UNACKED,
+        ..Default::default()
+    };
+    let Ok(response) = client.subscribe(request).await else {
+        return;
+    };
+    let mut stream = response.into_inner();
+    while let Ok(Some(message)) = stream.message().await {
+        let Some(expiration) = message.expiration else {
+            continue;
+        };
+        let delivery = Delivery {
+            timer_id: expiration.timer.as_ref().expect("timer").id.clone(),
+            fired_at: unix_nanos(expiration.fired_at.as_ref().expect("fired_at")),
+            attempt: expiration.attempt,
+            replica: replica.id.clone(),
+        };
+        ledger.lock().unwrap().deliveries.push(delivery);
+        let answer = client
+            .ack(AckRequest {
+                namespace: NAMESPACE.into(),
+                delivery_ids: vec![expiration.delivery_id],
+            })
+            .await;
+        // A lost ack only means a redelivery later.
+        let lost = match answer {
+            Ok(response) if response.get_ref().unknown.is_empty() => None,
+            Ok(_) => Some("not awaiting an ack".to_string()),
+            Err(status) => Some(format!("{:?}: {}", status.code(), status.message())),
+        };
+        if let Some(reason) = lost {
+            *ledger.lock().unwrap().lost_acks.entry(reason).or_default() += 1;
+        }
+    }
+}
+
+/// A subscriber on each of `ids`, running in the background.
+fn consume_on_each(cluster: &Cluster, ledger: &SharedLedger, ids: &[&str]) -> Background {
+    let consumers = Background::new();
+    for id in ids {
+        consumers.spawn(consume(
+            id.to_string(),
+            cluster.live.clone(),
+            ledger.clone(),
+            consumers.stop_signal(),
+        ));
+    }
+    consumers
+}
+
+/// Client tasks sharing one stop signal.
+struct Background {
+    stop: watch::Sender<bool>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+impl Background {
+    fn new() -> Background {
+        Background {
+            stop: watch::Sender::new(false),
+            tasks: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.lock().unwrap().spawn(task);
+    }
+
+    /// Signals stop, and waits for every task (a task's panic fails the test here).
+    async fn stop(self) {
+        self.stop.send_replace(true);
+        let mut tasks = self.tasks.into_inner().unwrap();
+        while let Some(result) = tasks.join_next().await {
+            if let Err(error) = result {
+                std::panic::resume_unwind(error.into_panic());
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! A `tickd` process started from the built binary, with its log captured line by line so a
+//! test can wait for a line, count lines, or show the whole log when it fails.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a daemon may take to report the address it serves on.
+const START_PATIENCE: Duration = Duration::from_secs(30);
+
+/// `tickd --listen 127.0.0.1:0 --log-format text`, logging at info level without colours,
+/// its output piped: callers add the arguments of the mode under test, then
+/// [`Daemon::start`] it.
+pub fn tickd_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tickd"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--log-format", "text"])
+        .env("TICKD_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// A `tickd` process; killed (SIGKILL) when dropped, so a failing test leaves none behind.
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Spawns `command` (from [`tickd_command`]) and waits for its "tickd serving" line, which
+    /// says where it listens. Panics with the log if it exits or stays silent instead.
+    pub fn start(mut command: Command) -> Daemon {
+        let mut child = command.spawn().expect("spawn tickd");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (address_sender, address) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        capture_lines(stdout, log.clone(), Some(address_sender));
+        capture_lines(stderr, log.clone(), None);
+        // Fails at once (disconnected) when the process exits before serving.
+        let addr = match address.recv_timeout(START_PATIENCE) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait();
+                panic!(
+                    "tickd did not report its address ({status:?}); log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        Daemon { child, addr, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+
+    /// Sends a signal by name ("TERM", "STOP", "CONT", ...).
+    pub fn signal(&self, name: &str) {
+        send_signal(self.pid(), name);
+    }
+
+    /// Waits for the process to exit on its own (after a SIGTERM, say); panics with the log
+    /// if it is still running after `patience`.
+    pub fn wait_for_exit(&mut self, patience: Duration) -> ExitStatus {
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "tickd (pid {}) still running {patience:?} after being asked to stop; log:\n{}",
+                    self.pid(),
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Log lines containing `needle` so far.
+    pub fn count(&self, needle: &str) -> usize {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|line| line.contains(needle)).count()
+    }
+
+    /// Log lines containing any of `needles` so far.
+    pub fn lines_with(&self, needles: &[&str]) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|line| needles.iter().any(|needle| line.contains(needle)))
+            .cloned()
+            .collect()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!(
+                "tickd exited on its own ({status}); log:\n{}",
+                self.log_text()
+            );
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends the signal `name` to `pid` with the shell's built-in `kill`: no crate among the
+/// dependencies binds kill(2), and /bin/kill (procps) is not on every machine.
+pub fn send_signal(pid: u32, name: &str) {
+    let status = Command::new("sh")
+        .args(["-c", "kill -s \"$1\" \"$2\"", "sh", name, &pid.to_string()])
+        .status()
+        .expect("run sh");
+    assert!(status.success(), "kill -s {name} {pid} failed: {status}");
+}
+
+/// Reads `output` to the end on a thread of its own (so the daemon never blocks on a full
+/// pipe), keeping each line; the address of the "tickd serving" line goes to `address`.
+fn capture_lines(
+    output: impl Read + Send + 'static,
+    log: Arc<Mutex<Vec<String>>>,
+    address: Option<Sender<SocketAddr>>,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines() {
+            let Ok(line) = line else { break };
+            let line = strip_ansi(&line);
+            if line.contains("tickd serving") {
+                if let (Some(sender), Some(addr)) = (&address, listen_addr(&line)) {
+                    let _ = sender.send(addr);
+                }
+            }
+            log.lock().unwrap().push(line);
+        }
+    });
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ ... final byte in @..~
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) && c != '[' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `... tickd serving listen=127.0.0.1:PORT unix_socket=None ...`
+fn listen_addr(line: &str) -> Option<SocketAddr> {
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix("listen="))?
+        .parse()
+        .ok()
+}

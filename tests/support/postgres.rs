@@ -1,0 +1,250 @@
+//! A throwaway PostgreSQL server for one test: a cluster of its own in a temporary
+//! directory, listening on 127.0.0.1 on a free port, stopped (and deleted) when dropped.
+//!
+//! It runs Debian's binaries (`/usr/lib/postgresql/VERSION/bin`) and installs the
+//! `postgresql` package when they are missing, since CI may run on a fresh machine.
+//! PostgreSQL refuses to run as root, so under root the cluster belongs to, and the server
+//! runs as, the `postgres` user that package creates.
+
+use std::fs::{self, File};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use tokio_postgres::{NoTls, Row};
+
+use super::daemon::send_signal;
+use crate::common::tooling::{install_lock, run};
+
+/// Where Debian puts each major version's binaries.
+const DEBIAN_POSTGRESQL: &str = "/usr/lib/postgresql";
+/// How long a fresh server may take to accept connections.
+const READY_PATIENCE: Duration = Duration::from_secs(60);
+/// How long a fast shutdown may take before the server is killed.
+const STOP_PATIENCE: Duration = Duration::from_secs(10);
+/// Another process may take the free port between our probe and the server's bind.
+const START_ATTEMPTS: usize = 3;
+
+pub struct Postgres {
+    server: Child,
+    port: u16,
+    log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Postgres {
+    /// Creates a cluster and starts a server on it; returns once it accepts connections.
+    pub async fn start() -> Postgres {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let mut postgres = tokio::task::spawn_blocking(Postgres::spawn)
+                .await
+                .expect("start postgres");
+            match postgres.wait_until_ready().await {
+                Ok(()) => return postgres,
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!("PostgreSQL did not start:\n{}", failures.join("\n\n"));
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`: trusted, no password.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A new connection (its driver runs on a task of its own).
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url(), NoTls)
+            .await
+            .unwrap_or_else(|error| panic!("connect to {}: {error}", self.url()));
+        tokio::spawn(connection);
+        client
+    }
+
+    /// Runs one statement without parameters on a connection of its own.
+    pub async fn query(&self, sql: &str) -> Vec<Row> {
+        self.connect()
+            .await
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {}", explain(&error)))
+    }
+
+    /// The server's own log so far (for failure messages).
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_else(|error| format!("(no log: {error})"))
+    }
+
+    /// initdb in a new temporary directory, then the server on a port free a moment ago.
+    fn spawn() -> Postgres {
+        let bin = binaries();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let as_root = fs::metadata(dir.path()).expect("stat temp dir").uid() == 0;
+        if as_root {
+            let mut chown = Command::new("chown");
+            chown.arg("postgres:postgres").arg(dir.path());
+            run(chown).unwrap_or_else(|failure| panic!("{failure}"));
+        }
+        let data = dir.path().join("data");
+        let mut initdb = as_cluster_owner(&bin.join("initdb"), as_root);
+        initdb
+            .args(["-A", "trust", "-U", "postgres", "--no-sync"])
+            .args(["-E", "UTF8", "--locale=C", "-D"])
+            .arg(&data);
+        run(initdb).unwrap_or_else(|failure| panic!("{failure}"));
+        let port = free_port();
+        let log = dir.path().join("postgres.log");
+        let log_file = File::create(&log).expect("create postgres.log");
+        let mut server = as_cluster_owner(&bin.join("postgres"), as_root);
+        server
+            .arg("-D")
+            .arg(&data)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "fsync=off", "-c", "max_connections=200"])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone log file"))
+            .stderr(log_file);
+        let server = server.spawn().expect("spawn postgres");
+        Postgres {
+            server,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Retries connecting until the server answers; an error if it exits first (its port was
+    /// taken, say) or stays unreachable for [`READY_PATIENCE`].
+    async fn wait_until_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_PATIENCE;
+        loop {
+            if let Some(status) = self.server.try_wait().expect("try_wait postgres") {
+                return Err(format!(
+                    "postgres exited ({status}); log:\n{}",
+                    self.log_text()
+                ));
+            }
+            let attempt = tokio_postgres::connect(&self.url(), NoTls).await;
+            match attempt {
+                Ok(_) => return Ok(()),
+                Err(error) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "postgres not accepting connections after {READY_PATIENCE:?} ({error}); \
+                         log:\n{}",
+                        self.log_text()
+                    ));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+impl Drop for Postgres {
+    /// SIGINT asks for a fast shutdown; SIGKILL if it takes too long.
+    fn drop(&mut self) {
+        if let Ok(None) = self.server.try_wait() {
+            send_signal(self.server.id(), "INT");
+            let deadline = Instant::now() + STOP_PATIENCE;
+            while matches!(self.server.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// The server's message for a failed statement (the error's own text is only "db error").
+pub fn explain(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
+        None => error.to_string(),
+    }
+}
+
+/// `program` run as the `postgres` user when we are root (setpriv execs it, so the child's
+/// pid is the program's), or as ourselves otherwise.
+fn as_cluster_owner(program: &Path, as_root: bool) -> Command {
+    if !as_root {
+        return Command::new(program);
+    }
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(program);
+    command
+}
+
+/// A port nobody listened on a moment ago.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// The newest installed version's bin directory, installing PostgreSQL first if needed.
+fn binaries() -> PathBuf {
+    if let Some(bin) = installed_binaries() {
+        return bin;
+    }
+    install_postgresql().unwrap_or_else(|failure| panic!("{failure}"));
+    installed_binaries().unwrap_or_else(|| {
+        panic!("no {DEBIAN_POSTGRESQL}/*/bin/postgres even after installing postgresql")
+    })
+}
+
+fn installed_binaries() -> Option<PathBuf> {
+    let versions = fs::read_dir(DEBIAN_POSTGRESQL).ok()?;
+    versions
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            let version: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            let complete = ["initdb", "postgres"]
+                .iter()
+                .all(|program| bin.join(program).exists());
+            complete.then_some((version, bin))
+        })
+        .max_by_key(|(version, _)| *version)
+        .map(|(_, bin)| bin)
+}
+
+/// `apt-get install -y postgresql` (with `apt-get update` first only if that fails), under a
+/// lock file: it serialises the tests of this process (each call opens the file anew, and
+/// flock treats each opening separately) as well as other test processes.
+fn install_postgresql() -> Result<(), String> {
+    let _lock = install_lock("postgresql-apt")?;
+    if installed_binaries().is_some() {
+        return Ok(());
+    }
+    eprintln!("postgres: apt-get install -y postgresql");
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "postgresql",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        run(command)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        run(update).map_err(|e| format!("{e}\n(the replica tests need Debian's postgresql)"))?;
+        install().map_err(|e| format!("{e}\n(installing postgresql needs root)"))?;
+    }
+    Ok(())
+}
