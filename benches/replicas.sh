@@ -42,7 +42,7 @@ start_cluster() {
     done
     ADDRS=$(IFS=,; echo "${REPLICA_URLS[*]}")
     # Every partition owned: the cluster is settled.
-    until [ "$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner IS NULL" "$DATABASE")" = 0 ]; do
+    until [ "$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner IS NULL" "$DATABASE" 2>/dev/null)" = 0 ]; do
         sleep 0.1
     done
 }

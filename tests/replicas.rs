@@ -1052,3 +1052,85 @@ impl Background {
         }
     }
 }
+
+/// The fence, on its own: a firing by a replica that no longer holds the partition's lease
+/// at the epoch it was granted changes nothing, even though the timer's row still matches
+/// what its wheel holds (so only the fence stands in the way). The same firing by the
+/// lease holder does fire, which shows the check is what refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firing_without_the_current_lease_changes_nothing() {
+    use tickd::cluster::firing::Firing;
+    use tickd::cluster::schedule::{DueTimer, Schedule};
+
+    let postgres = Postgres::start().await;
+    let mut setup = postgres.connect().await;
+    tickd::cluster::schema::migrate(&mut setup, 4)
+        .await
+        .expect("migrating the schema");
+    let deadline: i64 = 1_700_000_000_000_000_000;
+    postgres
+        .query(&format!(
+            "INSERT INTO tickd_timers (id, namespace, partition, deadline, payload)
+             VALUES (5, 'fence', 1, {deadline}, '')"
+        ))
+        .await;
+    let worker = tickd::worker::Worker::spawn(
+        Schedule::new(1_000_000, 100),
+        tickd::worker::clock::SystemClock::new(),
+        tickd::worker::WorkerConfig::default(),
+        |_| {},
+    )
+    .expect("starting a wheel worker");
+    let shared = tickd::cluster::Shared {
+        replica_id: "stale".into(),
+        partitions: 4,
+        lease_ttl: Duration::from_secs(2),
+        load_horizon: Duration::from_secs(5),
+        owned: tickd::cluster::Owned::default(),
+        schedule: worker.handle(),
+        clock: tickd::worker::clock::SystemClock::new(),
+    };
+    // This replica was granted partition 1 at epoch 1.
+    shared.owned.insert(1, 1);
+    let mut firing = Firing::new(
+        postgres.connect().await,
+        shared,
+        tickd::metrics::Metrics::new(),
+    );
+    let due = [DueTimer {
+        namespace: "fence".into(),
+        id: 5,
+        partition: 1,
+        deadline_unix: deadline as u64,
+        late: false,
+    }];
+    let lease = |owner: &str, epoch: i64, seconds: i64| {
+        format!(
+            "UPDATE tickd_partitions SET owner = '{owner}', epoch = {epoch},
+                 lease_until = clock_timestamp() + {seconds} * INTERVAL '1 second'
+             WHERE partition = 1"
+        )
+    };
+    let untouched = || async {
+        let timers: i64 = postgres.query("SELECT count(*) FROM tickd_timers").await[0].get(0);
+        let expirations: i64 = postgres
+            .query("SELECT count(*) FROM tickd_expirations")
+            .await[0]
+            .get(0);
+        (timers, expirations)
+    };
+
+    // Taken over: another replica holds it at a later epoch.
+    postgres.query(&lease("other", 2, 60)).await;
+    assert_eq!(firing.fire(&due).await.expect("firing"), 0);
+    assert_eq!(untouched().await, (1, 0), "a stale owner fired");
+    // Its own lease, but expired (it was paused past it): nobody may fire from it.
+    postgres.query(&lease("stale", 1, -1)).await;
+    assert_eq!(firing.fire(&due).await.expect("firing"), 0);
+    assert_eq!(untouched().await, (1, 0), "an expired lease fired");
+    // The lease it was granted, still valid: the same firing goes through.
+    postgres.query(&lease("stale", 1, 60)).await;
+    assert_eq!(firing.fire(&due).await.expect("firing"), 1);
+    assert_eq!(untouched().await, (0, 1), "the lease holder could not fire");
+    drop(worker.stop());
+}

@@ -17,6 +17,7 @@ use tokio_postgres::Row;
 
 use super::loader::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
+use crate::metrics::Metrics;
 use crate::worker::table::{
     Command, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
     TimerId, TimerRef, TimerView, ALL_NAMESPACES,
@@ -38,6 +39,7 @@ const ID_BLOCK: u64 = 1_000;
 pub struct ClusterCommands {
     connections: Connections,
     shared: Shared,
+    metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
     ids: Arc<Mutex<IdBlock>>,
 }
@@ -49,10 +51,11 @@ struct IdBlock {
 }
 
 impl ClusterCommands {
-    pub fn new(connections: Connections, shared: Shared) -> Self {
+    pub fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
         Self {
             connections,
             shared,
+            metrics,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ids: Arc::default(),
         }
@@ -117,6 +120,7 @@ impl ClusterCommands {
         let mut registered = Vec::with_capacity(timers.len());
         for (timer, id) in timers.iter().zip(ids) {
             if inserted.contains(&(id as i64)) {
+                self.metrics.timers_registered.inc();
                 registered.push(Registered {
                     timer: new_view(timer, id, deadline_of(timer.due, now), now),
                     created: true,
@@ -238,7 +242,10 @@ impl ClusterCommands {
             .await
             .map_err(|error| TimerError::from(ClusterError::query("cancelling")(error)))?;
         match (&timer.target, deleted) {
-            (_, 1..) => Ok(true),
+            (_, 1..) => {
+                self.metrics.timers_cancelled.inc();
+                Ok(true)
+            }
             (Target::Id(id), 0) if self.was_issued(*id).await? => Ok(false),
             (_, _) => Err(not_found(timer)),
         }

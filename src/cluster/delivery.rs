@@ -31,6 +31,7 @@ use super::loader::FIRED_CHANNEL;
 use super::{ClusterError, Connections, Shared};
 use crate::delivery::queue::{Dead, Delivered};
 use crate::delivery::{AckOutcome, DeadList, DeliveryConfig, SubscribeOptions};
+use crate::metrics::Metrics;
 use crate::worker::table::{Expiration, TimerError, TimerId};
 
 /// How often a subscriber looks for expirations it was not woken for: redeliveries, and
@@ -85,6 +86,7 @@ impl Wakeups {
 #[derive(Clone)]
 pub struct ClusterDeliveries {
     connections: Connections,
+    metrics: Arc<Metrics>,
     shared: Shared,
     config: DeliveryConfig,
     wakeups: Wakeups,
@@ -95,6 +97,7 @@ pub struct ClusterDeliveries {
 impl ClusterDeliveries {
     pub fn new(
         connections: Connections,
+        metrics: Arc<Metrics>,
         shared: Shared,
         config: DeliveryConfig,
         wakeups: Wakeups,
@@ -102,6 +105,7 @@ impl ClusterDeliveries {
     ) -> Self {
         Self {
             connections,
+            metrics,
             shared,
             config,
             wakeups,
@@ -330,6 +334,7 @@ impl Subscriber {
             .await
             .map_err(ClusterError::query("claiming expirations"))?;
         rows.sort_by_key(|row| row.get::<_, i64>(0));
+        self.count(&rows);
         let delivered = rows.iter().map(|row| {
             let attempt = row.get::<_, i32>(1);
             Delivered {
@@ -339,6 +344,16 @@ impl Subscriber {
             }
         });
         Ok(delivered.collect())
+    }
+
+    fn count(&self, rows: &[Row]) {
+        let metrics = &self.deliveries.metrics;
+        for row in rows {
+            match row.get::<_, i32>(1) {
+                1 => metrics.expirations_delivered.inc(),
+                _ => metrics.expirations_redelivered.inc(),
+            };
+        }
     }
 
     /// Unacknowledged claims go back at once (next attempt), for any subscriber to take.

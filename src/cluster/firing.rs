@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 use tracing::{debug, warn};
@@ -85,7 +84,7 @@ WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
 pub struct Firing {
     client: Client,
     shared: Shared,
-    fired_total: Counter,
+    metrics: Arc<Metrics>,
 }
 
 impl Firing {
@@ -93,7 +92,7 @@ impl Firing {
         Self {
             client,
             shared,
-            fired_total: metrics.timers_fired.clone(),
+            metrics,
         }
     }
 
@@ -111,7 +110,7 @@ impl Firing {
             }
             loop {
                 match self.fire(&batch).await {
-                    Ok(()) => break,
+                    Ok(_) => break,
                     Err(error) => {
                         warn!(replica = %self.shared.replica_id, timers = batch.len(), %error, "firing failed; retrying");
                         tokio::time::sleep(RETRY_DELAY).await;
@@ -121,7 +120,9 @@ impl Firing {
         }
     }
 
-    async fn fire(&mut self, batch: &[DueTimer]) -> Result<(), ClusterError> {
+    /// Fires one batch; returns how many timers fired (the rest were fenced, cancelled
+    /// or moved).
+    pub async fn fire(&mut self, batch: &[DueTimer]) -> Result<usize, ClusterError> {
         let started = std::time::Instant::now();
         let (partitions, epochs) = self.granted(batch);
         let now = self.shared.unix_now() as i64;
@@ -148,7 +149,7 @@ impl Firing {
             )
             .await
             .map_err(ClusterError::query("firing timers"))?;
-        self.fired_total.inc_by(rows.len() as u64);
+        self.count_fired(batch, &rows, now as u64);
         debug!(
             timers = rows.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -158,7 +159,15 @@ impl Firing {
         if rows.len() < batch.len() {
             self.settle_unfired(batch, &rows).await?;
         }
-        Ok(())
+        Ok(rows.len())
+    }
+
+    fn count_fired(&self, batch: &[DueTimer], rows: &[tokio_postgres::Row], now: u64) {
+        self.metrics.timers_fired.inc_by(rows.len() as u64);
+        for timer in batch {
+            let lateness = now.saturating_sub(timer.deadline_unix);
+            self.metrics.firing_lateness.observe(lateness as f64 / 1e9);
+        }
     }
 
     /// The batch's partitions with the epochs this replica was granted them at.

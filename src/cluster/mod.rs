@@ -32,7 +32,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::{Client, NoTls};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::delivery::DeliveryConfig;
@@ -160,7 +160,8 @@ impl Owned {
         self.len() == 0
     }
 
-    fn insert(&self, partition: u32, epoch: i64) {
+    /// Records a lease the database granted (the lease loop's job; tests use it too).
+    pub fn insert(&self, partition: u32, epoch: i64) {
         self.lock().insert(partition, epoch);
     }
 
@@ -276,20 +277,29 @@ impl Replica {
         let (stop, stopping) = watch::channel(false);
         let (end_subscriptions, subscriptions_ending) = watch::channel(false);
         let connections = Connections::open(&config.url, config.connections).await?;
+        // Claims and acks on connections of their own: never queued behind registrations.
+        let delivery_connections = Connections::open(&config.url, 2).await?;
         let wakeups = delivery::Wakeups::default();
         let (acquired_sender, acquired) = mpsc::unbounded_channel();
-        let ownership =
-            ownership::Ownership::new(connect(&config.url).await?, shared.clone(), acquired_sender);
+        let ownership = ownership::Ownership::new(
+            connect(&config.url).await?,
+            shared.clone(),
+            acquired_sender,
+            metrics.partitions_owned.clone(),
+        );
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(ownership.clone().run(stopping.clone())));
         let loader = loader::Loader::connect(&config.url, shared.clone(), wakeups.clone()).await?;
         tasks.push(tokio::spawn(loader.run(acquired, stopping.clone())));
-        let firing = firing::Firing::new(connect(&config.url).await?, shared.clone(), metrics);
+        let firing =
+            firing::Firing::new(connect(&config.url).await?, shared.clone(), metrics.clone());
         tasks.push(tokio::spawn(firing.run(fired)));
+        info!(replica = %config.replica_id, partitions, "replica joined the cluster");
         Ok(Self {
-            commands: commands::ClusterCommands::new(connections.clone(), shared.clone()),
+            commands: commands::ClusterCommands::new(connections, shared.clone(), metrics.clone()),
             deliveries: delivery::ClusterDeliveries::new(
-                connections,
+                delivery_connections,
+                metrics,
                 shared,
                 config.delivery,
                 wakeups,

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_postgres::Client;
 use tracing::{info, warn};
@@ -25,14 +26,21 @@ pub struct Ownership {
     shared: Shared,
     /// Newly acquired partitions, for the loader to scan.
     acquired: mpsc::UnboundedSender<Vec<u32>>,
+    partitions_owned: Gauge,
 }
 
 impl Ownership {
-    pub fn new(client: Client, shared: Shared, acquired: mpsc::UnboundedSender<Vec<u32>>) -> Self {
+    pub fn new(
+        client: Client,
+        shared: Shared,
+        acquired: mpsc::UnboundedSender<Vec<u32>>,
+        partitions_owned: Gauge,
+    ) -> Self {
         Self {
             client: Arc::new(Mutex::new(client)),
             shared,
             acquired,
+            partitions_owned,
         }
     }
 
@@ -56,6 +64,7 @@ impl Ownership {
         self.renew(&client).await?;
         let fair_share = self.shared.partitions.div_ceil(live.max(1)) as usize;
         let held = self.shared.owned.len();
+        self.partitions_owned.set(held as i64);
         if held > fair_share {
             let mut excess = self.shared.owned.partitions();
             excess.drain(..fair_share);

@@ -64,6 +64,8 @@ pub struct Metrics {
     pub log_fsync_seconds: Histogram,
     pub rpc_requests: Family<RpcLabels, Counter>,
     pub rpc_seconds: HistogramFamily<MethodLabels>,
+    /// Replicated mode: partitions whose lease this replica holds.
+    pub partitions_owned: Gauge,
 }
 
 impl Metrics {
@@ -83,6 +85,7 @@ impl Metrics {
             log_fsync_seconds: latency_histogram(),
             rpc_requests: Family::default(),
             rpc_seconds: Family::new_with_constructor(latency_histogram),
+            partitions_owned: Gauge::default(),
         };
         metrics.register_all();
         Arc::new(metrics)
@@ -154,6 +157,11 @@ impl Metrics {
             "gRPC call latency by method",
             Unit::Seconds,
             self.rpc_seconds.clone(),
+        );
+        registry.register(
+            "partitions_owned",
+            "Partitions whose lease this replica holds (replicated mode)",
+            self.partitions_owned.clone(),
         );
     }
 
