@@ -1053,29 +1053,21 @@ impl Background {
     }
 }
 
-/// The fence, on its own: a firing by a replica that no longer holds the partition's lease
-/// at the epoch it was granted changes nothing, even though the timer's row still matches
-/// what its wheel holds (so only the fence stands in the way). The same firing by the
-/// lease holder does fire, which shows the check is what refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_firing_without_the_current_lease_changes_nothing() {
-    use tickd::cluster::firing::Firing;
-    use tickd::cluster::schedule::{DueTimer, Schedule};
-
-    let postgres = Postgres::start().await;
+/// A migrated database and the shared state of one replica (`stale`, owning nothing),
+/// with a real wheel worker: the parts of a replica, without its background tasks, for
+/// tests that drive one part directly.
+async fn replica_parts(
+    postgres: &Postgres,
+) -> (
+    tickd::cluster::Shared,
+    tickd::worker::Worker<tickd::cluster::schedule::Schedule>,
+) {
     let mut setup = postgres.connect().await;
     tickd::cluster::schema::migrate(&mut setup, 4)
         .await
         .expect("migrating the schema");
-    let deadline: i64 = 1_700_000_000_000_000_000;
-    postgres
-        .query(&format!(
-            "INSERT INTO tickd_timers (id, namespace, partition, deadline, payload)
-             VALUES (5, 'fence', 1, {deadline}, '')"
-        ))
-        .await;
     let worker = tickd::worker::Worker::spawn(
-        Schedule::new(1_000_000, 100),
+        tickd::cluster::schedule::Schedule::new(1_000_000, 100),
         tickd::worker::clock::SystemClock::new(),
         tickd::worker::WorkerConfig::default(),
         |_| {},
@@ -1090,6 +1082,27 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
         schedule: worker.handle(),
         clock: tickd::worker::clock::SystemClock::new(),
     };
+    (shared, worker)
+}
+
+/// The fence, on its own: a firing by a replica that no longer holds the partition's lease
+/// at the epoch it was granted changes nothing, even though the timer's row still matches
+/// what its wheel holds (so only the fence stands in the way). The same firing by the
+/// lease holder does fire, which shows the check is what refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firing_without_the_current_lease_changes_nothing() {
+    use tickd::cluster::firing::Firing;
+    use tickd::cluster::schedule::DueTimer;
+
+    let postgres = Postgres::start().await;
+    let (shared, worker) = replica_parts(&postgres).await;
+    let deadline: i64 = 1_700_000_000_000_000_000;
+    postgres
+        .query(&format!(
+            "INSERT INTO tickd_timers (id, namespace, partition, deadline, payload)
+             VALUES (5, 'fence', 1, {deadline}, '')"
+        ))
+        .await;
     // This replica was granted partition 1 at epoch 1.
     shared.owned.insert(1, 1);
     let mut firing = Firing::new(
@@ -1132,5 +1145,52 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
     postgres.query(&lease("stale", 1, 60)).await;
     assert_eq!(firing.fire(&due).await.expect("firing"), 1);
     assert_eq!(untouched().await, (0, 1), "the lease holder could not fire");
+    drop(worker.stop());
+}
+
+/// Dead expirations (attempts used up, no live claim) are kept per namespace up to
+/// `--max-dead`, the newest; live ones and other namespaces' are not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_expirations_beyond_max_dead_are_trimmed_oldest_first() {
+    use tickd::cluster::delivery::{ClusterDeliveries, Wakeups};
+    use tickd::delivery::DeliveryConfig;
+
+    let postgres = Postgres::start().await;
+    let (shared, worker) = replica_parts(&postgres).await;
+    // Five dead in "a" (seq 1..=5), one dead in "b", one still being delivered in "a".
+    postgres
+        .query(
+            "INSERT INTO tickd_expirations
+                 (namespace, timer_id, payload, deadline, fired_at, fired_count, late, attempts)
+             SELECT CASE WHEN n = 6 THEN 'b' ELSE 'a' END, n, '', 0, 0, 1, false,
+                    CASE WHEN n = 7 THEN 1 ELSE 5 END
+             FROM generate_series(1, 7) AS n",
+        )
+        .await;
+    let config = DeliveryConfig {
+        max_attempts: 5,
+        dead_capacity: 2,
+        ..DeliveryConfig::default()
+    };
+    let (_stop, stopping) = watch::channel(false);
+    let deliveries = ClusterDeliveries::new(
+        tickd::cluster::Connections::open(&postgres.url(), 1)
+            .await
+            .expect("connecting"),
+        tickd::metrics::Metrics::new(),
+        shared,
+        config,
+        Wakeups::default(),
+        stopping,
+    );
+    assert_eq!(deliveries.trim_dead_once().await.expect("trimming"), 3);
+    let left: Vec<i64> = postgres
+        .query("SELECT timer_id FROM tickd_expirations ORDER BY seq")
+        .await
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(left, vec![4, 5, 6, 7]);
+    assert_eq!(deliveries.trim_dead_once().await.expect("trimming"), 0);
     drop(worker.stop());
 }

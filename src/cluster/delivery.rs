@@ -219,6 +219,55 @@ impl ClusterDeliveries {
     }
 }
 
+/// How often the oldest dead expirations beyond `--max-dead` per namespace are deleted.
+const TRIM_INTERVAL: Duration = Duration::from_secs(10);
+
+impl ClusterDeliveries {
+    /// Keeps at most `dead_capacity` dead expirations per namespace, the newest, as the
+    /// single node does; runs until the replica stops. Every replica runs it: the deletes
+    /// are idempotent.
+    pub async fn trim_dead(self, mut stopping: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(TRIM_INTERVAL) => {}
+                () = super::until_stopped(&mut stopping) => return,
+            }
+            let trimmed = self.trim_dead_once().await;
+            match trimmed {
+                Ok(0) => {}
+                Ok(dropped) => warn!(dropped, "dead expirations over --max-dead dropped"),
+                Err(error) => warn!(%error, "trimming dead expirations failed"),
+            }
+        }
+    }
+}
+
+impl ClusterDeliveries {
+    /// Deletes each namespace's dead expirations beyond the newest `dead_capacity`;
+    /// returns how many.
+    pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
+        self.connections
+            .client()
+            .execute(
+                "DELETE FROM tickd_expirations WHERE seq IN (
+                    SELECT seq FROM (
+                        SELECT seq,
+                               row_number() OVER (PARTITION BY namespace ORDER BY seq DESC) AS newer
+                        FROM tickd_expirations
+                        WHERE attempts >= $1
+                          AND (claim_until IS NULL OR claim_until < clock_timestamp())
+                    ) dead
+                    WHERE newer > $2)",
+                &[
+                    &(self.config.max_attempts as i32),
+                    &(self.config.dead_capacity as i64),
+                ],
+            )
+            .await
+            .map_err(ClusterError::query("trimming dead expirations"))
+    }
+}
+
 /// One subscriber's task: claims expirations for it while it has room, until its stream
 /// is dropped or the replica stops.
 struct Subscriber {

@@ -294,17 +294,19 @@ impl Replica {
         let firing =
             firing::Firing::new(connect(&config.url).await?, shared.clone(), metrics.clone());
         tasks.push(tokio::spawn(firing.run(fired)));
+        let deliveries = delivery::ClusterDeliveries::new(
+            delivery_connections,
+            metrics.clone(),
+            shared.clone(),
+            config.delivery,
+            wakeups,
+            subscriptions_ending,
+        );
+        tasks.push(tokio::spawn(deliveries.clone().trim_dead(stopping)));
         info!(replica = %config.replica_id, partitions, "replica joined the cluster");
         Ok(Self {
-            commands: commands::ClusterCommands::new(connections, shared.clone(), metrics.clone()),
-            deliveries: delivery::ClusterDeliveries::new(
-                delivery_connections,
-                metrics,
-                shared,
-                config.delivery,
-                wakeups,
-                subscriptions_ending,
-            ),
+            commands: commands::ClusterCommands::new(connections, shared, metrics),
+            deliveries,
             worker,
             ownership,
             stop,
