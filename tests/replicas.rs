@@ -1053,6 +1053,76 @@ impl Background {
     }
 }
 
+/// A replica killed and started again under the same id (a container restarted in place)
+/// finds leases in its name that it does not hold: it must let them go and claim them
+/// anew, not renew them forever while never loading their timers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_in_place_fires_its_old_partitions_timers() {
+    const ID: &str = "pod-0";
+    let mut cluster = Cluster::start(&[ID]).await;
+    cluster
+        .eventually("the replica owns every partition", || {
+            cluster.owns_every_partition(ID)
+        })
+        .await;
+    let before = cluster.partitions_owned_by(ID).await;
+    let ledger = SharedLedger::default();
+    Registrar::new(&cluster, &ledger, 1_000..=3_000)
+        .register(40)
+        .await;
+    assert_all_registered(&ledger, 40);
+    cluster.kill(ID);
+    // At once, while the killed process's leases are still valid.
+    cluster.start_replica(ID).await;
+    let consumers = consume_on_each(&cluster, &ledger, &[ID]);
+    cluster.wait_until_delivered(&ledger).await;
+    cluster.wait_until_drained().await;
+    consumers.stop().await;
+    assert_epochs_increased(&before, &cluster.partitions().await);
+    assert_each_timer_fired_once(&ledger.lock().unwrap(), FirstDeliveries::ExactlyOne);
+}
+
+/// The database drops every connection of a replica (a restart, a proxy, an operator's
+/// `pg_terminate_backend`): the replica opens them again and goes on registering, firing
+/// and delivering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reconnects_after_its_connections_are_dropped() {
+    const ID: &str = "r1";
+    let cluster = Cluster::start(&[ID]).await;
+    cluster
+        .eventually("the replica owns every partition", || {
+            cluster.owns_every_partition(ID)
+        })
+        .await;
+    let dropped: i64 = cluster
+        .db
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("terminating the replica's connections")
+        .get(0);
+    assert!(dropped > 0, "the replica had no connection to drop");
+    let ledger = SharedLedger::default();
+    let consumers = consume_on_each(&cluster, &ledger, &[ID]);
+    // A call on a connection not yet known to be closed may fail once (UNAVAILABLE, not
+    // acknowledged, so not required to fire); then the connection is opened again.
+    let mut registrar = Registrar::new(&cluster, &ledger, 200..=1_000);
+    let deadline = Instant::now() + PATIENCE;
+    while let Err(progress) = registered_at_least(&ledger, 20) {
+        assert!(
+            Instant::now() < deadline,
+            "registrations did not recover: {progress}"
+        );
+        registrar.register(1).await;
+    }
+    cluster.wait_until_delivered(&ledger).await;
+    consumers.stop().await;
+    assert_each_timer_fired_once(&ledger.lock().unwrap(), FirstDeliveries::ExactlyOne);
+}
+
 /// A migrated database and the shared state of one replica (`stale`, owning nothing),
 /// with a real wheel worker: the parts of a replica, without its background tasks, for
 /// tests that drive one part directly.
@@ -1067,7 +1137,7 @@ async fn replica_parts(
         .await
         .expect("migrating the schema");
     let worker = tickd::worker::Worker::spawn(
-        tickd::cluster::schedule::Schedule::new(1_000_000, 100),
+        tickd::cluster::schedule::Schedule::new(1_000_000),
         tickd::worker::clock::SystemClock::new(),
         tickd::worker::WorkerConfig::default(),
         |_| {},
@@ -1106,7 +1176,9 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
     // This replica was granted partition 1 at epoch 1.
     shared.owned.insert(1, 1);
     let mut firing = Firing::new(
-        postgres.connect().await,
+        tickd::cluster::Connections::open(&postgres.url(), 1)
+            .await
+            .expect("connecting"),
         shared,
         tickd::metrics::Metrics::new(),
     );
@@ -1116,6 +1188,7 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
         partition: 1,
         deadline_unix: deadline as u64,
         late: false,
+        epoch: 1,
     }];
     let lease = |owner: &str, epoch: i64, seconds: i64| {
         format!(

@@ -166,6 +166,7 @@ impl ClusterCommands {
         let rows = self
             .connections
             .client()
+            .await?
             .query(
                 &statement,
                 &[
@@ -192,6 +193,7 @@ impl ClusterCommands {
         let row = self
             .connections
             .client()
+            .await?
             .query_opt(&statement, &[&timer.namespace, &timer.key])
             .await
             .map_err(ClusterError::query("reading a timer by key"))?;
@@ -202,10 +204,10 @@ impl ClusterCommands {
             }),
             // The key's timer fired or was cancelled between the two statements: register
             // this one anew.
-            None => Box::pin(self.try_register(std::slice::from_ref(timer)))
+            None => Ok(Box::pin(self.try_register(std::slice::from_ref(timer)))
                 .await?
                 .pop()
-                .ok_or(ClusterError::Unsupported("an empty registration")),
+                .expect("a registration answers each timer")),
         }
     }
 
@@ -217,6 +219,7 @@ impl ClusterCommands {
                 let row = self
                     .connections
                     .client()
+                    .await?
                     .query_one("SELECT nextval('tickd_timer_ids')", &[])
                     .await
                     .map_err(ClusterError::query("allocating timer ids"))?;
@@ -238,6 +241,7 @@ impl ClusterCommands {
         let deleted = self
             .connections
             .client()
+            .await?
             .execute(&statement, &[&timer.namespace, &*target])
             .await
             .map_err(|error| TimerError::from(ClusterError::query("cancelling")(error)))?;
@@ -257,6 +261,7 @@ impl ClusterCommands {
         let row = self
             .connections
             .client()
+            .await?
             .query_one("SELECT last_value FROM tickd_timer_ids", &[])
             .await
             .map_err(|error| TimerError::from(ClusterError::query("reading ids")(error)))?;
@@ -271,6 +276,7 @@ impl ClusterCommands {
         let row = self
             .connections
             .client()
+            .await?
             .query_opt(&statement, &[&timer.namespace, &*target])
             .await
             .map_err(|error| TimerError::from(ClusterError::query("reading a timer")(error)))?;
@@ -298,6 +304,7 @@ impl ClusterCommands {
         let row = self
             .connections
             .client()
+            .await?
             .query_opt(
                 &statement,
                 &[
@@ -339,7 +346,7 @@ impl ClusterCommands {
         } else {
             "$1::TEXT IS NULL"
         };
-        let client = self.connections.client();
+        let client = self.connections.client().await?;
         let fail = |error| TimerError::from(ClusterError::query("listing pending timers")(error));
         let count_statement = format!("SELECT count(*) FROM tickd_timers WHERE {filter}");
         let count: i64 = client

@@ -92,6 +92,9 @@ pub struct ClusterDeliveries {
     wakeups: Wakeups,
     stopping: watch::Receiver<bool>,
     next_subscriber: Arc<AtomicU64>,
+    /// Tells this process's subscribers from those of an earlier one with the same
+    /// replica id, whose claims are not theirs.
+    incarnation: u64,
 }
 
 impl ClusterDeliveries {
@@ -111,6 +114,9 @@ impl ClusterDeliveries {
             wakeups,
             stopping,
             next_subscriber: Arc::new(AtomicU64::new(1)),
+            incarnation: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos() as u64),
         }
     }
 
@@ -127,7 +133,7 @@ impl ClusterDeliveries {
             .clamp(1, self.config.max_unacked_limit);
         let (sender, receiver) = mpsc::channel(max_unacked);
         let subscriber = Subscriber {
-            name: format!("{}/{number}", self.shared.replica_id),
+            name: format!("{}/{}/{number}", self.shared.replica_id, self.incarnation),
             namespace: options.namespace.clone(),
             ack_timeout: options
                 .ack_timeout
@@ -152,6 +158,7 @@ impl ClusterDeliveries {
         let rows = self
             .connections
             .client()
+            .await?
             .query(
                 "DELETE FROM tickd_expirations e
                  USING unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
@@ -178,7 +185,7 @@ impl ClusterDeliveries {
     }
 
     pub async fn dead(&self, namespace: String) -> Result<DeadList, TimerError> {
-        let client = self.connections.client();
+        let client = self.connections.client().await?;
         let fail = |error| TimerError::from(ClusterError::query("listing dead expirations")(error));
         let dead_condition = "namespace = $1 AND attempts >= $2
              AND (claim_until IS NULL OR claim_until < clock_timestamp())";
@@ -248,6 +255,7 @@ impl ClusterDeliveries {
     pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
         self.connections
             .client()
+            .await?
             .execute(
                 "DELETE FROM tickd_expirations WHERE seq IN (
                     SELECT seq FROM (
@@ -314,13 +322,26 @@ impl Subscriber {
             let claimed = self.claim(room).await?;
             debug!(subscriber = %self.name, room, claimed = claimed.len(), elapsed_us = started.elapsed().as_micros() as u64, "claimed");
             let exhausted = claimed.len() < room;
+            let mut sent = Vec::with_capacity(claimed.len());
+            let mut stream_open = true;
             for delivered in claimed {
+                let delivery_id = delivered.delivery_id;
                 // Room was checked; a full or closed stream leaves the claim to expire.
                 if self.sender.try_send(delivered).is_err() {
-                    return Ok(());
+                    stream_open = false;
+                    break;
                 }
+                sent.push(delivery_id);
             }
-            if exhausted {
+            if self.auto_ack && !sent.is_empty() {
+                // Settled once handed to the stream, as on one node; what could not be
+                // handed over stays claimed and comes back at its deadline.
+                self.deliveries
+                    .ack(self.namespace.clone(), sent)
+                    .await
+                    .map_err(|error| ClusterError::Settle(error.to_string()))?;
+            }
+            if exhausted || !stream_open {
                 return Ok(());
             }
         }
@@ -337,6 +358,7 @@ impl Subscriber {
             .deliveries
             .connections
             .client()
+            .await?
             .query_one(
                 "SELECT count(*) FROM tickd_expirations
                  WHERE claimed_by = $1 AND claim_until > clock_timestamp()",
@@ -348,38 +370,30 @@ impl Subscriber {
         Ok(free.min(self.max_unacked.saturating_sub(unacked)))
     }
 
-    /// Claims up to `room` rows: until the ack deadline, or for good with auto-ack.
+    /// Claims up to `room` rows until the ack deadline.
     async fn claim(&self, room: usize) -> Result<Vec<Delivered>, ClusterError> {
-        let statement = if self.auto_ack {
-            format!(
-                "WITH taken AS (DELETE FROM tickd_expirations WHERE seq IN ({CLAIMABLE})
-                    RETURNING {EXPIRATION_COLUMNS})
-                 SELECT seq, attempts + 1, namespace, timer_id, key, payload, deadline, fired_at,
-                        repeat_nanos, ttl_nanos, fired_count, late FROM taken"
-            )
-        } else {
-            format!(
-                "UPDATE tickd_expirations
-                 SET claimed_by = $4, attempts = attempts + 1,
-                     claim_until = clock_timestamp() + $5::INT8 * INTERVAL '1 millisecond'
-                 WHERE seq IN ({CLAIMABLE})
-                 RETURNING {EXPIRATION_COLUMNS}"
-            )
-        };
-        let namespace = &self.namespace;
+        let statement = format!(
+            "UPDATE tickd_expirations
+             SET claimed_by = $4, attempts = attempts + 1,
+                 claim_until = clock_timestamp() + $5::INT8 * INTERVAL '1 millisecond'
+             WHERE seq IN ({CLAIMABLE})
+             RETURNING {EXPIRATION_COLUMNS}"
+        );
         let max_attempts = self.max_attempts as i32;
-        let limit = room as i64;
         let ack_timeout = self.ack_timeout.as_millis() as i64;
-        let parameters: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = if self.auto_ack {
-            vec![namespace, &max_attempts, &limit]
-        } else {
-            vec![namespace, &max_attempts, &limit, &self.name, &ack_timeout]
-        };
+        let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &self.namespace,
+            &max_attempts,
+            &(room as i64),
+            &self.name,
+            &ack_timeout,
+        ];
         let mut rows = self
             .deliveries
             .connections
             .client()
-            .query(&statement, &parameters)
+            .await?
+            .query(&statement, &parameters[..])
             .await
             .map_err(ClusterError::query("claiming expirations"))?;
         rows.sort_by_key(|row| row.get::<_, i64>(0));
@@ -407,10 +421,16 @@ impl Subscriber {
 
     /// Unacknowledged claims go back at once (next attempt), for any subscriber to take.
     async fn hand_back(&self) {
-        let handed_back = self
-            .deliveries
+        if let Err(error) = self.try_hand_back().await {
+            warn!(subscriber = %self.name, %error, "handing back deliveries failed; they return at their ack deadline");
+        }
+    }
+
+    async fn try_hand_back(&self) -> Result<(), ClusterError> {
+        self.deliveries
             .connections
             .client()
+            .await?
             .query(
                 "WITH released AS (
                     UPDATE tickd_expirations SET claimed_by = NULL, claim_until = NULL
@@ -418,10 +438,9 @@ impl Subscriber {
                  SELECT pg_notify($2, namespace)::TEXT FROM (SELECT DISTINCT namespace FROM released) n",
                 &[&self.name, &FIRED_CHANNEL],
             )
-            .await;
-        if let Err(error) = handed_back {
-            warn!(subscriber = %self.name, %error, "handing back deliveries failed; they return at their ack deadline");
-        }
+            .await
+            .map_err(ClusterError::query("handing back deliveries"))?;
+        Ok(())
     }
 }
 

@@ -1,13 +1,14 @@
-//! Fires what the wheel says is due, in one fenced transaction per batch.
+//! Fires what the wheel says is due, in one fenced statement per batch.
 //!
-//! The transaction first locks the rows of the batch's partitions `FOR SHARE`, keeping
-//! only those this replica still holds at the epoch it was granted, with an unexpired
-//! lease. A takeover updates those rows, so it waits for a firing in progress to commit,
-//! and a firing that starts after it sees the new owner: a replica that lost a partition
-//! (paused, cut off, slow) can never fire from it again. Then one statement deletes each
-//! one-shot timer (or re-arms a repeating one) *if its deadline is still the one the wheel
-//! was given*, and records an expiration for every timer it fired. A timer cancelled or
-//! moved elsewhere matches nothing and fires nothing; a moved one is loaded again.
+//! The statement first locks the rows of the batch's partitions `FOR SHARE`, keeping only
+//! those this replica still holds at the epoch it was granted, with an unexpired lease. A
+//! takeover updates those rows, so it cannot happen while a firing holds the lock (the
+//! claim skips the row and tries again at its next round), and a firing that starts after
+//! it sees the new owner: a replica that lost a partition (paused, cut off, slow) can
+//! never fire from it again. Then, in the same statement, each one-shot timer is deleted
+//! (or a repeating one re-armed) *if its deadline is still the one the wheel was given*,
+//! and an expiration is recorded for every timer fired. A timer cancelled or moved
+//! elsewhere matches nothing and fires nothing; a moved one is loaded again.
 //!
 //! If the database cannot be reached the batch is retried until it can: the timers are
 //! still in their rows, so nothing is lost, only late.
@@ -15,12 +16,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio_postgres::Client;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use super::schedule::{DueTimer, ScheduleCommand};
-use super::{ClusterError, Shared};
+use super::{ClusterError, Connections, Shared};
 use crate::metrics::Metrics;
 
 const RETRY_DELAY: Duration = Duration::from_millis(200);
@@ -51,7 +51,7 @@ due AS (
 once AS (
     DELETE FROM tickd_timers t USING due
     WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
-      AND t.repeat_nanos IS NULL
+      AND t.partition = due.partition AND t.repeat_nanos IS NULL
     RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline, due.late
 ),
@@ -61,7 +61,7 @@ again AS (
         deadline = t.deadline + t.repeat_nanos * (GREATEST($5 - t.deadline, 0) / t.repeat_nanos + 1)
     FROM due
     WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
-      AND t.repeat_nanos IS NOT NULL
+      AND t.partition = due.partition AND t.repeat_nanos IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count, t.partition, t.deadline AS next_deadline, due.late
 ),
@@ -82,15 +82,15 @@ JOIN unnest($1::INT4[], $2::INT8[]) AS mine(partition, epoch)
 WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
 
 pub struct Firing {
-    client: Client,
+    connections: Connections,
     shared: Shared,
     metrics: Arc<Metrics>,
 }
 
 impl Firing {
-    pub fn new(client: Client, shared: Shared, metrics: Arc<Metrics>) -> Self {
+    pub fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
         Self {
-            client,
+            connections,
             shared,
             metrics,
         }
@@ -100,7 +100,11 @@ impl Firing {
     ///
     /// Whatever the wheel fired while the previous transaction ran is fired together in
     /// the next one: under load, one commit (one fsync) serves many wheel ticks.
-    pub async fn run(mut self, mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>) {
+    pub async fn run(
+        mut self,
+        mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>,
+        mut stopping: watch::Receiver<bool>,
+    ) {
         while let Some(mut batch) = due.recv().await {
             while batch.len() < MAX_BATCH {
                 match due.try_recv() {
@@ -108,13 +112,13 @@ impl Firing {
                     Err(_) => break,
                 }
             }
-            loop {
-                match self.fire(&batch).await {
-                    Ok(_) => break,
-                    Err(error) => {
-                        warn!(replica = %self.shared.replica_id, timers = batch.len(), %error, "firing failed; retrying");
-                        tokio::time::sleep(RETRY_DELAY).await;
-                    }
+            while let Err(error) = self.fire(&batch).await {
+                warn!(replica = %self.shared.replica_id, timers = batch.len(), %error, "firing failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY_DELAY) => {}
+                    // Stopping with the database unreachable: the timers are still in their
+                    // rows, for whoever takes the partitions over.
+                    () = super::until_stopped(&mut stopping) => return,
                 }
             }
         }
@@ -132,7 +136,9 @@ impl Firing {
         let late: Vec<bool> = batch.iter().map(|timer| timer.late).collect();
         let timer_partitions: Vec<i32> = batch.iter().map(|t| t.partition as i32).collect();
         let rows = self
-            .client
+            .connections
+            .client()
+            .await?
             .query(
                 FIRE,
                 &[
@@ -196,7 +202,9 @@ impl Firing {
             .collect();
         let (partitions, epochs) = self.granted(batch);
         let held: Vec<u32> = self
-            .client
+            .connections
+            .client()
+            .await?
             .query(HELD, &[&partitions, &epochs, &&*self.shared.replica_id])
             .await
             .map_err(ClusterError::query("checking partition leases"))?
@@ -220,16 +228,8 @@ impl Firing {
         let horizon_end = self.shared.horizon_end();
         let rearmed: Vec<DueTimer> = rows
             .iter()
-            .filter_map(|row| {
-                let next_deadline = row.get::<_, Option<i64>>(3)? as u64;
-                (next_deadline <= horizon_end).then(|| DueTimer {
-                    namespace: Arc::from(row.get::<_, &str>(0)),
-                    id: row.get::<_, i64>(1) as u64,
-                    partition: row.get::<_, i32>(2) as u32,
-                    deadline_unix: next_deadline,
-                    late: false,
-                })
-            })
+            .filter_map(|row| self.shared.due_timer_of_row(row, false))
+            .filter(|timer| timer.deadline_unix <= horizon_end)
             .collect();
         if !rearmed.is_empty() {
             let _ = self.shared.schedule.send(ScheduleCommand::Load(rearmed));
@@ -240,7 +240,9 @@ impl Firing {
     async fn reload_moved(&self, unmatched: &[&DueTimer]) -> Result<(), ClusterError> {
         let unmatched: Vec<i64> = unmatched.iter().map(|timer| timer.id as i64).collect();
         let moved = self
-            .client
+            .connections
+            .client()
+            .await?
             .query(
                 "SELECT namespace, id, partition, deadline FROM tickd_timers
                  WHERE id = ANY($1) AND deadline <= $2",
@@ -250,14 +252,7 @@ impl Firing {
             .map_err(ClusterError::query("reloading moved timers"))?;
         let moved: Vec<DueTimer> = moved
             .iter()
-            .map(|row| DueTimer {
-                namespace: Arc::from(row.get::<_, &str>(0)),
-                id: row.get::<_, i64>(1) as u64,
-                partition: row.get::<_, i32>(2) as u32,
-                deadline_unix: row.get::<_, i64>(3) as u64,
-                late: false,
-            })
-            .filter(|timer| self.shared.owned.epoch(timer.partition).is_some())
+            .filter_map(|row| self.shared.due_timer_of_row(row, false))
             .collect();
         if !moved.is_empty() {
             let _ = self.shared.schedule.send(ScheduleCommand::Load(moved));

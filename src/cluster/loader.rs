@@ -13,7 +13,6 @@
 //! The same connection listens on `tickd_fired`, which wakes subscribers of a namespace.
 
 use std::future::poll_fn;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -27,6 +26,10 @@ use super::{ClusterError, Shared};
 pub const DUE_CHANNEL: &str = "tickd_due";
 pub const FIRED_CHANNEL: &str = "tickd_fired";
 
+/// A watermark below every deadline (a deadline already past when given may be stored as
+/// 0), so a scan from it misses none.
+const NOTHING_SCANNED: i64 = -1;
+
 /// How long to wait before connecting again after the listening connection failed.
 const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 
@@ -35,7 +38,7 @@ pub struct Loader {
     shared: Shared,
     wakeups: Wakeups,
     /// Deadlines up to here have been scanned for every owned partition.
-    watermark: u64,
+    watermark: i64,
 }
 
 /// One listening connection: its client for scans, and the notifications it receives.
@@ -56,7 +59,7 @@ impl Loader {
             url: url.to_owned(),
             shared,
             wakeups,
-            watermark: 0,
+            watermark: NOTHING_SCANNED,
         })
     }
 
@@ -113,7 +116,7 @@ impl Loader {
             .await
             .map_err(ClusterError::query("listening for notifications"))?;
         // Anything announced while no one listened is found by a full scan.
-        self.watermark = 0;
+        self.watermark = NOTHING_SCANNED;
         self.scan(&client, &self.shared.owned.partitions(), true)
             .await?;
         self.wakeups.wake_all();
@@ -160,13 +163,23 @@ impl Loader {
     fn notified(&self, notification: &Notification) {
         match notification.channel() {
             DUE_CHANNEL => match parse_due(notification.payload()) {
-                Some(timer) if self.shared.owned.epoch(timer.partition).is_some() => {
-                    let _ = self
-                        .shared
-                        .schedule
-                        .send(ScheduleCommand::Load(vec![timer]));
+                Some(Due {
+                    partition,
+                    deadline_unix,
+                    id,
+                    namespace,
+                }) => {
+                    // Only the partition's owner loads it.
+                    let timer =
+                        self.shared
+                            .due_timer(namespace, id, partition, deadline_unix, false);
+                    if let Some(timer) = timer {
+                        let _ = self
+                            .shared
+                            .schedule
+                            .send(ScheduleCommand::Load(vec![timer]));
+                    }
                 }
-                Some(_) => {}
                 None => warn!(
                     payload = notification.payload(),
                     "malformed due notification"
@@ -189,34 +202,29 @@ impl Loader {
         if partitions.is_empty() {
             return Ok(());
         }
-        let horizon_end = self.shared.horizon_end();
+        let horizon_end = self.shared.horizon_end() as i64;
         let (after, until) = if advance {
             (self.watermark, horizon_end)
         } else {
-            // Past the watermark too: before the first scan with partitions it is still 0.
-            (0, self.watermark.max(horizon_end))
+            // Up to the horizon's end too: before the first scan with partitions the
+            // watermark is still at its start.
+            (NOTHING_SCANNED, self.watermark.max(horizon_end))
         };
         let partition_numbers: Vec<i32> = partitions.iter().map(|&p| p as i32).collect();
         let rows = client
             .query(
-                "SELECT id, namespace, partition, deadline FROM tickd_timers
+                "SELECT namespace, id, partition, deadline FROM tickd_timers
                  WHERE partition = ANY($1) AND deadline > $2 AND deadline <= $3",
-                &[&partition_numbers, &(after as i64), &(until as i64)],
+                &[&partition_numbers, &after, &until],
             )
             .await
             .map_err(ClusterError::query("loading due timers"))?;
         let now = self.shared.unix_now();
         let timers: Vec<DueTimer> = rows
             .iter()
-            .map(|row| {
-                let deadline_unix = row.get::<_, i64>(3) as u64;
-                DueTimer {
-                    id: row.get::<_, i64>(0) as u64,
-                    namespace: Arc::from(row.get::<_, &str>(1)),
-                    partition: row.get::<_, i32>(2) as u32,
-                    deadline_unix,
-                    late: deadline_unix < now,
-                }
+            .filter_map(|row| {
+                let overdue = row.get::<_, i64>(3) as u64 <= now;
+                self.shared.due_timer_of_row(row, overdue)
             })
             .collect();
         if advance {
@@ -235,18 +243,22 @@ pub fn due_payload_sql() -> &'static str {
     "partition::TEXT || ' ' || deadline::TEXT || ' ' || id::TEXT || ' ' || namespace"
 }
 
-fn parse_due(payload: &str) -> Option<DueTimer> {
+/// A `tickd_due` notification, parsed.
+#[derive(Debug, PartialEq, Eq)]
+struct Due<'a> {
+    partition: u32,
+    deadline_unix: u64,
+    id: u64,
+    namespace: &'a str,
+}
+
+fn parse_due(payload: &str) -> Option<Due<'_>> {
     let mut fields = payload.splitn(4, ' ');
-    let partition = fields.next()?.parse().ok()?;
-    let deadline_unix: u64 = fields.next()?.parse().ok()?;
-    let id = fields.next()?.parse().ok()?;
-    let namespace = fields.next()?;
-    Some(DueTimer {
-        namespace: Arc::from(namespace),
-        id,
-        partition,
-        deadline_unix,
-        late: false,
+    Some(Due {
+        partition: fields.next()?.parse().ok()?,
+        deadline_unix: fields.next()?.parse().ok()?,
+        id: fields.next()?.parse().ok()?,
+        namespace: fields.next()?,
     })
 }
 
@@ -256,15 +268,14 @@ mod tests {
 
     #[test]
     fn a_due_payload_keeps_spaces_in_the_namespace() {
-        let timer = parse_due("3 1700000000000000000 42 billing eu").expect("well formed");
         assert_eq!(
-            (
-                timer.partition,
-                timer.deadline_unix,
-                timer.id,
-                &*timer.namespace
-            ),
-            (3, 1_700_000_000_000_000_000, 42, "billing eu")
+            parse_due("3 1700000000000000000 42 billing eu"),
+            Some(Due {
+                partition: 3,
+                deadline_unix: 1_700_000_000_000_000_000,
+                id: 42,
+                namespace: "billing eu"
+            })
         );
         assert_eq!(parse_due("3 x 42 ns"), None);
         assert_eq!(parse_due("3 1"), None);

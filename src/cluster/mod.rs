@@ -55,6 +55,10 @@ pub enum ClusterError {
     Worker(#[source] std::io::Error),
     #[error("{0} is not supported with --store postgres")]
     Unsupported(&'static str),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("settling auto-acknowledged deliveries: {0}")]
+    Settle(String),
 }
 
 /// The API sees a database failure as UNAVAILABLE: the call may be retried.
@@ -92,6 +96,13 @@ impl ClusterConfig {
         if config.max_pending_per_namespace > 0 {
             return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
         }
+        if config.lease_ttl < Duration::from_secs(1) || config.load_horizon < Duration::from_secs(1)
+        {
+            return Err(ClusterError::InvalidConfig(format!(
+                "--lease-ttl ({:?}) and --load-horizon ({:?}) must be at least 1s",
+                config.lease_ttl, config.load_horizon
+            )));
+        }
         let replica_id = config.replica_id.clone().unwrap_or_else(default_replica_id);
         Ok(Self {
             url: url.to_owned(),
@@ -121,11 +132,18 @@ async fn until_stopped(stopping: &mut watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stopping| *stopping).await;
 }
 
-/// Opens one connection and drives it on its own task.
+/// Opens one connection and drives it on its own task. TCP keepalives find a dead peer
+/// within a minute; a statement that runs for a minute, or a transaction left idle, is
+/// ended by the server so that no lock it holds (a partition row, say) outlives a frozen
+/// replica.
 pub async fn connect(url: &str) -> Result<Client, ClusterError> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(ClusterError::Connect)?;
+    let mut config: tokio_postgres::Config = url.parse().map_err(ClusterError::Connect)?;
+    config
+        .connect_timeout(Duration::from_secs(5))
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30))
+        .options("-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000");
+    let (client, connection) = config.connect(NoTls).await.map_err(ClusterError::Connect)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             warn!(%error, "store connection closed");
@@ -181,28 +199,37 @@ impl Owned {
 
 /// A few connections used in turn for single statements. tokio-postgres pipelines
 /// statements on one connection, so concurrent calls share them without waiting for each
-/// other's round trips.
+/// other's round trips. A connection found closed (the server restarted, a proxy dropped
+/// it) is opened again on its next use, so no part of a replica is left without one.
 #[derive(Clone)]
 pub struct Connections {
-    clients: Arc<Vec<Client>>,
+    url: Arc<str>,
+    clients: Arc<Vec<tokio::sync::Mutex<Arc<Client>>>>,
     next: Arc<AtomicUsize>,
 }
 
 impl Connections {
     pub async fn open(url: &str, count: u32) -> Result<Self, ClusterError> {
         let mut clients = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            clients.push(connect(url).await?);
+        for _ in 0..count.max(1) {
+            clients.push(tokio::sync::Mutex::new(Arc::new(connect(url).await?)));
         }
         Ok(Self {
+            url: Arc::from(url),
             clients: Arc::new(clients),
             next: Arc::new(AtomicUsize::new(0)),
         })
     }
 
-    pub fn client(&self) -> &Client {
+    /// The next connection in turn, reconnected first if it was closed.
+    pub async fn client(&self) -> Result<Arc<Client>, ClusterError> {
         let turn = self.next.fetch_add(1, Ordering::Relaxed);
-        &self.clients[turn % self.clients.len()]
+        let mut client = self.clients[turn % self.clients.len()].lock().await;
+        if client.is_closed() {
+            *client = Arc::new(connect(&self.url).await?);
+            info!("store connection reopened");
+        }
+        Ok(client.clone())
     }
 }
 
@@ -227,6 +254,43 @@ impl Shared {
     pub fn unix_now(&self) -> u64 {
         use crate::worker::clock::Clock;
         self.clock.now().unix
+    }
+
+    /// A timer of a partition this replica holds, ready for its wheel (with the epoch it
+    /// holds the partition at); `None` if it holds it no longer.
+    pub fn due_timer(
+        &self,
+        namespace: &str,
+        id: u64,
+        partition: u32,
+        deadline_unix: u64,
+        late: bool,
+    ) -> Option<schedule::DueTimer> {
+        Some(schedule::DueTimer {
+            namespace: Arc::from(namespace),
+            id,
+            partition,
+            deadline_unix,
+            late,
+            epoch: self.owned.epoch(partition)?,
+        })
+    }
+
+    /// [`Shared::due_timer`] from a row whose first columns are `namespace, id, partition,
+    /// deadline`; `None` also when the deadline is NULL (a fired one-shot timer).
+    pub fn due_timer_of_row(
+        &self,
+        row: &tokio_postgres::Row,
+        late: bool,
+    ) -> Option<schedule::DueTimer> {
+        let deadline_unix = row.get::<_, Option<i64>>(3)? as u64;
+        self.due_timer(
+            row.get(0),
+            row.get::<_, i64>(1) as u64,
+            row.get::<_, i32>(2) as u32,
+            deadline_unix,
+            late,
+        )
     }
 
     /// The end of the load horizon: timers due by then belong in the owner's wheel.
@@ -255,7 +319,7 @@ impl Replica {
         drop(setup);
         let clock = SystemClock::new();
         let (fired_sender, fired) = mpsc::unbounded_channel();
-        let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64, config.max_pending);
+        let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64);
         let worker_config = crate::worker::WorkerConfig {
             queue_capacity: config.worker_queue,
             busy_seconds: Some(metrics.worker_busy_seconds.clone()),
@@ -282,7 +346,7 @@ impl Replica {
         let wakeups = delivery::Wakeups::default();
         let (acquired_sender, acquired) = mpsc::unbounded_channel();
         let ownership = ownership::Ownership::new(
-            connect(&config.url).await?,
+            Connections::open(&config.url, 1).await?,
             shared.clone(),
             acquired_sender,
             metrics.partitions_owned.clone(),
@@ -291,9 +355,12 @@ impl Replica {
         tasks.push(tokio::spawn(ownership.clone().run(stopping.clone())));
         let loader = loader::Loader::connect(&config.url, shared.clone(), wakeups.clone()).await?;
         tasks.push(tokio::spawn(loader.run(acquired, stopping.clone())));
-        let firing =
-            firing::Firing::new(connect(&config.url).await?, shared.clone(), metrics.clone());
-        tasks.push(tokio::spawn(firing.run(fired)));
+        let firing = firing::Firing::new(
+            Connections::open(&config.url, 1).await?,
+            shared.clone(),
+            metrics.clone(),
+        );
+        tasks.push(tokio::spawn(firing.run(fired, stopping.clone())));
         let deliveries = delivery::ClusterDeliveries::new(
             delivery_connections,
             metrics.clone(),

@@ -10,19 +10,17 @@
 //! rest on this loop noticing in time (it may be paused, or its connection slow): the
 //! firing transaction itself locks the partition row and checks owner, epoch and expiry.
 
-use std::sync::Arc;
-
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, watch};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
 use super::schedule::ScheduleCommand;
-use super::{ClusterError, Shared};
+use super::{ClusterError, Connections, Shared};
 
 #[derive(Clone)]
 pub struct Ownership {
-    client: Arc<Mutex<Client>>,
+    connections: Connections,
     shared: Shared,
     /// Newly acquired partitions, for the loader to scan.
     acquired: mpsc::UnboundedSender<Vec<u32>>,
@@ -31,13 +29,13 @@ pub struct Ownership {
 
 impl Ownership {
     pub fn new(
-        client: Client,
+        connections: Connections,
         shared: Shared,
         acquired: mpsc::UnboundedSender<Vec<u32>>,
         partitions_owned: Gauge,
     ) -> Self {
         Self {
-            client: Arc::new(Mutex::new(client)),
+            connections,
             shared,
             acquired,
             partitions_owned,
@@ -59,9 +57,10 @@ impl Ownership {
 
     /// One renewal: heartbeat, renew, then release or claim towards a fair share.
     async fn round(&self) -> Result<(), ClusterError> {
-        let client = self.client.lock().await;
+        let client = self.connections.client().await?;
         let live = self.heartbeat(&client).await?;
         self.renew(&client).await?;
+        self.release_orphans(&client).await?;
         let fair_share = self.shared.partitions.div_ceil(live.max(1)) as usize;
         let held = self.shared.owned.len();
         self.partitions_owned.set(held as i64);
@@ -97,39 +96,73 @@ impl Ownership {
         Ok(row.get::<_, i64>(0) as u32)
     }
 
-    /// Extends the leases still held; any the database no longer gives back were lost
-    /// (expired while this replica was paused or cut off, and perhaps taken over).
+    /// Extends the leases this process holds, at the epochs it was granted; any the
+    /// database no longer gives back were lost (expired while this replica was paused or
+    /// cut off, and perhaps taken over).
     async fn renew(&self, client: &Client) -> Result<(), ClusterError> {
+        let (partitions, epochs) = self.held();
         let rows = client
             .query(
-                "UPDATE tickd_partitions
+                "UPDATE tickd_partitions p
                  SET lease_until = clock_timestamp() + $2::INT8 * INTERVAL '1 millisecond'
-                 WHERE owner = $1 AND lease_until > clock_timestamp()
-                 RETURNING partition, epoch",
-                &[&&*self.shared.replica_id, &self.ttl_millis()],
+                 FROM unnest($3::INT4[], $4::INT8[]) AS mine(partition, epoch)
+                 WHERE p.partition = mine.partition AND p.epoch = mine.epoch
+                   AND p.owner = $1 AND p.lease_until > clock_timestamp()
+                 RETURNING p.partition",
+                &[
+                    &&*self.shared.replica_id,
+                    &self.ttl_millis(),
+                    &partitions,
+                    &epochs,
+                ],
             )
             .await
             .map_err(ClusterError::query("renewing partition leases"))?;
-        let renewed: Vec<(u32, i64)> = rows
-            .iter()
-            .map(|row| (row.get::<_, i32>(0) as u32, row.get(1)))
-            .collect();
+        let renewed: Vec<u32> = rows.iter().map(|row| row.get::<_, i32>(0) as u32).collect();
         let lost: Vec<u32> = self
             .shared
             .owned
             .partitions()
             .into_iter()
-            .filter(|partition| {
-                !renewed.iter().any(|&(renewed, epoch)| {
-                    renewed == *partition && Some(epoch) == self.shared.owned.epoch(*partition)
-                })
-            })
+            .filter(|partition| !renewed.contains(partition))
             .collect();
         if !lost.is_empty() {
             warn!(replica = %self.shared.replica_id, partitions = ?lost, "partitions lost");
             self.forget(lost);
         }
         Ok(())
+    }
+
+    /// Leases under this replica's name that this process does not hold: left by an
+    /// earlier process with the same id (a restart in place), or by a release that failed.
+    /// Renewing them would keep them from everyone with nobody firing them, so they are
+    /// let go, for any replica (this one included) to claim with a new epoch.
+    async fn release_orphans(&self, client: &Client) -> Result<(), ClusterError> {
+        let (partitions, _) = self.held();
+        let released = client
+            .query(
+                "UPDATE tickd_partitions SET owner = NULL, lease_until = NULL
+                 WHERE owner = $1 AND NOT (partition = ANY($2))
+                 RETURNING partition",
+                &[&&*self.shared.replica_id, &partitions],
+            )
+            .await
+            .map_err(ClusterError::query("releasing orphaned leases"))?;
+        if !released.is_empty() {
+            let orphans: Vec<i32> = released.iter().map(|row| row.get(0)).collect();
+            info!(replica = %self.shared.replica_id, partitions = ?orphans, "orphaned leases released");
+        }
+        Ok(())
+    }
+
+    /// The partitions this process holds, with their epochs, as SQL arrays.
+    fn held(&self) -> (Vec<i32>, Vec<i64>) {
+        self.shared
+            .owned
+            .partitions()
+            .into_iter()
+            .filter_map(|partition| Some((partition as i32, self.shared.owned.epoch(partition)?)))
+            .unzip()
     }
 
     async fn claim(&self, client: &Client, wanted: usize) -> Result<(), ClusterError> {
@@ -190,7 +223,13 @@ impl Ownership {
     /// On a clean stop: every partition back, and this replica no longer counted as alive.
     pub async fn leave(&self) {
         let held = self.shared.owned.partitions();
-        let client = self.client.lock().await;
+        let client = match self.connections.client().await {
+            Ok(client) => client,
+            Err(error) => {
+                warn!(replica = %self.shared.replica_id, %error, "leaving the cluster failed; leases run out instead");
+                return;
+            }
+        };
         if let Err(error) = self.release(&client, &held).await {
             warn!(replica = %self.shared.replica_id, %error, "releasing partitions at shutdown failed");
         }
@@ -206,12 +245,13 @@ impl Ownership {
     }
 
     fn forget(&self, partitions: Vec<u32>) {
+        let tenures: Vec<(u32, i64)> = partitions
+            .iter()
+            .filter_map(|&partition| Some((partition, self.shared.owned.epoch(partition)?)))
+            .collect();
         self.shared.owned.remove(&partitions);
         // A stopped worker holds nothing left to forget.
-        let _ = self
-            .shared
-            .schedule
-            .send(ScheduleCommand::Forget(partitions));
+        let _ = self.shared.schedule.send(ScheduleCommand::Forget(tenures));
     }
 
     fn ttl_millis(&self) -> i64 {

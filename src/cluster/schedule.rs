@@ -3,8 +3,14 @@
 //! ask the database to fire one (namespace, id, the deadline it was loaded with).
 //!
 //! It is a cache, and may be wrong without harm: a timer cancelled or moved by another
-//! replica still fires here, and the fencing transaction in [`super::firing`] finds that
+//! replica still fires here, and the fencing statement in [`super::firing`] finds that
 //! its row is gone or its deadline changed and fires nothing.
+//!
+//! Commands reach the worker thread through per-thread lanes, so two commands sent from
+//! different tasks may be applied in either order. Each timer therefore carries the epoch
+//! at which its partition was held when it was loaded, and forgetting a partition names
+//! the epoch it was held at: a late `Forget` cannot wipe timers loaded after the partition
+//! was claimed again, and a late `Load` from a lost tenure is ignored.
 
 use std::sync::Arc;
 
@@ -24,27 +30,34 @@ pub struct DueTimer {
     pub deadline_unix: u64,
     /// Already past when loaded (its owner was down, or the partition changed hands).
     pub late: bool,
+    /// The epoch at which this replica held the partition when the timer was loaded.
+    pub epoch: i64,
 }
 
 #[derive(Debug)]
 pub enum ScheduleCommand {
     /// Adds timers, or moves them to the deadline given (the database's latest word).
     Load(Vec<DueTimer>),
-    /// Forgets the timers of partitions this replica no longer owns.
-    Forget(Vec<u32>),
+    /// Forgets the timers of partitions this replica no longer owns: (partition, the
+    /// epoch it was held at).
+    Forget(Vec<(u32, i64)>),
 }
 
 pub struct Schedule {
     wheel: Wheel<DueTimer>,
     handles: FxHashMap<u64, Handle>,
+    /// Per partition, the latest epoch whose tenure ended.
+    forgotten: FxHashMap<u32, i64>,
 }
 
 impl Schedule {
-    /// `tick` and `max_pending` as for the single-node wheel.
-    pub fn new(tick: u64, max_pending: usize) -> Self {
+    /// No bound on the timers held: the load horizon bounds them, and a timer the wheel
+    /// refused would not be offered again before the partition changed hands.
+    pub fn new(tick: u64) -> Self {
         Self {
-            wheel: Wheel::new(tick, max_pending),
+            wheel: Wheel::new(tick, usize::MAX),
             handles: FxHashMap::default(),
+            forgotten: FxHashMap::default(),
         }
     }
 
@@ -57,6 +70,13 @@ impl Schedule {
     }
 
     fn load(&mut self, timer: DueTimer, now: Now) {
+        if self
+            .forgotten
+            .get(&timer.partition)
+            .is_some_and(|&ended| timer.epoch <= ended)
+        {
+            return;
+        }
         let deadline = now.monotonic_at(timer.deadline_unix);
         if let Some(&handle) = self.handles.get(&timer.id) {
             if let Some((_, loaded)) = self.wheel.get_mut(handle) {
@@ -68,17 +88,26 @@ impl Schedule {
             }
         }
         let id = timer.id;
-        // A full wheel leaves the timer in the database: the next scan offers it again.
-        if let Ok(handle) = self.wheel.insert(deadline, timer) {
-            self.handles.insert(id, handle);
-        }
+        let handle = self
+            .wheel
+            .insert(deadline, timer)
+            .expect("the schedule's wheel has no limit");
+        self.handles.insert(id, handle);
     }
 
-    fn forget(&mut self, partitions: &[u32]) {
+    fn forget(&mut self, tenures: &[(u32, i64)]) {
+        for &(partition, epoch) in tenures {
+            let ended = self.forgotten.entry(partition).or_insert(epoch);
+            *ended = (*ended).max(epoch);
+        }
         let forgotten: Vec<Handle> = self
             .wheel
             .iter()
-            .filter(|(_, _, timer)| partitions.contains(&timer.partition))
+            .filter(|(_, _, timer)| {
+                tenures
+                    .iter()
+                    .any(|&(partition, epoch)| timer.partition == partition && timer.epoch <= epoch)
+            })
             .map(|(handle, _, _)| handle)
             .collect();
         for handle in forgotten {
@@ -100,7 +129,7 @@ impl TimerState for Schedule {
                     self.load(timer, now);
                 }
             }
-            ScheduleCommand::Forget(partitions) => self.forget(&partitions),
+            ScheduleCommand::Forget(tenures) => self.forget(&tenures),
         }
     }
 
@@ -129,6 +158,7 @@ mod tests {
             partition,
             deadline_unix,
             late: false,
+            epoch: 1,
         }
     }
 
@@ -143,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_reload_moves_a_timer_instead_of_adding_a_second_one() {
-        let mut schedule = Schedule::new(MS, 100);
+        let mut schedule = Schedule::new(MS);
         schedule.apply(ScheduleCommand::Load(vec![due(1, 0, 10 * MS)]), at(0));
         schedule.apply(ScheduleCommand::Load(vec![due(1, 0, 20 * MS)]), at(0));
         assert_eq!(schedule.len(), 1);
@@ -156,15 +186,36 @@ mod tests {
 
     #[test]
     fn forgetting_a_partition_drops_only_its_timers() {
-        let mut schedule = Schedule::new(MS, 100);
+        let mut schedule = Schedule::new(MS);
         let timers = vec![due(1, 0, 5 * MS), due(2, 1, 5 * MS), due(3, 2, 5 * MS)];
         schedule.apply(ScheduleCommand::Load(timers), at(0));
-        schedule.apply(ScheduleCommand::Forget(vec![1, 2]), at(0));
+        schedule.apply(ScheduleCommand::Forget(vec![(1, 1), (2, 1)]), at(0));
         let mut fired = Vec::new();
         schedule.fire_due(at(5 * MS), &mut fired);
         assert_eq!(fired, vec![due(1, 0, 5 * MS)]);
-        // A forgotten timer can be loaded again when its partition comes back.
+        // A late load from the ended tenure is ignored; one from the next tenure is not.
         schedule.apply(ScheduleCommand::Load(vec![due(2, 1, 9 * MS)]), at(5 * MS));
+        assert_eq!(schedule.len(), 0);
+        let next_tenure = DueTimer {
+            epoch: 2,
+            ..due(2, 1, 9 * MS)
+        };
+        schedule.apply(ScheduleCommand::Load(vec![next_tenure]), at(5 * MS));
         assert_eq!(schedule.len(), 1);
+    }
+
+    #[test]
+    fn a_late_forget_keeps_timers_of_the_next_tenure() {
+        let mut schedule = Schedule::new(MS);
+        let next_tenure = DueTimer {
+            epoch: 3,
+            ..due(7, 1, 5 * MS)
+        };
+        schedule.apply(ScheduleCommand::Load(vec![next_tenure.clone()]), at(0));
+        // The forget of the tenure at epoch 2 arrives after the reload at epoch 3.
+        schedule.apply(ScheduleCommand::Forget(vec![(1, 2)]), at(0));
+        let mut fired = Vec::new();
+        schedule.fire_due(at(5 * MS), &mut fired);
+        assert_eq!(fired, vec![next_tenure]);
     }
 }
