@@ -44,11 +44,22 @@ const EXPIRATION_COLUMNS: &str =
      repeat_nanos, ttl_nanos, fired_count, late";
 
 /// Claimable rows of namespace `$1` with attempts left (`$2`): never claimed, or claimed
-/// and not acknowledged in time. Oldest first, skipping rows another claim is taking.
+/// and not acknowledged in time. Oldest first, skipping rows another claim is taking; at
+/// most `$3` (room in the stream), and no more than take subscriber `$4` to `$6`
+/// unacknowledged claims.
 const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
      WHERE namespace = $1 AND attempts < $2
        AND (claim_until IS NULL OR claim_until < clock_timestamp())
-     ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED";
+     ORDER BY seq
+     LIMIT GREATEST(0, LEAST($3, $6 - (
+         SELECT count(*) FROM tickd_expirations
+         WHERE claimed_by = $4 AND claim_until > clock_timestamp())))
+     FOR UPDATE SKIP LOCKED";
+
+/// How long a woken subscriber lets notifications gather before it claims: one claim
+/// then takes what several firings (on several replicas) produced, instead of one query
+/// per firing per subscriber.
+const GATHER: Duration = Duration::from_millis(5);
 
 pub type DeliveryStream = Pin<Box<dyn Stream<Item = Delivered> + Send>>;
 
@@ -301,7 +312,7 @@ impl Subscriber {
                 warn!(subscriber = %self.name, %error, "claiming expirations failed");
             }
             tokio::select! {
-                () = &mut woken => {}
+                () = &mut woken => tokio::time::sleep(GATHER).await,
                 () = tokio::time::sleep(POLL_INTERVAL) => {}
                 () = self.sender.closed() => break,
                 // The replica is draining: the claims stay, so acks of deliveries the
@@ -314,7 +325,8 @@ impl Subscriber {
 
     async fn claim_while_room(&self) -> Result<(), ClusterError> {
         loop {
-            let room = self.room().await?;
+            // The unacknowledged limit is applied by the claim itself.
+            let room = self.sender.capacity();
             if room == 0 {
                 return Ok(());
             }
@@ -347,29 +359,6 @@ impl Subscriber {
         }
     }
 
-    /// Deliveries this subscriber may still take: free places in its stream, and (unless it
-    /// auto-acks) fewer unacknowledged claims than it asked for.
-    async fn room(&self) -> Result<usize, ClusterError> {
-        let free = self.sender.capacity();
-        if self.auto_ack || free == 0 {
-            return Ok(free);
-        }
-        let row = self
-            .deliveries
-            .connections
-            .client()
-            .await?
-            .query_one(
-                "SELECT count(*) FROM tickd_expirations
-                 WHERE claimed_by = $1 AND claim_until > clock_timestamp()",
-                &[&self.name],
-            )
-            .await
-            .map_err(ClusterError::query("counting unacknowledged deliveries"))?;
-        let unacked = row.get::<_, i64>(0) as usize;
-        Ok(free.min(self.max_unacked.saturating_sub(unacked)))
-    }
-
     /// Claims up to `room` rows until the ack deadline.
     async fn claim(&self, room: usize) -> Result<Vec<Delivered>, ClusterError> {
         let statement = format!(
@@ -381,12 +370,13 @@ impl Subscriber {
         );
         let max_attempts = self.max_attempts as i32;
         let ack_timeout = self.ack_timeout.as_millis() as i64;
-        let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+        let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
             &self.namespace,
             &max_attempts,
             &(room as i64),
             &self.name,
             &ack_timeout,
+            &(self.max_unacked as i64),
         ];
         let mut rows = self
             .deliveries
