@@ -1123,6 +1123,98 @@ async fn a_replica_reconnects_after_its_connections_are_dropped() {
     assert_each_timer_fired_once(&ledger.lock().unwrap(), FirstDeliveries::ExactlyOne);
 }
 
+/// Delivery keeps the single node's semantics across replicas: a subscriber holds at most
+/// its `max_unacked` claims, an ack made on another replica settles a delivery, what is
+/// not acknowledged comes back with the next attempt number until `--max-attempts` (5),
+/// and then it is dead, listed by Pending on any replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
+    use tickd::proto::{AckRequest, PendingRequest};
+    const SEMANTICS: &str = "semantics";
+    let cluster = Cluster::start(&["r1", "r2"]).await;
+    cluster
+        .eventually("both replicas own partitions", || {
+            cluster.each_owns_a_partition(&["r1", "r2"])
+        })
+        .await;
+    let mut on_r1 = client_for(cluster.daemon("r1").addr, None);
+    let mut on_r2 = client_for(cluster.daemon("r2").addr, None);
+    let mut deliveries = subscribe(&mut on_r1, SEMANTICS, 1_000, 2).await;
+    for _ in 0..3 {
+        register(&mut on_r2, spec(SEMANTICS, 100, b"")).await;
+    }
+    let first = next_in_time(&mut deliveries).await;
+    let second = next_in_time(&mut deliveries).await;
+    assert_eq!((first.attempt, second.attempt), (1, 1));
+    let claims = cluster
+        .db
+        .query_one(
+            "SELECT count(*) FILTER (WHERE claim_until > clock_timestamp()), count(*)
+             FROM tickd_expirations WHERE namespace = $1",
+            &[&SEMANTICS],
+        )
+        .await
+        .expect("counting claims");
+    let (live_claims, fired): (i64, i64) = (claims.get(0), claims.get(1));
+    assert_eq!(fired, 3);
+    assert!(live_claims <= 2, "{live_claims} claims for max_unacked 2");
+
+    let acked = on_r2
+        .ack(AckRequest {
+            namespace: SEMANTICS.into(),
+            delivery_ids: vec![first.delivery_id.clone()],
+        })
+        .await
+        .expect("acking on r2")
+        .into_inner();
+    assert_eq!(acked.acknowledged, 1, "{acked:?}");
+    let acked_id = first.timer.expect("timer").id;
+    // Everything else is never acknowledged: each remaining timer is delivered five times.
+    let mut attempts: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    attempts
+        .entry(second.timer.expect("timer").id)
+        .or_default()
+        .insert(1);
+    while attempts.len() < 2 || attempts.values().any(|seen| seen.len() < 5) {
+        let delivery = next_in_time(&mut deliveries).await;
+        let id = delivery.timer.expect("timer").id;
+        assert_ne!(id, acked_id, "an acknowledged expiration came back");
+        attempts.entry(id).or_default().insert(delivery.attempt);
+    }
+    for seen in attempts.values() {
+        assert_eq!(seen, &(1..=5).collect::<BTreeSet<u32>>());
+    }
+    cluster
+        .eventually("the two unacknowledged expirations are dead", || {
+            let mut on_r2 = on_r2.clone();
+            async move {
+                let page = on_r2
+                    .pending(PendingRequest {
+                        namespace: SEMANTICS.into(),
+                        include_dead: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|status| status.to_string())?
+                    .into_inner();
+                match page.dead_count {
+                    2 if page.dead_expirations.len() == 2 => Ok(()),
+                    count => Err(format!("{count} dead")),
+                }
+            }
+        })
+        .await;
+}
+
+/// The stream's next expiration, failing the test rather than hanging if none comes.
+async fn next_in_time(
+    stream: &mut tonic::Streaming<tickd::proto::SubscribeResponse>,
+) -> tickd::proto::Expiration {
+    tokio::time::timeout(PATIENCE, next_expiration(stream))
+        .await
+        .unwrap_or_else(|_| panic!("no delivery within {PATIENCE:?}"))
+}
+
 /// A migrated database and the shared state of one replica (`stale`, owning nothing),
 /// with a real wheel worker: the parts of a replica, without its background tasks, for
 /// tests that drive one part directly.
