@@ -10,7 +10,8 @@
 # A fresh database serves each replica count. PostgreSQL runs with its durable defaults.
 #
 # Environment: SECS (10), CONC (64), BATCH (100), RATE (5000), DELAY_MS (1000),
-# SUBSCRIBERS (6), LEASE_TTL (10s), PARTITIONS (64).
+# SUBSCRIBERS (6), LEASE_TTL (10s), PARTITIONS (64), COUNTS (replica counts: "1 2 3";
+# the failover runs with 3), REFERENCE (1: also the single-node reference; 0: not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/lib.sh
@@ -25,6 +26,8 @@ DELAY_MS=${DELAY_MS:-1000}
 SUBSCRIBERS=${SUBSCRIBERS:-6}
 LEASE_TTL=${LEASE_TTL:-10s}
 PARTITIONS=${PARTITIONS:-64}
+COUNTS=${COUNTS:-1 2 3}
+REFERENCE=${REFERENCE:-1}
 
 cargo build --release --bin tickd-bench --bin tickd >&2
 echo "# $(nproc) cores, load average $(load1)" >&2
@@ -61,7 +64,7 @@ wal_lsn() {
     psql_value "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
 }
 
-for n in 1 2 3; do
+for n in $COUNTS; do
     start_cluster "$n"
     wal_before=$(wal_lsn)
     line=$("$BIN/tickd-bench" rpc --addr "$ADDRS" --connections 6 --secs "$SECS" \
@@ -94,6 +97,7 @@ for n in 1 2 3; do
     stop_cluster
 done
 
+[ "$REFERENCE" = 1 ] || exit 0
 # The reference: one tickd, its own log, same workload.
 start_tickd always
 line=$("$BIN/tickd-bench" rpc --addr "$TICKD_URL" --connections 6 --secs "$SECS" \

@@ -99,12 +99,7 @@ async fn three_replicas_fire_each_timer_once() {
             cluster.each_owns_a_partition(&IDS)
         })
         .await;
-    cluster.wait_until_drained().await;
-    consumers.stop().await;
-
-    let ledger = ledger.lock().unwrap();
-    eprintln!("{}", ledger.summary());
-    assert_each_timer_fired_once(&ledger, FirstDeliveries::ExactlyOne);
+    settle_and_check(&cluster, &ledger, consumers, FirstDeliveries::ExactlyOne).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,14 +149,8 @@ async fn killed_replica_partitions_are_taken_over() {
         })
         .await;
     registrations.stop().await;
-    cluster.wait_until_delivered(&ledger).await;
-    cluster.wait_until_drained().await;
-    consumers.stop().await;
-
-    let ledger = ledger.lock().unwrap();
-    eprintln!("{}", ledger.summary());
     // The victim may have claimed a first delivery that never reached its subscriber.
-    assert_each_timer_fired_once(&ledger, FirstDeliveries::AtMostOne);
+    settle_and_check(&cluster, &ledger, consumers, FirstDeliveries::AtMostOne).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,14 +250,8 @@ async fn rolling_restart_loses_nothing() {
         );
     }
     registrations.stop().await;
-    cluster.wait_until_delivered(&ledger).await;
-    cluster.wait_until_drained().await;
-    consumers.stop().await;
-
-    let ledger = ledger.lock().unwrap();
-    eprintln!("{}", ledger.summary());
     // Streams a draining replica ends may take a claimed first delivery with them.
-    assert_each_timer_fired_once(&ledger, FirstDeliveries::AtMostOne);
+    settle_and_check(&cluster, &ledger, consumers, FirstDeliveries::AtMostOne).await;
 }
 
 /// SIGTERM: the replica must exit 0, having released its leases on the way out (not left
@@ -306,6 +289,23 @@ enum FirstDeliveries {
 
 /// Every acknowledged registration was delivered; each timer was fired once (one `fired_at`)
 /// and first delivered at most once (or exactly once, per `first`).
+/// Ends a test's traffic: waits until every acknowledged timer is delivered and the
+/// database holds nothing pending or unacknowledged, stops the consumers, and checks that
+/// each timer fired once.
+async fn settle_and_check(
+    cluster: &Cluster,
+    ledger: &SharedLedger,
+    consumers: Background,
+    first: FirstDeliveries,
+) {
+    cluster.wait_until_delivered(ledger).await;
+    cluster.wait_until_drained().await;
+    consumers.stop().await;
+    let ledger = ledger.lock().unwrap();
+    eprintln!("{}", ledger.summary());
+    assert_each_timer_fired_once(&ledger, first);
+}
+
 fn assert_each_timer_fired_once(ledger: &Ledger, first: FirstDeliveries) {
     let undelivered = ledger.undelivered();
     assert!(
@@ -1075,11 +1075,8 @@ async fn a_replica_restarted_in_place_fires_its_old_partitions_timers() {
     // At once, while the killed process's leases are still valid.
     cluster.start_replica(ID).await;
     let consumers = consume_on_each(&cluster, &ledger, &[ID]);
-    cluster.wait_until_delivered(&ledger).await;
-    cluster.wait_until_drained().await;
-    consumers.stop().await;
+    settle_and_check(&cluster, &ledger, consumers, FirstDeliveries::ExactlyOne).await;
     assert_epochs_increased(&before, &cluster.partitions().await);
-    assert_each_timer_fired_once(&ledger.lock().unwrap(), FirstDeliveries::ExactlyOne);
 }
 
 /// The database drops every connection of a replica (a restart, a proxy, an operator's
