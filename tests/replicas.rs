@@ -1223,6 +1223,169 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
         .await;
 }
 
+/// The API answers the same through a replica as through one node: idempotent keys,
+/// Cancel's answers, NOT_FOUND and FAILED_PRECONDITION where one node gives them, leases
+/// pushed by Touch, Pending's count and pages (tokens bound to their namespace), and
+/// observer subscriptions refused with a reason rather than half-served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_answers_the_api_like_one_node() {
+    use tickd::proto::subscribe_request::Mode;
+    use tickd::proto::{
+        CancelRequest, GetRequest, NewTimeoutRequest, PendingRequest, SubscribeRequest,
+        TouchRequest,
+    };
+    use tonic::Code;
+    const API: &str = "api";
+    let cluster = Cluster::start(&["r1"]).await;
+    let mut client = client_for(cluster.daemon("r1").addr, None);
+
+    let keyed = |key: &str| tickd::proto::TimerSpec {
+        key: key.into(),
+        ..spec(API, 60_000, b"payload")
+    };
+    let first = client
+        .new_timeout(NewTimeoutRequest {
+            timer: Some(keyed("order-1")),
+        })
+        .await
+        .expect("registering")
+        .into_inner();
+    let again = client
+        .new_timeout(NewTimeoutRequest {
+            timer: Some(keyed("order-1")),
+        })
+        .await
+        .expect("registering again")
+        .into_inner();
+    assert!(first.created && !again.created);
+    let id = first.timer.expect("timer").id;
+    assert_eq!(again.timer.expect("timer").id, id);
+
+    let got = client
+        .get(GetRequest {
+            timer: by_key(API, "order-1"),
+        })
+        .await
+        .expect("get by key")
+        .into_inner()
+        .timer
+        .expect("timer");
+    assert_eq!(
+        (got.id.as_str(), &got.payload[..]),
+        (id.as_str(), &b"payload"[..])
+    );
+    let missing = client
+        .get(GetRequest {
+            timer: by_key(API, "no-such-key"),
+        })
+        .await
+        .expect_err("an unknown key");
+    assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
+
+    let no_ttl = client
+        .touch(TouchRequest {
+            timer: by_id(API, &id),
+            ttl: None,
+        })
+        .await
+        .expect_err("touching a timer without a ttl");
+    assert_eq!(no_ttl.code(), Code::FailedPrecondition, "{no_ttl:?}");
+    let touched = client
+        .touch(TouchRequest {
+            timer: by_id(API, &id),
+            ttl: Some(millis(3_600_000)),
+        })
+        .await
+        .expect("touching with a ttl")
+        .into_inner()
+        .timer
+        .expect("timer");
+    assert!(touched.ttl.is_some());
+    assert!(
+        unix_nanos(touched.deadline.as_ref().expect("deadline"))
+            > now_unix_nanos() + 3_000_000_000_000
+    );
+
+    for _ in 0..4 {
+        register(&mut client, spec(API, 60_000, b"")).await;
+    }
+    let mut listed = BTreeSet::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .pending(PendingRequest {
+                namespace: API.into(),
+                page_size: 2,
+                page_token: token.clone(),
+                include_dead: false,
+            })
+            .await
+            .expect("a page")
+            .into_inner();
+        assert_eq!(page.count, 5);
+        assert!(page.timers.len() <= 2);
+        listed.extend(page.timers.into_iter().map(|timer| timer.id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(listed.len(), 5, "{listed:?}");
+    let first_page = client
+        .pending(PendingRequest {
+            namespace: API.into(),
+            page_size: 2,
+            ..Default::default()
+        })
+        .await
+        .expect("a page")
+        .into_inner();
+    let foreign = client
+        .pending(PendingRequest {
+            namespace: "elsewhere".into(),
+            page_size: 2,
+            page_token: first_page.next_page_token,
+            include_dead: false,
+        })
+        .await
+        .expect_err("a token from another namespace");
+    assert_eq!(foreign.code(), Code::InvalidArgument, "{foreign:?}");
+
+    let cancelled = |timer| CancelRequest { timer };
+    assert!(
+        client
+            .cancel(cancelled(by_id(API, &id)))
+            .await
+            .expect("cancel")
+            .into_inner()
+            .cancelled
+    );
+    assert!(
+        !client
+            .cancel(cancelled(by_id(API, &id)))
+            .await
+            .expect("cancel again")
+            .into_inner()
+            .cancelled
+    );
+    let unknown_key = client
+        .cancel(cancelled(by_key(API, "order-1")))
+        .await
+        .expect_err("cancelling a key no longer pending");
+    assert_eq!(unknown_key.code(), Code::NotFound, "{unknown_key:?}");
+
+    let observer = client
+        .subscribe(SubscribeRequest {
+            namespace: API.into(),
+            mode: Mode::Observer as i32,
+            ..Default::default()
+        })
+        .await
+        .expect_err("an observer subscription");
+    assert_eq!(observer.code(), Code::FailedPrecondition, "{observer:?}");
+    assert!(observer.message().contains("observer"), "{observer:?}");
+}
+
 /// The stream's next expiration, failing the test rather than hanging if none comes.
 async fn next_in_time(
     stream: &mut tonic::Streaming<tickd::proto::SubscribeResponse>,
