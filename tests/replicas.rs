@@ -558,7 +558,10 @@ impl Cluster {
 
     async fn drained(&self) -> Result<(), String> {
         let timers = self.count_rows("tickd_timers").await;
-        let expirations = self.count_rows("tickd_expirations").await;
+        // Acknowledged rows stay a while for observers; they are settled.
+        let expirations = self
+            .count_rows("tickd_expirations WHERE acked_at IS NULL")
+            .await;
         if timers == 0 && expirations == 0 {
             Ok(())
         } else {
@@ -698,7 +701,7 @@ impl Cluster {
             }
             Err(error) => report.push_str(&format!(" ({})", explain(&error))),
         }
-        for table in ["tickd_timers", "tickd_expirations"] {
+        for table in ["tickd_timers", "tickd_expirations WHERE acked_at IS NULL"] {
             let counted = self
                 .db
                 .query_one(&format!("SELECT count(*) FROM {table}"), &[])
@@ -1226,16 +1229,17 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
 /// The API answers the same through a replica as through one node: idempotent keys,
 /// Cancel's answers, NOT_FOUND and FAILED_PRECONDITION where one node gives them, leases
 /// pushed by Touch, Pending's count and pages (tokens bound to their namespace), and
-/// observer subscriptions refused with a reason rather than half-served.
+/// observers that copy without taking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_answers_the_api_like_one_node() {
     use tickd::proto::subscribe_request::Mode;
     use tickd::proto::{
-        CancelRequest, GetRequest, NewTimeoutRequest, PendingRequest, SubscribeRequest,
+        AckRequest, CancelRequest, GetRequest, NewTimeoutRequest, PendingRequest, SubscribeRequest,
         TouchRequest,
     };
     use tonic::Code;
     const API: &str = "api";
+    const OBSERVED: &str = "observed";
     let cluster = Cluster::start(&["r1"]).await;
     let mut client = client_for(cluster.daemon("r1").addr, None);
 
@@ -1374,16 +1378,40 @@ async fn a_replica_answers_the_api_like_one_node() {
         .expect_err("cancelling a key no longer pending");
     assert_eq!(unknown_key.code(), Code::NotFound, "{unknown_key:?}");
 
-    let observer = client
+    // An observer copies what fires without taking it: the sharing subscriber still gets
+    // each expiration, and the observer sees it even once acknowledged.
+    let mut observer = client
         .subscribe(SubscribeRequest {
-            namespace: API.into(),
+            namespace: OBSERVED.into(),
             mode: Mode::Observer as i32,
             ..Default::default()
         })
         .await
-        .expect_err("an observer subscription");
-    assert_eq!(observer.code(), Code::FailedPrecondition, "{observer:?}");
-    assert!(observer.message().contains("observer"), "{observer:?}");
+        .expect("an observer subscription")
+        .into_inner();
+    let mut sharing = subscribe(&mut client, OBSERVED, 30_000, 100).await;
+    let mut registered = BTreeSet::new();
+    for _ in 0..3 {
+        registered.insert(register(&mut client, spec(OBSERVED, 100, b"")).await.id);
+    }
+    let mut taken = BTreeSet::new();
+    for _ in 0..3 {
+        let delivery = next_in_time(&mut sharing).await;
+        client
+            .ack(AckRequest {
+                namespace: OBSERVED.into(),
+                delivery_ids: vec![delivery.delivery_id],
+            })
+            .await
+            .expect("acking");
+        taken.insert(delivery.timer.expect("timer").id);
+    }
+    let mut copied = BTreeSet::new();
+    for _ in 0..3 {
+        copied.insert(next_in_time(&mut observer).await.timer.expect("timer").id);
+    }
+    assert_eq!(taken, registered);
+    assert_eq!(copied, registered);
 }
 
 /// The stream's next expiration, failing the test rather than hanging if none comes.
@@ -1494,9 +1522,10 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
 }
 
 /// Dead expirations (attempts used up, no live claim) are kept per namespace up to
-/// `--max-dead`, the newest; live ones and other namespaces' are not touched.
+/// `--max-dead`, the newest; live ones and other namespaces' are not touched. Acknowledged
+/// ones are deleted once their retention for observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_expirations_beyond_max_dead_are_trimmed_oldest_first() {
+async fn dead_and_acknowledged_expirations_are_trimmed() {
     use tickd::cluster::delivery::{ClusterDeliveries, Wakeups};
     use tickd::delivery::DeliveryConfig;
 
@@ -1537,5 +1566,30 @@ async fn dead_expirations_beyond_max_dead_are_trimmed_oldest_first() {
         .collect();
     assert_eq!(left, vec![4, 5, 6, 7]);
     assert_eq!(deliveries.trim_dead_once().await.expect("trimming"), 0);
+
+    // Acknowledged ones stay for observers for a while (30 s), then go.
+    postgres
+        .query(
+            "INSERT INTO tickd_expirations
+                 (namespace, timer_id, payload, deadline, fired_at, fired_count, late, attempts,
+                  acked_at)
+             VALUES ('a', 8, '', 0, 0, 1, false, 1, clock_timestamp() - INTERVAL '1 minute'),
+                    ('a', 9, '', 0, 0, 1, false, 1, clock_timestamp())",
+        )
+        .await;
+    assert_eq!(
+        deliveries
+            .forget_acknowledged_once()
+            .await
+            .expect("forgetting acknowledged expirations"),
+        1
+    );
+    let left: Vec<i64> = postgres
+        .query("SELECT timer_id FROM tickd_expirations WHERE timer_id >= 8")
+        .await
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(left, vec![9]);
     drop(worker.stop());
 }

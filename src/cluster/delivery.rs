@@ -5,14 +5,21 @@
 //! acknowledged. A subscriber's task claims rows for it (`FOR UPDATE SKIP LOCKED`, so two
 //! subscribers never claim the same row) up to its `max_unacked`, stamping each claim with
 //! the subscriber's name, the attempt number and the ack deadline. An Ack, on any replica,
-//! deletes the row if that same attempt's deadline has not passed. A claim whose deadline
-//! passed is claimed again by any subscriber, with the next attempt number: that is
-//! redelivery, and it also covers a replica that died holding claims. A subscriber that
+//! marks the row acknowledged if that same attempt's deadline has not passed. A claim whose
+//! deadline passed is claimed again by any subscriber, with the next attempt number: that
+//! is redelivery, and it also covers a replica that died holding claims. A subscriber that
 //! leaves hands its claims back at once. After `max_attempts` the row stays as dead and is
 //! listed by Pending.
 //!
-//! Subscribers wake on `tickd_fired` (sent by the firing transaction), on acks made on this
-//! replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a redelivery is.
+//! Observers take no part: each follows the namespace's rows in `seq` order and streams a
+//! copy of each. Acknowledged rows are kept for [`ACKED_RETENTION`] so that an observer
+//! sees them too; a trim every [`TRIM_INTERVAL`] deletes them after that, and the dead
+//! beyond `--max-dead`. Copies are best-effort, as on one node: one whose firing committed
+//! after a later-numbered one (two replicas firing at once) can be passed over.
+//!
+//! Subscribers and observers wake on `tickd_fired` (sent by the firing statement), on acks
+//! made on this replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a
+//! redelivery is.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -48,7 +55,7 @@ const EXPIRATION_COLUMNS: &str =
 /// most `$3` (room in the stream), and no more than take subscriber `$4` to `$6`
 /// unacknowledged claims.
 const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
-     WHERE namespace = $1 AND attempts < $2
+     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL
        AND (claim_until IS NULL OR claim_until < clock_timestamp())
      ORDER BY seq
      LIMIT GREATEST(0, LEAST($3, $6 - (
@@ -133,9 +140,7 @@ impl ClusterDeliveries {
 
     pub fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
         if options.observer {
-            return Err(TimerError::FailedPrecondition(
-                "mode: observer subscriptions are not available with --store postgres".into(),
-            ));
+            return Ok(self.observe(options.namespace));
         }
         let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         let max_unacked = options
@@ -171,10 +176,12 @@ impl ClusterDeliveries {
             .client()
             .await?
             .query(
-                "DELETE FROM tickd_expirations e
-                 USING unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
+                "UPDATE tickd_expirations e
+                 SET acked_at = clock_timestamp(), claimed_by = NULL, claim_until = NULL
+                 FROM unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
                  WHERE e.seq = a.seq AND e.attempts = a.attempts AND e.namespace = $1
-                   AND e.claimed_by IS NOT NULL AND e.claim_until > clock_timestamp()
+                   AND e.acked_at IS NULL AND e.claimed_by IS NOT NULL
+                   AND e.claim_until > clock_timestamp()
                  RETURNING e.seq, e.attempts",
                 &[&namespace, &seqs, &attempts],
             )
@@ -198,7 +205,7 @@ impl ClusterDeliveries {
     pub async fn dead(&self, namespace: String) -> Result<DeadList, TimerError> {
         let client = self.connections.client().await?;
         let fail = |error| TimerError::from(ClusterError::query("listing dead expirations")(error));
-        let dead_condition = "namespace = $1 AND attempts >= $2
+        let dead_condition = "namespace = $1 AND attempts >= $2 AND acked_at IS NULL
              AND (claim_until IS NULL OR claim_until < clock_timestamp())";
         let max_attempts = self.config.max_attempts as i32;
         let count: i64 = client
@@ -237,8 +244,12 @@ impl ClusterDeliveries {
     }
 }
 
-/// How often the oldest dead expirations beyond `--max-dead` per namespace are deleted.
+/// How often acknowledged expirations past their retention, and the oldest dead ones
+/// beyond `--max-dead` per namespace, are deleted.
 const TRIM_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long an acknowledged expiration stays for observers to copy.
+const ACKED_RETENTION: Duration = Duration::from_secs(30);
 
 impl ClusterDeliveries {
     /// Keeps at most `dead_capacity` dead expirations per namespace, the newest, as the
@@ -250,17 +261,45 @@ impl ClusterDeliveries {
                 () = tokio::time::sleep(TRIM_INTERVAL) => {}
                 () = super::until_stopped(&mut stopping) => return,
             }
-            let trimmed = self.trim_dead_once().await;
-            match trimmed {
+            match self.trim_dead_once().await {
                 Ok(0) => {}
                 Ok(dropped) => warn!(dropped, "dead expirations over --max-dead dropped"),
                 Err(error) => warn!(%error, "trimming dead expirations failed"),
+            }
+            if let Err(error) = self.forget_acknowledged_once().await {
+                warn!(%error, "deleting acknowledged expirations failed");
             }
         }
     }
 }
 
 impl ClusterDeliveries {
+    /// Deletes the expirations acknowledged more than [`ACKED_RETENTION`] ago.
+    pub async fn forget_acknowledged_once(&self) -> Result<u64, ClusterError> {
+        self.connections
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM tickd_expirations
+                 WHERE acked_at < clock_timestamp() - $1::INT8 * INTERVAL '1 millisecond'",
+                &[&(ACKED_RETENTION.as_millis() as i64)],
+            )
+            .await
+            .map_err(ClusterError::query("deleting acknowledged expirations"))
+    }
+
+    /// A stream of copies of the namespace's expirations from now on.
+    fn observe(&self, namespace: String) -> DeliveryStream {
+        let (sender, receiver) = mpsc::channel(OBSERVER_BUFFER);
+        let observer = Observer {
+            namespace,
+            sender,
+            deliveries: self.clone(),
+        };
+        tokio::spawn(observer.run(self.stopping.clone()));
+        Box::pin(ReceiverStream::new(receiver))
+    }
+
     /// Deletes each namespace's dead expirations beyond the newest `dead_capacity`;
     /// returns how many.
     pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
@@ -273,7 +312,7 @@ impl ClusterDeliveries {
                         SELECT seq,
                                row_number() OVER (PARTITION BY namespace ORDER BY seq DESC) AS newer
                         FROM tickd_expirations
-                        WHERE attempts >= $1
+                        WHERE attempts >= $1 AND acked_at IS NULL
                           AND (claim_until IS NULL OR claim_until < clock_timestamp())
                     ) dead
                     WHERE newer > $2)",
@@ -284,6 +323,98 @@ impl ClusterDeliveries {
             )
             .await
             .map_err(ClusterError::query("trimming dead expirations"))
+    }
+}
+
+/// Copies an observer may have waiting in its stream; beyond it copies are dropped (an
+/// observer never slows delivery down).
+const OBSERVER_BUFFER: usize = 10_000;
+
+/// Rows an observer reads per query.
+const OBSERVER_PAGE: i64 = 1_000;
+
+/// One observer's task: follows the namespace's expirations in `seq` order.
+struct Observer {
+    namespace: String,
+    sender: mpsc::Sender<Delivered>,
+    deliveries: ClusterDeliveries,
+}
+
+impl Observer {
+    async fn run(self, mut stopping: watch::Receiver<bool>) {
+        let notify = self.deliveries.wakeups.of(&self.namespace);
+        let mut after = match self.last_seq().await {
+            Ok(last) => last,
+            Err(error) => {
+                warn!(namespace = %self.namespace, %error, "starting an observer failed");
+                return;
+            }
+        };
+        loop {
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.copy_after(after).await {
+                Ok(last) => after = last,
+                Err(error) => warn!(namespace = %self.namespace, %error, "observing failed"),
+            }
+            tokio::select! {
+                () = &mut woken => tokio::time::sleep(GATHER).await,
+                () = tokio::time::sleep(POLL_INTERVAL) => {}
+                () = self.sender.closed() => return,
+                () = super::until_stopped(&mut stopping) => return,
+            }
+        }
+    }
+
+    /// Where the observer starts: after everything fired before it subscribed.
+    async fn last_seq(&self) -> Result<i64, ClusterError> {
+        let row = self
+            .deliveries
+            .connections
+            .client()
+            .await?
+            .query_one(
+                "SELECT COALESCE(max(seq), 0) FROM tickd_expirations WHERE namespace = $1",
+                &[&self.namespace],
+            )
+            .await
+            .map_err(ClusterError::query("starting an observer"))?;
+        Ok(row.get(0))
+    }
+
+    /// Streams a copy of every row after `after`; returns the last `seq` seen.
+    async fn copy_after(&self, mut after: i64) -> Result<i64, ClusterError> {
+        loop {
+            let rows = self
+                .deliveries
+                .connections
+                .client()
+                .await?
+                .query(
+                    &format!(
+                        "SELECT {EXPIRATION_COLUMNS} FROM tickd_expirations
+                         WHERE namespace = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+                    ),
+                    &[&self.namespace, &after, &OBSERVER_PAGE],
+                )
+                .await
+                .map_err(ClusterError::query("observing expirations"))?;
+            for row in &rows {
+                after = row.get(0);
+                // As on one node: a copy names no delivery and is the firing's first.
+                let copy = Delivered {
+                    delivery_id: 0,
+                    expiration: Arc::new(expiration_of(row)),
+                    attempt: 1,
+                };
+                // Best-effort: a full stream drops the copy.
+                let _ = self.sender.try_send(copy);
+            }
+            if (rows.len() as i64) < OBSERVER_PAGE {
+                return Ok(after);
+            }
+        }
     }
 }
 

@@ -65,6 +65,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tickd_expirations_by_namespace ON tickd_expirations (namespace, seq);
     CREATE INDEX tickd_expirations_by_claimer ON tickd_expirations (claimed_by) WHERE claimed_by IS NOT NULL;
     ",
+    // 2: acknowledged expirations stay a little while (for observers to copy) instead of
+    // being deleted by the ack.
+    r"
+    ALTER TABLE tickd_expirations ADD COLUMN acked_at TIMESTAMPTZ;
+    CREATE INDEX tickd_expirations_acked ON tickd_expirations (acked_at) WHERE acked_at IS NOT NULL;
+    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The
