@@ -12,9 +12,10 @@
 //! listed by Pending.
 //!
 //! Observers take no part: each follows the namespace's rows in `seq` order and streams a
-//! copy of each. Acknowledged rows are kept for [`ACKED_RETENTION`] so that an observer
-//! sees them too; a trim every [`TRIM_INTERVAL`] deletes them after that, and the dead
-//! beyond `--max-dead`. Copies are best-effort, as on one node: one whose firing committed
+//! copy of each. While a namespace has an observer (registered in `tickd_observers`), an
+//! ack marks its rows acknowledged instead of deleting them, so that the observer sees
+//! them too; a trim every [`TRIM_INTERVAL`] deletes them after [`ACKED_RETENTION`], and
+//! the dead beyond `--max-dead`. Namespaces nobody observes pay nothing for this. Copies are best-effort, as on one node: one whose firing committed
 //! after a later-numbered one (two replicas firing at once) can be passed over.
 //!
 //! Subscribers and observers wake on `tickd_fired` (sent by the firing statement), on acks
@@ -62,6 +63,36 @@ const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
          SELECT count(*) FROM tickd_expirations
          WHERE claimed_by = $4 AND claim_until > clock_timestamp())))
      FOR UPDATE SKIP LOCKED";
+
+/// Settles the deliveries (`$2` seqs, `$3` attempts) of namespace `$1` whose claim is still
+/// live: deletes them, or, while the namespace has a live observer, marks them
+/// acknowledged so that the observer can still copy them.
+const ACK: &str = "
+WITH settled AS (
+    SELECT e.seq FROM tickd_expirations e
+    JOIN unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
+      ON e.seq = a.seq AND e.attempts = a.attempts
+    WHERE e.namespace = $1 AND e.acked_at IS NULL AND e.claimed_by IS NOT NULL
+      AND e.claim_until > clock_timestamp()
+),
+observed AS (
+    SELECT EXISTS (SELECT 1 FROM tickd_observers
+                   WHERE namespace = $1 AND alive_until > clock_timestamp()) AS yes
+),
+kept AS (
+    UPDATE tickd_expirations SET acked_at = clock_timestamp(), claimed_by = NULL, claim_until = NULL
+    WHERE seq IN (SELECT seq FROM settled) AND (SELECT yes FROM observed)
+    RETURNING seq, attempts
+),
+gone AS (
+    DELETE FROM tickd_expirations
+    WHERE seq IN (SELECT seq FROM settled) AND NOT (SELECT yes FROM observed)
+    RETURNING seq, attempts
+)
+SELECT seq, attempts FROM kept UNION ALL SELECT seq, attempts FROM gone";
+
+/// How long an observer's registration lasts unrenewed (it renews at every look).
+const OBSERVER_TTL: Duration = Duration::from_secs(10);
 
 /// How long a woken subscriber lets notifications gather before it claims: one claim
 /// then takes what several firings (on several replicas) produced, instead of one query
@@ -175,16 +206,7 @@ impl ClusterDeliveries {
             .connections
             .client()
             .await?
-            .query(
-                "UPDATE tickd_expirations e
-                 SET acked_at = clock_timestamp(), claimed_by = NULL, claim_until = NULL
-                 FROM unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
-                 WHERE e.seq = a.seq AND e.attempts = a.attempts AND e.namespace = $1
-                   AND e.acked_at IS NULL AND e.claimed_by IS NOT NULL
-                   AND e.claim_until > clock_timestamp()
-                 RETURNING e.seq, e.attempts",
-                &[&namespace, &seqs, &attempts],
-            )
+            .query(ACK, &[&namespace, &seqs, &attempts])
             .await
             .map_err(|error| TimerError::from(ClusterError::query("acknowledging")(error)))?;
         let acknowledged: Vec<u64> = rows
@@ -274,11 +296,18 @@ impl ClusterDeliveries {
 }
 
 impl ClusterDeliveries {
-    /// Deletes the expirations acknowledged more than [`ACKED_RETENTION`] ago.
+    /// Deletes the expirations acknowledged more than [`ACKED_RETENTION`] ago, and the
+    /// registrations of observers that stopped renewing.
     pub async fn forget_acknowledged_once(&self) -> Result<u64, ClusterError> {
-        self.connections
-            .client()
-            .await?
+        let client = self.connections.client().await?;
+        client
+            .execute(
+                "DELETE FROM tickd_observers WHERE alive_until < clock_timestamp()",
+                &[],
+            )
+            .await
+            .map_err(ClusterError::query("deleting lapsed observers"))?;
+        client
             .execute(
                 "DELETE FROM tickd_expirations
                  WHERE acked_at < clock_timestamp() - $1::INT8 * INTERVAL '1 millisecond'",
@@ -291,7 +320,10 @@ impl ClusterDeliveries {
     /// A stream of copies of the namespace's expirations from now on.
     fn observe(&self, namespace: String) -> DeliveryStream {
         let (sender, receiver) = mpsc::channel(OBSERVER_BUFFER);
+        let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         let observer = Observer {
+            name: format!("{}/{}/{number}", self.shared.replica_id, self.incarnation),
+            announced: None,
             namespace,
             sender,
             deliveries: self.clone(),
@@ -333,16 +365,24 @@ const OBSERVER_BUFFER: usize = 10_000;
 /// Rows an observer reads per query.
 const OBSERVER_PAGE: i64 = 1_000;
 
-/// One observer's task: follows the namespace's expirations in `seq` order.
+/// One observer's task: follows the namespace's expirations in `seq` order. While its row
+/// in `tickd_observers` is live, acks keep the namespace's expirations for it.
 struct Observer {
+    name: String,
+    /// When its registration was last renewed.
+    announced: Option<std::time::Instant>,
     namespace: String,
     sender: mpsc::Sender<Delivered>,
     deliveries: ClusterDeliveries,
 }
 
 impl Observer {
-    async fn run(self, mut stopping: watch::Receiver<bool>) {
+    async fn run(mut self, mut stopping: watch::Receiver<bool>) {
         let notify = self.deliveries.wakeups.of(&self.namespace);
+        if let Err(error) = self.announce().await {
+            warn!(namespace = %self.namespace, %error, "starting an observer failed");
+            return;
+        }
         let mut after = match self.last_seq().await {
             Ok(last) => last,
             Err(error) => {
@@ -354,17 +394,61 @@ impl Observer {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            match self.copy_after(after).await {
+            let copied = match self.announce().await {
+                Ok(()) => self.copy_after(after).await,
+                Err(error) => Err(error),
+            };
+            match copied {
                 Ok(last) => after = last,
                 Err(error) => warn!(namespace = %self.namespace, %error, "observing failed"),
             }
             tokio::select! {
                 () = &mut woken => tokio::time::sleep(GATHER).await,
                 () = tokio::time::sleep(POLL_INTERVAL) => {}
-                () = self.sender.closed() => return,
-                () = super::until_stopped(&mut stopping) => return,
+                () = self.sender.closed() => break,
+                () = super::until_stopped(&mut stopping) => break,
             }
         }
+        self.leave().await;
+    }
+
+    /// Registers (or renews, a third of the way through its time) this observer, so that
+    /// acks keep what it has yet to copy.
+    async fn announce(&mut self) -> Result<(), ClusterError> {
+        let fresh = self
+            .announced
+            .is_some_and(|announced| announced.elapsed() < OBSERVER_TTL / 3);
+        if fresh {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        self.deliveries
+            .connections
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO tickd_observers (namespace, observer, alive_until)
+                 VALUES ($1, $2, clock_timestamp() + $3::INT8 * INTERVAL '1 millisecond')
+                 ON CONFLICT (namespace, observer) DO UPDATE SET alive_until = excluded.alive_until",
+                &[&self.namespace, &self.name, &(OBSERVER_TTL.as_millis() as i64)],
+            )
+            .await
+            .map_err(ClusterError::query("registering an observer"))?;
+        self.announced = Some(now);
+        Ok(())
+    }
+
+    async fn leave(&self) {
+        let client = match self.deliveries.connections.client().await {
+            Ok(client) => client,
+            Err(_) => return, // its registration runs out by itself
+        };
+        let _ = client
+            .execute(
+                "DELETE FROM tickd_observers WHERE namespace = $1 AND observer = $2",
+                &[&self.namespace, &self.name],
+            )
+            .await;
     }
 
     /// Where the observer starts: after everything fired before it subscribed.

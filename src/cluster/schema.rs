@@ -65,11 +65,20 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tickd_expirations_by_namespace ON tickd_expirations (namespace, seq);
     CREATE INDEX tickd_expirations_by_claimer ON tickd_expirations (claimed_by) WHERE claimed_by IS NOT NULL;
     ",
-    // 2: acknowledged expirations stay a little while (for observers to copy) instead of
-    // being deleted by the ack.
+    // 2: observers; while a namespace has one, acknowledged expirations stay a little
+    // while (for it to copy) instead of being deleted by the ack; claims look only at the
+    // unacknowledged ones (observers follow the primary key).
     r"
+    CREATE TABLE tickd_observers (
+        namespace TEXT NOT NULL,
+        observer TEXT NOT NULL,
+        alive_until TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (namespace, observer)
+    );
     ALTER TABLE tickd_expirations ADD COLUMN acked_at TIMESTAMPTZ;
     CREATE INDEX tickd_expirations_acked ON tickd_expirations (acked_at) WHERE acked_at IS NOT NULL;
+    CREATE INDEX tickd_expirations_unacked ON tickd_expirations (namespace, seq) WHERE acked_at IS NULL;
+    DROP INDEX tickd_expirations_by_namespace;
     ",
 ];
 
