@@ -6,14 +6,19 @@ BENCH_PIDS=()
 BENCH_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tickd-bench.XXXXXX")
 BIN=target/release
 
-bench_cleanup() {
+# stop_processes PID...: SIGTERM to each, then waits for all of them.
+stop_processes() {
     local pid
-    for pid in "${BENCH_PIDS[@]}"; do
+    for pid in "$@"; do
         kill "$pid" 2>/dev/null || true
     done
-    for pid in "${BENCH_PIDS[@]}"; do
+    for pid in "$@"; do
         wait "$pid" 2>/dev/null || true
     done
+}
+
+bench_cleanup() {
+    stop_processes "${BENCH_PIDS[@]}"
     rm -rf "$BENCH_WORK"
 }
 

@@ -51,13 +51,7 @@ start_cluster() {
 }
 
 stop_cluster() {
-    local pid
-    for pid in "${REPLICA_PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${REPLICA_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_processes "${REPLICA_PIDS[@]}"
 }
 
 wal_lsn() {

@@ -402,11 +402,8 @@ impl Observer {
                 Ok(last) => after = last,
                 Err(error) => warn!(namespace = %self.namespace, %error, "observing failed"),
             }
-            tokio::select! {
-                () = &mut woken => tokio::time::sleep(GATHER).await,
-                () = tokio::time::sleep(POLL_INTERVAL) => {}
-                () = self.sender.closed() => break,
-                () = super::until_stopped(&mut stopping) => break,
+            if next_look(woken, &self.sender, &mut stopping).await != Woke::ToLook {
+                break;
             }
         }
         self.leave().await;
@@ -526,13 +523,12 @@ impl Subscriber {
             if let Err(error) = self.claim_while_room().await {
                 warn!(subscriber = %self.name, %error, "claiming expirations failed");
             }
-            tokio::select! {
-                () = &mut woken => tokio::time::sleep(GATHER).await,
-                () = tokio::time::sleep(POLL_INTERVAL) => {}
-                () = self.sender.closed() => break,
+            match next_look(woken, &self.sender, &mut stopping).await {
+                Woke::ToLook => {}
+                Woke::StreamClosed => break,
                 // The replica is draining: the claims stay, so acks of deliveries the
                 // client already has still succeed; the rest return at their deadline.
-                () = super::until_stopped(&mut stopping) => return,
+                Woke::Stopping => return,
             }
         }
         self.hand_back().await;
@@ -646,6 +642,35 @@ impl Subscriber {
             .await
             .map_err(ClusterError::query("handing back deliveries"))?;
         Ok(())
+    }
+}
+
+/// Why a subscriber's or observer's task goes on.
+#[derive(Debug, PartialEq, Eq)]
+enum Woke {
+    /// Time to look at the database again.
+    ToLook,
+    /// The client went away.
+    StreamClosed,
+    /// The replica is stopping or draining.
+    Stopping,
+}
+
+/// Waits for a `tickd_fired` wake-up (then lets more gather for [`GATHER`]), the poll
+/// interval, the client leaving, or the replica stopping.
+async fn next_look(
+    woken: Pin<&mut tokio::sync::futures::Notified<'_>>,
+    sender: &mpsc::Sender<Delivered>,
+    stopping: &mut watch::Receiver<bool>,
+) -> Woke {
+    tokio::select! {
+        () = woken => {
+            tokio::time::sleep(GATHER).await;
+            Woke::ToLook
+        }
+        () = tokio::time::sleep(POLL_INTERVAL) => Woke::ToLook,
+        () = sender.closed() => Woke::StreamClosed,
+        () = super::until_stopped(stopping) => Woke::Stopping,
     }
 }
 
