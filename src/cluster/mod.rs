@@ -382,8 +382,10 @@ impl Replica {
         })
     }
 
-    /// Ends every subscription stream (graceful shutdown begins); their unacknowledged
-    /// deliveries go back to the database for other replicas' subscribers.
+    /// Ends every subscription stream (graceful shutdown begins). Their unacknowledged
+    /// deliveries stay claimed until their ack deadline, so that acks of deliveries the
+    /// clients already hold still succeed during the drain; after it any subscriber, on
+    /// any replica, takes them.
     pub fn end_subscriptions(&self) {
         let _ = self.end_subscriptions.send(true);
     }
