@@ -1240,6 +1240,7 @@ async fn a_replica_answers_the_api_like_one_node() {
     use tonic::Code;
     const API: &str = "api";
     const OBSERVED: &str = "observed";
+    const LEASES: &str = "leases";
     let cluster = Cluster::start(&["r1"]).await;
     let mut client = client_for(cluster.daemon("r1").addr, None);
 
@@ -1412,6 +1413,38 @@ async fn a_replica_answers_the_api_like_one_node() {
     }
     assert_eq!(taken, registered);
     assert_eq!(copied, registered);
+
+    // A heartbeat that brings a lease's deadline closer moves it in the owner's wheel too:
+    // it fires by the new deadline, well before the one it was loaded with.
+    let mut leases = subscribe(&mut client, LEASES, 30_000, 10).await;
+    let lease = client
+        .new_timeout(NewTimeoutRequest {
+            timer: Some(tickd::proto::TimerSpec {
+                ttl: Some(millis(4_500)),
+                delay: None,
+                ..spec(LEASES, 0, b"")
+            }),
+        })
+        .await
+        .expect("registering a lease")
+        .into_inner()
+        .timer
+        .expect("timer");
+    let first_deadline = unix_nanos(lease.deadline.as_ref().expect("deadline"));
+    client
+        .touch(TouchRequest {
+            timer: by_id(LEASES, &lease.id),
+            ttl: Some(millis(500)),
+        })
+        .await
+        .expect("touching the lease closer");
+    let expired = next_in_time(&mut leases).await;
+    assert_eq!(expired.timer.expect("timer").id, lease.id);
+    let fired_at = unix_nanos(expired.fired_at.as_ref().expect("fired_at"));
+    assert!(
+        fired_at < first_deadline,
+        "fired at {fired_at}, not before the deadline it was moved from ({first_deadline})"
+    );
 }
 
 /// The stream's next expiration, failing the test rather than hanging if none comes.
@@ -1489,6 +1522,7 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
         deadline_unix: deadline as u64,
         late: false,
         epoch: 1,
+        version: 0,
     }];
     let lease = |owner: &str, epoch: i64, seconds: i64| {
         format!(

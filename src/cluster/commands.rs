@@ -159,7 +159,7 @@ impl ClusterCommands {
                 SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], $4::INT4[], $5::INT8[],
                                      $6::BYTEA[], $7::INT8[], $8::INT8[])
                 ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING
-                RETURNING id, namespace, partition, deadline)
+                RETURNING id, namespace, partition, deadline, version)
              SELECT id, {} FROM inserted",
             announce_if_due(9)
         );
@@ -295,9 +295,10 @@ impl ClusterCommands {
         let statement = format!(
             "WITH touched AS (
                 UPDATE tickd_timers
-                SET ttl_nanos = COALESCE($3, ttl_nanos), deadline = $4 + COALESCE($3, ttl_nanos)
+                SET ttl_nanos = COALESCE($3, ttl_nanos), deadline = $4 + COALESCE($3, ttl_nanos),
+                    version = version + 1
                 WHERE namespace = $1 AND {condition} AND COALESCE($3, ttl_nanos) IS NOT NULL
-                RETURNING {VIEW_COLUMNS}, partition)
+                RETURNING {VIEW_COLUMNS}, partition, version)
              SELECT {VIEW_COLUMNS}, {} FROM touched",
             announce_if_due(5)
         );

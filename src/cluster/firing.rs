@@ -34,7 +34,7 @@ const MAX_BATCH: usize = 10_000;
 /// partitions, deletes the one-shot ones and re-arms the repeating ones whose deadline is
 /// still the one the wheel had; records one expiration per timer fired; announces the
 /// namespaces on `tickd_fired` (identical notifications in a transaction are sent once).
-/// Returns what was fired, with the next deadline of those that repeat.
+/// Returns what was fired, with the next deadline (and version) of those that repeat.
 const FIRE: &str = "
 WITH held AS (
     SELECT p.partition FROM tickd_partitions p
@@ -53,17 +53,18 @@ once AS (
     WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
       AND t.partition = due.partition AND t.repeat_nanos IS NULL
     RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
-              t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline, due.late
+              t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline,
+              t.version, due.late
 ),
 again AS (
     UPDATE tickd_timers t
-    SET fired_count = t.fired_count + 1,
+    SET fired_count = t.fired_count + 1, version = t.version + 1,
         deadline = t.deadline + t.repeat_nanos * (GREATEST($5 - t.deadline, 0) / t.repeat_nanos + 1)
     FROM due
     WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
       AND t.partition = due.partition AND t.repeat_nanos IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
-              t.fired_count, t.partition, t.deadline AS next_deadline, due.late
+              t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late
 ),
 fired AS (SELECT * FROM once UNION ALL SELECT * FROM again),
 recorded AS (
@@ -72,7 +73,8 @@ recorded AS (
     SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count, late
     FROM fired
 )
-SELECT namespace, id, partition, next_deadline, pg_notify('tickd_fired', namespace)::TEXT FROM fired";
+SELECT namespace, id, partition, next_deadline, version, pg_notify('tickd_fired', namespace)::TEXT
+FROM fired";
 
 /// Which of the partitions `$1` (granted at epochs `$2`) replica `$3` still holds.
 const HELD: &str = "
@@ -244,7 +246,7 @@ impl Firing {
             .client()
             .await?
             .query(
-                "SELECT namespace, id, partition, deadline FROM tickd_timers
+                "SELECT namespace, id, partition, deadline, version FROM tickd_timers
                  WHERE id = ANY($1) AND deadline <= $2",
                 &[&unmatched, &(self.shared.horizon_end() as i64)],
             )

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use super::delivery::Wakeups;
 use super::schedule::{DueTimer, ScheduleCommand};
-use super::{ClusterError, Shared};
+use super::{ClusterError, DueRow, Shared};
 
 pub const DUE_CHANNEL: &str = "tickd_due";
 pub const FIRED_CHANNEL: &str = "tickd_fired";
@@ -163,17 +163,9 @@ impl Loader {
     fn notified(&self, notification: &Notification) {
         match notification.channel() {
             DUE_CHANNEL => match parse_due(notification.payload()) {
-                Some(Due {
-                    partition,
-                    deadline_unix,
-                    id,
-                    namespace,
-                }) => {
-                    // Only the partition's owner loads it.
-                    let timer =
-                        self.shared
-                            .due_timer(namespace, id, partition, deadline_unix, false);
-                    if let Some(timer) = timer {
+                // Only the partition's owner loads it.
+                Some(due) => {
+                    if let Some(timer) = self.shared.due_timer(due, false) {
                         let _ = self
                             .shared
                             .schedule
@@ -213,7 +205,7 @@ impl Loader {
         let partition_numbers: Vec<i32> = partitions.iter().map(|&p| p as i32).collect();
         let rows = client
             .query(
-                "SELECT namespace, id, partition, deadline FROM tickd_timers
+                "SELECT namespace, id, partition, deadline, version FROM tickd_timers
                  WHERE partition = ANY($1) AND deadline > $2 AND deadline <= $3",
                 &[&partition_numbers, &after, &until],
             )
@@ -237,26 +229,19 @@ impl Loader {
     }
 }
 
-/// The payload of a `tickd_due` notification: `partition deadline id namespace` (the
-/// namespace last: it may contain spaces, never control characters).
+/// The payload of a `tickd_due` notification: `partition deadline version id namespace`
+/// (the namespace last: it may contain spaces, never control characters).
 pub fn due_payload_sql() -> &'static str {
-    "partition::TEXT || ' ' || deadline::TEXT || ' ' || id::TEXT || ' ' || namespace"
+    "partition::TEXT || ' ' || deadline::TEXT || ' ' || version::TEXT || ' ' || id::TEXT \
+     || ' ' || namespace"
 }
 
-/// A `tickd_due` notification, parsed.
-#[derive(Debug, PartialEq, Eq)]
-struct Due<'a> {
-    partition: u32,
-    deadline_unix: u64,
-    id: u64,
-    namespace: &'a str,
-}
-
-fn parse_due(payload: &str) -> Option<Due<'_>> {
-    let mut fields = payload.splitn(4, ' ');
-    Some(Due {
+fn parse_due(payload: &str) -> Option<DueRow<'_>> {
+    let mut fields = payload.splitn(5, ' ');
+    Some(DueRow {
         partition: fields.next()?.parse().ok()?,
         deadline_unix: fields.next()?.parse().ok()?,
+        version: fields.next()?.parse().ok()?,
         id: fields.next()?.parse().ok()?,
         namespace: fields.next()?,
     })
@@ -269,15 +254,16 @@ mod tests {
     #[test]
     fn a_due_payload_keeps_spaces_in_the_namespace() {
         assert_eq!(
-            parse_due("3 1700000000000000000 42 billing eu"),
-            Some(Due {
+            parse_due("3 1700000000000000000 7 42 billing eu"),
+            Some(DueRow {
                 partition: 3,
                 deadline_unix: 1_700_000_000_000_000_000,
+                version: 7,
                 id: 42,
                 namespace: "billing eu"
             })
         );
-        assert_eq!(parse_due("3 x 42 ns"), None);
-        assert_eq!(parse_due("3 1"), None);
+        assert_eq!(parse_due("3 x 0 42 ns"), None);
+        assert_eq!(parse_due("3 1 0"), None);
     }
 }

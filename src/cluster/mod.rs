@@ -258,39 +258,33 @@ impl Shared {
 
     /// A timer of a partition this replica holds, ready for its wheel (with the epoch it
     /// holds the partition at); `None` if it holds it no longer.
-    pub fn due_timer(
-        &self,
-        namespace: &str,
-        id: u64,
-        partition: u32,
-        deadline_unix: u64,
-        late: bool,
-    ) -> Option<schedule::DueTimer> {
+    pub fn due_timer(&self, row: DueRow<'_>, late: bool) -> Option<schedule::DueTimer> {
         Some(schedule::DueTimer {
-            namespace: Arc::from(namespace),
-            id,
-            partition,
-            deadline_unix,
+            namespace: Arc::from(row.namespace),
+            id: row.id,
+            partition: row.partition,
+            deadline_unix: row.deadline_unix,
             late,
-            epoch: self.owned.epoch(partition)?,
+            epoch: self.owned.epoch(row.partition)?,
+            version: row.version,
         })
     }
 
     /// [`Shared::due_timer`] from a row whose first columns are `namespace, id, partition,
-    /// deadline`; `None` also when the deadline is NULL (a fired one-shot timer).
+    /// deadline, version`; `None` also when the deadline is NULL (a fired one-shot timer).
     pub fn due_timer_of_row(
         &self,
         row: &tokio_postgres::Row,
         late: bool,
     ) -> Option<schedule::DueTimer> {
-        let deadline_unix = row.get::<_, Option<i64>>(3)? as u64;
-        self.due_timer(
-            row.get(0),
-            row.get::<_, i64>(1) as u64,
-            row.get::<_, i32>(2) as u32,
-            deadline_unix,
-            late,
-        )
+        let due = DueRow {
+            namespace: row.get(0),
+            id: row.get::<_, i64>(1) as u64,
+            partition: row.get::<_, i32>(2) as u32,
+            deadline_unix: row.get::<_, Option<i64>>(3)? as u64,
+            version: row.get(4),
+        };
+        self.due_timer(due, late)
     }
 
     /// The end of the load horizon: timers due by then belong in the owner's wheel.
@@ -298,6 +292,16 @@ impl Shared {
         self.unix_now()
             .saturating_add(self.load_horizon.as_nanos() as u64)
     }
+}
+
+/// What the wheel needs of a timer's row (or of its `tickd_due` announcement).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueRow<'a> {
+    pub namespace: &'a str,
+    pub id: u64,
+    pub partition: u32,
+    pub deadline_unix: u64,
+    pub version: i64,
 }
 
 /// A running replica: the handles the API uses, and what [`Replica::stop`] winds down.

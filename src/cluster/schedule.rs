@@ -32,6 +32,8 @@ pub struct DueTimer {
     pub late: bool,
     /// The epoch at which this replica held the partition when the timer was loaded.
     pub epoch: i64,
+    /// The row's version when it was read: of two loads of one timer, the higher wins.
+    pub version: i64,
 }
 
 #[derive(Debug)]
@@ -80,8 +82,12 @@ impl Schedule {
         let deadline = now.monotonic_at(timer.deadline_unix);
         if let Some(&handle) = self.handles.get(&timer.id) {
             if let Some((_, loaded)) = self.wheel.get_mut(handle) {
-                if loaded.deadline_unix != timer.deadline_unix {
-                    *loaded = timer;
+                if (timer.version, timer.epoch) <= (loaded.version, loaded.epoch) {
+                    return;
+                }
+                let moved = loaded.deadline_unix != timer.deadline_unix;
+                *loaded = timer;
+                if moved {
                     self.wheel.reschedule(handle, deadline);
                 }
                 return;
@@ -159,6 +165,7 @@ mod tests {
             deadline_unix,
             late: false,
             epoch: 1,
+            version: 0,
         }
     }
 
@@ -174,14 +181,37 @@ mod tests {
     #[test]
     fn a_reload_moves_a_timer_instead_of_adding_a_second_one() {
         let mut schedule = Schedule::new(MS);
+        let moved = DueTimer {
+            version: 1,
+            ..due(1, 0, 20 * MS)
+        };
         schedule.apply(ScheduleCommand::Load(vec![due(1, 0, 10 * MS)]), at(0));
-        schedule.apply(ScheduleCommand::Load(vec![due(1, 0, 20 * MS)]), at(0));
+        schedule.apply(ScheduleCommand::Load(vec![moved.clone()]), at(0));
         assert_eq!(schedule.len(), 1);
         let mut fired = Vec::new();
         schedule.fire_due(at(15 * MS), &mut fired);
         assert!(fired.is_empty(), "fired at the old deadline: {fired:?}");
         schedule.fire_due(at(20 * MS), &mut fired);
-        assert_eq!(fired, vec![due(1, 0, 20 * MS)]);
+        assert_eq!(fired, vec![moved]);
+    }
+
+    #[test]
+    fn an_older_version_arriving_late_does_not_move_a_timer_back() {
+        let mut schedule = Schedule::new(MS);
+        // Touched to an earlier deadline (version 2); the load of version 1 comes after.
+        let touched = DueTimer {
+            version: 2,
+            ..due(1, 0, 5 * MS)
+        };
+        let stale = DueTimer {
+            version: 1,
+            ..due(1, 0, 50 * MS)
+        };
+        schedule.apply(ScheduleCommand::Load(vec![touched.clone()]), at(0));
+        schedule.apply(ScheduleCommand::Load(vec![stale]), at(0));
+        let mut fired = Vec::new();
+        schedule.fire_due(at(5 * MS), &mut fired);
+        assert_eq!(fired, vec![touched]);
     }
 
     #[test]

@@ -80,6 +80,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tickd_expirations_unacked ON tickd_expirations (namespace, seq) WHERE acked_at IS NULL;
     DROP INDEX tickd_expirations_by_namespace;
     ",
+    // 3: a timer's version counts the changes of its deadline, so that a replica's wheel
+    // can tell the newer of two loads of one timer whatever order they arrive in.
+    r"
+    ALTER TABLE tickd_timers ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
+    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The
