@@ -36,7 +36,7 @@ use common::tooling::{describe, must, python_venv, repo, run, skip_polyglot};
 const KUBERNETES_VERSION: &str = "1.33.0";
 const SIDECAR: &str = "deploy/overlays/sidecar";
 /// The overlays README promises; any other directory under deploy/overlays is checked too.
-const OVERLAYS: [&str; 2] = ["sidecar", "standalone"];
+const OVERLAYS: [&str; 3] = ["replicated", "sidecar", "standalone"];
 
 /// `target/deploy-venv` with exactly the pinned requirements; returns its `bin/` directory.
 fn ensure_venv() -> PathBuf {
@@ -189,6 +189,36 @@ fn every_manifest_validates_against_kubernetes_1_33() {
         "validated {} files against {KUBERNETES_VERSION}",
         files.len()
     );
+}
+
+/// The replicated overlay's container arguments, with the two settings it takes from its
+/// environment, are flags tickd accepts, selecting the shared store.
+#[test]
+fn replicated_overlay_args_are_tickd_flags() {
+    let manifest = fs::read_to_string(repo().join("deploy/overlays/replicated/deployment.yaml"))
+        .expect("deployment.yaml");
+    let args: Vec<&str> = manifest
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- --"))
+        .collect();
+    assert!(
+        args.iter().any(|arg| arg.starts_with("lease-ttl=")),
+        "{args:?}"
+    );
+    for variable in ["TICKD_STORE", "TICKD_REPLICA_ID"] {
+        assert!(
+            manifest.contains(&format!("name: {variable}")),
+            "{variable} is not set"
+        );
+    }
+    let command_line = std::iter::once("tickd".to_owned())
+        .chain(args.iter().map(|arg| format!("--{arg}")))
+        .chain([
+            "--store=postgres://db/tickd".to_owned(),
+            "--replica-id=tickd-0".to_owned(),
+        ]);
+    let config = tickd::config::Config::try_parse_from(command_line).expect("tickd flags");
+    assert_eq!(config.store.as_deref(), Some("postgres://db/tickd"));
 }
 
 /// What manifests.py says about the sidecar overlay's tickd container.
