@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustc_hash::FxHashSet;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -116,13 +117,14 @@ impl ClusterCommands {
         }
         let now = self.shared.unix_now();
         let ids = self.allocate_ids(timers.len()).await?;
-        let inserted = self.insert(timers, &ids, now).await?;
+        let deadlines: Vec<u64> = timers.iter().map(|t| deadline_of(t.due, now)).collect();
+        let inserted = self.insert(timers, &ids, &deadlines).await?;
         let mut registered = Vec::with_capacity(timers.len());
-        for (timer, id) in timers.iter().zip(ids) {
-            if inserted.contains(&(id as i64)) {
+        for ((timer, id), deadline) in timers.iter().zip(ids).zip(deadlines) {
+            if inserted.contains(&id) {
                 self.metrics.timers_registered.inc();
                 registered.push(Registered {
-                    timer: new_view(timer, id, deadline_of(timer.due, now), now),
+                    timer: new_view(timer, id, deadline, now),
                     created: true,
                 });
             } else {
@@ -132,12 +134,13 @@ impl ClusterCommands {
         Ok(registered)
     }
 
+    /// Returns the ids of the timers inserted (not those whose key was taken).
     async fn insert(
         &self,
         timers: &[NewTimer],
         ids: &[u64],
-        now: u64,
-    ) -> Result<Vec<i64>, ClusterError> {
+        deadlines: &[u64],
+    ) -> Result<FxHashSet<u64>, ClusterError> {
         let ids_param: Vec<i64> = ids.iter().map(|&id| id as i64).collect();
         let namespaces: Vec<&str> = timers.iter().map(|t| t.namespace.as_str()).collect();
         let keys: Vec<Option<&str>> = timers.iter().map(|t| t.key.as_deref()).collect();
@@ -145,10 +148,7 @@ impl ClusterCommands {
             .iter()
             .map(|&id| self.shared.partition_of(id) as i32)
             .collect();
-        let deadlines: Vec<i64> = timers
-            .iter()
-            .map(|t| deadline_of(t.due, now) as i64)
-            .collect();
+        let deadlines: Vec<i64> = deadlines.iter().map(|&deadline| deadline as i64).collect();
         let payloads: Vec<&[u8]> = timers.iter().map(|t| &t.payload[..]).collect();
         let repeats: Vec<Option<i64>> = timers.iter().map(|t| nanos(t.repeat)).collect();
         let ttls: Vec<Option<i64>> = timers.iter().map(|t| nanos(t.ttl)).collect();
@@ -183,7 +183,7 @@ impl ClusterCommands {
             )
             .await
             .map_err(ClusterError::query("registering timers"))?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
     }
 
     /// The timer already registered under `timer`'s key (an idempotent retry).
@@ -244,7 +244,7 @@ impl ClusterCommands {
             .await?
             .execute(&statement, &[&timer.namespace, &*target])
             .await
-            .map_err(|error| TimerError::from(ClusterError::query("cancelling")(error)))?;
+            .map_err(ClusterError::query("cancelling"))?;
         match (&timer.target, deleted) {
             (_, 1..) => {
                 self.metrics.timers_cancelled.inc();
@@ -264,7 +264,7 @@ impl ClusterCommands {
             .await?
             .query_one("SELECT last_value FROM tickd_timer_ids", &[])
             .await
-            .map_err(|error| TimerError::from(ClusterError::query("reading ids")(error)))?;
+            .map_err(ClusterError::query("reading ids"))?;
         let last_block_start = row.get::<_, i64>(0) as u64;
         Ok(id.0 > 0 && id.0 < last_block_start + ID_BLOCK)
     }
@@ -279,7 +279,7 @@ impl ClusterCommands {
             .await?
             .query_opt(&statement, &[&timer.namespace, &*target])
             .await
-            .map_err(|error| TimerError::from(ClusterError::query("reading a timer")(error)))?;
+            .map_err(ClusterError::query("reading a timer"))?;
         let now = self.shared.unix_now();
         row.map(|row| view_of(&row, now))
             .ok_or_else(|| not_found(timer))
@@ -317,7 +317,7 @@ impl ClusterCommands {
                 ],
             )
             .await
-            .map_err(|error| TimerError::from(ClusterError::query("touching a timer")(error)))?;
+            .map_err(ClusterError::query("touching a timer"))?;
         match row {
             Some(row) => Ok(view_of(&row, now)),
             // Either no such timer, or one with no ttl: Get tells which.
@@ -348,12 +348,11 @@ impl ClusterCommands {
             "$1::TEXT IS NULL"
         };
         let client = self.connections.client().await?;
-        let fail = |error| TimerError::from(ClusterError::query("listing pending timers")(error));
         let count_statement = format!("SELECT count(*) FROM tickd_timers WHERE {filter}");
         let count: i64 = client
             .query_one(&count_statement, &[&query.namespace])
             .await
-            .map_err(fail)?
+            .map_err(ClusterError::query("listing pending timers"))?
             .get(0);
         let page_statement = format!(
             "SELECT {VIEW_COLUMNS} FROM tickd_timers WHERE {filter} AND id > $2 ORDER BY id LIMIT $3"
@@ -368,7 +367,7 @@ impl ClusterCommands {
                 ],
             )
             .await
-            .map_err(fail)?;
+            .map_err(ClusterError::query("listing pending timers"))?;
         let now = self.shared.unix_now();
         let mut timers: Vec<TimerView> = rows.iter().map(|row| view_of(row, now)).collect();
         let more = timers.len() > query.page_size;

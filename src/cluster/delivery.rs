@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::Row;
 use tokio_stream::wrappers::ReceiverStream;
@@ -169,18 +170,24 @@ impl ClusterDeliveries {
         }
     }
 
+    /// `replica/incarnation/number`: what a subscriber's claims (or an observer's
+    /// registration) are stamped with, unique across replicas and restarts.
+    fn next_name(&self) -> String {
+        let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        format!("{}/{}/{number}", self.shared.replica_id, self.incarnation)
+    }
+
     pub fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
         if options.observer {
             return Ok(self.observe(options.namespace));
         }
-        let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         let max_unacked = options
             .max_unacked
             .unwrap_or(self.config.default_max_unacked)
             .clamp(1, self.config.max_unacked_limit);
         let (sender, receiver) = mpsc::channel(max_unacked);
         let subscriber = Subscriber {
-            name: format!("{}/{}/{number}", self.shared.replica_id, self.incarnation),
+            name: self.next_name(),
             namespace: options.namespace.clone(),
             ack_timeout: options
                 .ack_timeout
@@ -208,8 +215,8 @@ impl ClusterDeliveries {
             .await?
             .query(ACK, &[&namespace, &seqs, &attempts])
             .await
-            .map_err(|error| TimerError::from(ClusterError::query("acknowledging")(error)))?;
-        let acknowledged: Vec<u64> = rows
+            .map_err(ClusterError::query("acknowledging"))?;
+        let acknowledged: FxHashSet<u64> = rows
             .iter()
             .map(|row| delivery_id(row.get(0), row.get(1)))
             .collect();
@@ -226,7 +233,6 @@ impl ClusterDeliveries {
 
     pub async fn dead(&self, namespace: String) -> Result<DeadList, TimerError> {
         let client = self.connections.client().await?;
-        let fail = |error| TimerError::from(ClusterError::query("listing dead expirations")(error));
         let dead_condition = "namespace = $1 AND attempts >= $2 AND acked_at IS NULL
              AND (claim_until IS NULL OR claim_until < clock_timestamp())";
         let max_attempts = self.config.max_attempts as i32;
@@ -236,7 +242,7 @@ impl ClusterDeliveries {
                 &[&namespace, &max_attempts],
             )
             .await
-            .map_err(fail)?
+            .map_err(ClusterError::query("listing dead expirations"))?
             .get(0);
         let rows = client
             .query(
@@ -251,7 +257,7 @@ impl ClusterDeliveries {
                 ],
             )
             .await
-            .map_err(fail)?;
+            .map_err(ClusterError::query("listing dead expirations"))?;
         Ok(DeadList {
             count: count as u64,
             dead: rows
@@ -320,9 +326,8 @@ impl ClusterDeliveries {
     /// A stream of copies of the namespace's expirations from now on.
     fn observe(&self, namespace: String) -> DeliveryStream {
         let (sender, receiver) = mpsc::channel(OBSERVER_BUFFER);
-        let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         let observer = Observer {
-            name: format!("{}/{}/{number}", self.shared.replica_id, self.incarnation),
+            name: self.next_name(),
             announced: None,
             namespace,
             sender,
@@ -502,7 +507,7 @@ impl Observer {
 /// One subscriber's task: claims expirations for it while it has room, until its stream
 /// is dropped or the replica stops.
 struct Subscriber {
-    /// `replica/number`: what its claims are stamped with.
+    /// From [`ClusterDeliveries::next_name`]: what its claims are stamped with.
     name: String,
     namespace: String,
     ack_timeout: Duration,

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
@@ -183,10 +184,7 @@ impl Firing {
         let mut partitions: Vec<u32> = batch.iter().map(|timer| timer.partition).collect();
         partitions.sort_unstable();
         partitions.dedup();
-        partitions
-            .into_iter()
-            .filter_map(|partition| Some((partition as i32, self.shared.owned.epoch(partition)?)))
-            .unzip()
+        self.shared.owned.tenure_arrays(partitions)
     }
 
     /// Timers that fired nothing were fenced (their partition is no longer this replica's),
@@ -197,7 +195,7 @@ impl Firing {
         batch: &[DueTimer],
         rows: &[tokio_postgres::Row],
     ) -> Result<(), ClusterError> {
-        let fired: Vec<i64> = rows.iter().map(|row| row.get(1)).collect();
+        let fired: FxHashSet<i64> = rows.iter().map(|row| row.get(1)).collect();
         let unfired: Vec<&DueTimer> = batch
             .iter()
             .filter(|timer| !fired.contains(&(timer.id as i64)))

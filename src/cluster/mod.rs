@@ -164,6 +164,24 @@ impl Owned {
         self.lock().get(&partition).copied()
     }
 
+    /// Those of `partitions` held, each with its epoch (one lock for all of them).
+    pub fn tenures(&self, partitions: impl IntoIterator<Item = u32>) -> Vec<(u32, i64)> {
+        let epochs = self.lock();
+        partitions
+            .into_iter()
+            .filter_map(|partition| Some((partition, *epochs.get(&partition)?)))
+            .collect()
+    }
+
+    /// [`Owned::tenures`] as the two SQL arrays (`INT4[]`, `INT8[]`) the fencing
+    /// statements join on.
+    pub fn tenure_arrays(&self, partitions: impl IntoIterator<Item = u32>) -> (Vec<i32>, Vec<i64>) {
+        self.tenures(partitions)
+            .into_iter()
+            .map(|(partition, epoch)| (partition as i32, epoch))
+            .unzip()
+    }
+
     pub fn partitions(&self) -> Vec<u32> {
         let mut partitions: Vec<u32> = self.lock().keys().copied().collect();
         partitions.sort_unstable();

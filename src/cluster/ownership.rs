@@ -157,12 +157,8 @@ impl Ownership {
 
     /// The partitions this process holds, with their epochs, as SQL arrays.
     fn held(&self) -> (Vec<i32>, Vec<i64>) {
-        self.shared
-            .owned
-            .partitions()
-            .into_iter()
-            .filter_map(|partition| Some((partition as i32, self.shared.owned.epoch(partition)?)))
-            .unzip()
+        let owned = &self.shared.owned;
+        owned.tenure_arrays(owned.partitions())
     }
 
     async fn claim(&self, client: &Client, wanted: usize) -> Result<(), ClusterError> {
@@ -245,10 +241,7 @@ impl Ownership {
     }
 
     fn forget(&self, partitions: Vec<u32>) {
-        let tenures: Vec<(u32, i64)> = partitions
-            .iter()
-            .filter_map(|&partition| Some((partition, self.shared.owned.epoch(partition)?)))
-            .collect();
+        let tenures = self.shared.owned.tenures(partitions.iter().copied());
         self.shared.owned.remove(&partitions);
         // A stopped worker holds nothing left to forget.
         let _ = self.shared.schedule.send(ScheduleCommand::Forget(tenures));
