@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Payloads stay `Bytes` from the wire to the subscriber: clones share, never copy.
         .bytes(".")
+        // Prost's codec, but a request that does not decode is INVALID_ARGUMENT.
+        .codec_path("crate::api::codec::TimersCodec")
         .compile_fds(descriptors)?;
     // The log's records: plain prost messages, no gRPC service.
     tonic_prost_build::configure()

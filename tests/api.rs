@@ -194,7 +194,8 @@ async fn registering_an_existing_key_returns_the_existing_timer() {
     assert!(!second.created);
     let (first, second) = (first.timer.unwrap(), second.timer.unwrap());
     assert_eq!(first.id, second.id);
-    assert_eq!(&second.payload[..], b"first");
+    // Registration answers do not echo payloads; the first registration's is the one kept.
+    assert!(first.payload.is_empty() && second.payload.is_empty());
     assert_eq!(pending_count(&mut client, "payments").await, 1);
 
     let by_key_answer = client
@@ -204,7 +205,9 @@ async fn registering_an_existing_key_returns_the_existing_timer() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(by_key_answer.timer.unwrap().id, first.id);
+    let kept = by_key_answer.timer.unwrap();
+    assert_eq!(kept.id, first.id);
+    assert_eq!(&kept.payload[..], b"first");
     let cancelled = client
         .cancel(CancelRequest {
             timer: by_key("payments", "order-7"),
@@ -469,7 +472,22 @@ async fn a_bad_item_in_a_batch_fails_alone() {
     }
     match outcome(2) {
         new_timeout_result::Result::Registered(registered) => {
-            assert_eq!(&registered.timer.unwrap().payload[..], b"c");
+            let timer = registered.timer.unwrap();
+            assert!(
+                timer.payload.is_empty(),
+                "registration answers carry no payload"
+            );
+            let stored = client
+                .get(GetRequest {
+                    timer: Some(TimerRef {
+                        namespace: "batch".into(),
+                        target: Some(timer_ref::Target::Id(timer.id)),
+                    }),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(&stored.timer.unwrap().payload[..], b"c");
         }
         other => panic!("the good item after the bad one failed: {other:?}"),
     }

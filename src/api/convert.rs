@@ -231,6 +231,16 @@ pub fn timer(view: TimerView) -> proto::Timer {
     }
 }
 
+/// A registration's answer: the timer without its payload, which the caller sent and
+/// already has. Echoing it back would double the bytes of every registration and could
+/// make the answer to a batch larger than the caller accepts (4 MiB for most clients).
+pub fn registered_timer(view: TimerView) -> proto::Timer {
+    proto::Timer {
+        payload: Default::default(),
+        ..timer(view)
+    }
+}
+
 fn fired_timer(expiration: &Expiration) -> proto::Timer {
     proto::Timer {
         id: expiration.id.to_string(),

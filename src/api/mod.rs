@@ -3,7 +3,9 @@
 
 pub mod auth;
 pub mod backend;
+pub mod codec;
 pub mod convert;
+pub mod streams;
 
 use std::pin::Pin;
 
@@ -19,6 +21,7 @@ use crate::worker::SendError;
 use auth::{grant_of, Grant};
 use backend::{Deliveries, Timers};
 use convert::Limits;
+use streams::{ConnectionStreams, StreamKind, StreamLimits};
 
 pub fn status(error: TimerError) -> Status {
     let message = error.to_string();
@@ -43,14 +46,25 @@ fn stopped() -> Status {
     Status::unavailable("tickd is unavailable: shutting down, or its log failed (see its log)")
 }
 
-/// Heartbeats a KeepAlive stream may have waiting on the worker at once.
-const KEEPALIVE_IN_FLIGHT: usize = 256;
+/// Heartbeats a KeepAlive stream may have waiting on the worker at once. Generous, so that
+/// the stream is read as fast as heartbeats arrive even while a group commit is under way:
+/// HTTP/2 (the h2 crate) ends a connection whose peer has many small DATA frames waiting
+/// unread. Past it, reading pauses and flow control slows the client (see
+/// `server::http2_settings`).
+const KEEPALIVE_IN_FLIGHT: usize = 4_096;
+
+/// Pending answers stay under 4 MiB, the receive limit of most gRPC clients: timers are
+/// listed up to this many bytes (payloads and fields), then dead expirations up to the
+/// rest of the response budget.
+pub(crate) const PENDING_TIMER_BYTES: usize = 3 * 1024 * 1024;
+const PENDING_RESPONSE_BYTES: usize = 3 * 1024 * 1024 + 512 * 1024;
 
 #[derive(Clone)]
 pub struct TimersService {
     worker: Timers,
     delivery: Deliveries,
     limits: Limits,
+    streams: StreamLimits,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -59,12 +73,14 @@ impl TimersService {
         worker: Timers,
         delivery: Deliveries,
         limits: Limits,
+        streams: streams::StreamLimitsConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
             worker,
             delivery,
             limits,
+            streams: StreamLimits::new(streams),
             shutdown,
         }
     }
@@ -93,6 +109,13 @@ impl TimersService {
     }
 }
 
+/// The stream counters of the connection a request came on (see `server::calls`).
+fn connection_streams<T>(request: &Request<T>) -> Option<&std::sync::Arc<ConnectionStreams>> {
+    request
+        .extensions()
+        .get::<std::sync::Arc<ConnectionStreams>>()
+}
+
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -116,7 +139,7 @@ impl proto::timers_server::Timers for TimersService {
             .await?;
         let registered = results.pop().ok_or_else(stopped)?.map_err(status)?;
         Ok(Response::new(proto::NewTimeoutResponse {
-            timer: Some(convert::timer(registered.timer)),
+            timer: Some(convert::registered_timer(registered.timer)),
             created: registered.created,
         }))
     }
@@ -166,7 +189,7 @@ impl proto::timers_server::Timers for TimersService {
                 let result = match outcome {
                     Ok(registered) => {
                         proto::new_timeout_result::Result::Registered(proto::NewTimeoutResponse {
-                            timer: Some(convert::timer(registered.timer)),
+                            timer: Some(convert::registered_timer(registered.timer)),
                             created: registered.created,
                         })
                     }
@@ -215,6 +238,7 @@ impl proto::timers_server::Timers for TimersService {
         let query = PendingQuery {
             namespace: namespace.clone(),
             page_size: (request.page_size as usize).min(self.limits.max_page_size),
+            max_bytes: PENDING_TIMER_BYTES,
             after,
         };
         let page = self
@@ -225,19 +249,34 @@ impl proto::timers_server::Timers for TimersService {
             Some(namespace) => self.delivery.dead(namespace).await?,
             None => Default::default(),
         };
+        let timers: Vec<proto::Timer> = page.timers.into_iter().map(convert::timer).collect();
+        let mut budget = PENDING_RESPONSE_BYTES.saturating_sub(
+            timers
+                .iter()
+                .map(prost::Message::encoded_len)
+                .sum::<usize>(),
+        );
+        let dead_expirations = if request.include_dead {
+            dead.dead
+                .iter()
+                .map(convert::dead_expiration)
+                .take_while(|expiration| {
+                    let size = prost::Message::encoded_len(expiration) + 8;
+                    budget.checked_sub(size).map(|rest| budget = rest).is_some()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Response::new(proto::PendingResponse {
             count: page.count,
-            timers: page.timers.into_iter().map(convert::timer).collect(),
+            timers,
             next_page_token: page
                 .next_page_token
                 .map(|token| token.to_string())
                 .unwrap_or_default(),
             dead_count: dead.count,
-            dead_expirations: if request.include_dead {
-                dead.dead.iter().map(convert::dead_expiration).collect()
-            } else {
-                Vec::new()
-            },
+            dead_expirations,
         }))
     }
 
@@ -285,11 +324,17 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let grant = grant_of(&request);
+        let permit = self
+            .streams
+            .acquire(StreamKind::KeepAlive, connection_streams(&request))?;
         let heartbeats = request.into_inner();
         let (answers, pending_answers) = mpsc::channel(KEEPALIVE_IN_FLIGHT);
         tokio::spawn(self.clone().forward_heartbeats(heartbeats, grant, answers));
-        let responses = ReceiverStream::new(pending_answers)
-            .then(|answer: PendingAnswer| async move { Ok(answer.resolve().await) });
+        let responses = ReceiverStream::new(pending_answers).then(move |answer: PendingAnswer| {
+            // The stream's place is given back when the response stream ends.
+            let _permit = &permit;
+            async move { Ok(answer.resolve().await) }
+        });
         Ok(Response::new(Box::pin(responses)))
     }
 
@@ -300,6 +345,7 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let grant = grant_of(&request);
+        let connection = connection_streams(&request).cloned();
         let request = request.into_inner();
         let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
         grant.check(Some(&namespace)).map_err(status)?;
@@ -319,8 +365,15 @@ impl proto::timers_server::Timers for TimersService {
             max_unacked: (request.max_unacked > 0).then_some(request.max_unacked as usize),
             auto_ack: request.auto_ack,
         };
+        let kind = match options.observer {
+            true => StreamKind::Observer,
+            false => StreamKind::Subscribe,
+        };
+        let permit = self.streams.acquire(kind, connection.as_ref())?;
         let subscription = self.delivery.subscribe(options)?;
-        let stream = subscription.map(|delivered| {
+        let stream = subscription.map(move |delivered| {
+            // The stream's place is given back when the stream ends.
+            let _permit = &permit;
             Ok(proto::SubscribeResponse {
                 expiration: Some(convert::expiration(&delivered)),
             })

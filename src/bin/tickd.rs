@@ -16,6 +16,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> std::process::ExitCode {
     let config = Config::parse();
     init_logging(config.log_format);
+    tickd::server::raise_open_file_limit(&config);
     match serve(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(message) => {

@@ -370,8 +370,18 @@ impl ClusterCommands {
             .map_err(ClusterError::query("listing pending timers"))?;
         let now = self.shared.unix_now();
         let mut timers: Vec<TimerView> = rows.iter().map(|row| view_of(row, now)).collect();
-        let more = timers.len() > query.page_size;
-        timers.truncate(query.page_size);
+        // The page also ends once it holds `max_bytes` (one timer at least).
+        let mut bytes = 0;
+        let within_bytes = timers
+            .iter()
+            .position(|timer| {
+                let full = bytes >= query.max_bytes;
+                bytes += timer.listed_bytes();
+                full
+            })
+            .unwrap_or(timers.len());
+        let more = timers.len() > query.page_size.min(within_bytes);
+        timers.truncate(query.page_size.min(within_bytes));
         let next_page_token = match timers.last() {
             Some(last) if more => Some(PageToken {
                 scope,

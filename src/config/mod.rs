@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::api::streams::StreamLimitsConfig;
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 use crate::store::SyncMode;
@@ -22,6 +23,13 @@ pub enum LogFormat {
 /// Durations are written like `1500ms`, `30s` or `2h`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("invalid duration {text:?}: {error}"))
+}
+
+fn parse_positive(text: &str) -> Result<usize, String> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|value| *value > 0)
+        .ok_or_else(|| format!("invalid value {text:?}: give a whole number of at least 1"))
 }
 
 fn parse_mode(text: &str) -> Result<u32, String> {
@@ -88,6 +96,61 @@ pub struct Config {
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
+    /// Open gRPC connections at most, per listener; a connection beyond it is closed at once.
+    #[arg(long, env = "TICKD_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Connections still waiting for their HTTP/2 preface kept at most, per listener; a new
+    /// one beyond it closes the oldest waiting, so idle sockets cannot keep clients out.
+    #[arg(long, env = "TICKD_MAX_HANDSHAKING", default_value_t = 1_024, value_parser = parse_positive)]
+    pub max_handshaking: usize,
+    /// A connection that has not sent its HTTP/2 preface (or TLS hello) within this is closed.
+    #[arg(long, env = "TICKD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+    /// A connection with no call open for this long is closed (a client reconnects when it
+    /// needs to).
+    #[arg(long, env = "TICKD_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// HTTP/2 PING sent on a connection silent for this long; unanswered within
+    /// --http2-keepalive-timeout, the connection is closed (a dead peer frees its streams).
+    #[arg(long, env = "TICKD_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Duration,
+    #[arg(long, env = "TICKD_HTTP2_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+    /// Concurrent HTTP/2 streams (calls) one connection may open (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(
+        long,
+        env = "TICKD_MAX_STREAMS_PER_CONNECTION",
+        default_value_t = 1_024
+    )]
+    pub max_streams_per_connection: u32,
+    /// Largest request message accepted, in bytes; refused from its header with
+    /// RESOURCE_EXHAUSTED before it is read.
+    #[arg(long, env = "TICKD_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+    /// Subscribe streams open at most, observers included; beyond it Subscribe is refused.
+    #[arg(long, env = "TICKD_MAX_SUBSCRIBE_STREAMS", default_value_t = 10_000)]
+    pub max_subscribe_streams: usize,
+    /// Subscribe streams one connection may hold open.
+    #[arg(
+        long,
+        env = "TICKD_MAX_SUBSCRIBE_STREAMS_PER_CONNECTION",
+        default_value_t = 100
+    )]
+    pub max_subscribe_streams_per_connection: usize,
+    /// KeepAlive streams open at most; beyond it KeepAlive is refused.
+    #[arg(long, env = "TICKD_MAX_KEEPALIVE_STREAMS", default_value_t = 4_096)]
+    pub max_keepalive_streams: usize,
+    /// KeepAlive streams one connection may hold open.
+    #[arg(
+        long,
+        env = "TICKD_MAX_KEEPALIVE_STREAMS_PER_CONNECTION",
+        default_value_t = 100
+    )]
+    pub max_keepalive_streams_per_connection: usize,
+    /// Observer Subscribe streams open at most: each costs a copy of every expiration of its
+    /// namespace.
+    #[arg(long, env = "TICKD_MAX_OBSERVERS", default_value_t = 64)]
+    pub max_observers: usize,
     /// PEM certificate chain: serve gRPC over TLS on --listen (the Unix socket stays plain).
     #[arg(long, env = "TICKD_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -162,6 +225,16 @@ impl Config {
             queue_capacity: self.worker_queue,
             busy_seconds: Some(metrics.worker_busy_seconds.clone()),
             ..WorkerConfig::default()
+        }
+    }
+
+    pub fn stream_limits(&self) -> StreamLimitsConfig {
+        StreamLimitsConfig {
+            max_subscribe_streams: self.max_subscribe_streams,
+            max_subscribe_streams_per_connection: self.max_subscribe_streams_per_connection,
+            max_keepalive_streams: self.max_keepalive_streams,
+            max_keepalive_streams_per_connection: self.max_keepalive_streams_per_connection,
+            max_observers: self.max_observers,
         }
     }
 

@@ -4,6 +4,8 @@
 //! operations (no locks on the hot paths), and a scrape encodes them with
 //! `prometheus-client`.
 
+pub mod connections;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -66,6 +68,7 @@ pub struct Metrics {
     pub rpc_seconds: HistogramFamily<MethodLabels>,
     /// Replicated mode: partitions whose lease this replica holds.
     pub partitions_owned: Gauge,
+    pub connections: connections::ConnectionMetrics,
 }
 
 impl Metrics {
@@ -86,6 +89,7 @@ impl Metrics {
             rpc_requests: Family::default(),
             rpc_seconds: Family::new_with_constructor(latency_histogram),
             partitions_owned: Gauge::default(),
+            connections: connections::ConnectionMetrics::default(),
         };
         metrics.register_all();
         Arc::new(metrics)
@@ -93,6 +97,7 @@ impl Metrics {
 
     fn register_all(&mut self) {
         let registry = &mut self.registry;
+        self.connections.register(registry);
         registry.register(
             "timers_pending",
             "Pending timers",

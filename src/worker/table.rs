@@ -119,6 +119,14 @@ pub struct TimerView {
     pub fired_count: u64,
 }
 
+impl TimerView {
+    /// About what this timer takes in a listing on the wire: its variable-length fields
+    /// plus a generous allowance for the fixed ones.
+    pub fn listed_bytes(&self) -> usize {
+        self.payload.len() + self.namespace.len() + self.key.as_ref().map_or(0, String::len) + 96
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
     pub timer: TimerView,
@@ -170,6 +178,9 @@ pub struct PendingQuery {
     /// None: every namespace.
     pub namespace: Option<String>,
     pub page_size: usize,
+    /// A page ends once its timers hold this many bytes (one timer at least), so that the
+    /// answer fits what clients accept.
+    pub max_bytes: usize,
     pub after: Option<PageToken>,
 }
 
@@ -704,9 +715,10 @@ impl TimerTable {
             });
         }
         let mut timers = Vec::new();
+        let mut bytes = 0;
         let mut resume_at = None;
         for (position, timer) in self.wheel.positions_from(start).take(SCAN_POSITIONS) {
-            if timers.len() == query.page_size {
+            if timers.len() == query.page_size || bytes >= query.max_bytes {
                 resume_at = Some(position);
                 break;
             }
@@ -715,7 +727,9 @@ impl TimerTable {
                 continue;
             };
             if namespace.is_none_or(|id| id == record.namespace) {
-                timers.push(self.view(record, deadline, now));
+                let view = self.view(record, deadline, now);
+                bytes += view.listed_bytes();
+                timers.push(view);
             }
         }
         // Past the last position there is nothing more to list.

@@ -1,14 +1,19 @@
 //! Wires the pieces together and serves them: [`run`] is the whole daemon, given its
 //! listeners and a future that resolves when it should stop.
+//!
+//! What reaches the API has passed [`connections`] (a bounded accept loop with handshake
+//! and idle timeouts) and [`calls`] (per-connection accounting and the request size
+//! limit), over HTTP/2 set up by [`http2_server`].
+
+mod calls;
+mod connections;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tower::limit::GlobalConcurrencyLimitLayer;
@@ -29,6 +34,8 @@ use crate::worker::clock::{Clock, SystemClock};
 use crate::worker::journal::Journal;
 use crate::worker::table::{Expiration, TimerTable};
 use crate::worker::Worker;
+use calls::CallLayer;
+use connections::ConnectionLimits;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -102,9 +109,11 @@ pub async fn run(
         backend.timers(),
         backend.deliveries(),
         limits,
+        config.stream_limits(),
         stop_signal.clone(),
     ))
-    .max_decoding_message_size(max_message_bytes(config));
+    // `CallLayer` refuses larger messages first, naming the flag; this is a backstop.
+    .max_decoding_message_size(config.max_request_bytes);
     let timers = InterceptedService::new(timers, Authenticator::new(tokens));
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
@@ -125,13 +134,22 @@ pub async fn run(
     }
     // Past the limit, calls are refused at once with RESOURCE_EXHAUSTED instead of queueing.
     let overload = tower::ServiceBuilder::new()
+        .layer(CallLayer {
+            max_request_bytes: config.max_request_bytes,
+        })
         .layer(RpcMetricsLayer::new(metrics.clone()))
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.max_concurrent_calls,
         ));
+    let connection_limits = ConnectionLimits {
+        max_connections: config.max_connections,
+        max_handshaking: config.max_handshaking,
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
+    };
     let router = |tls: Option<ServerTlsConfig>| -> Result<_, ServerError> {
-        let mut builder = Server::builder();
+        let mut builder = http2_server(config);
         if let Some(tls) = tls {
             builder = builder.tls_config(tls)?;
         }
@@ -142,8 +160,7 @@ pub async fn run(
             .add_service(timers.clone()))
     };
     let tcp = router(tls)?.serve_with_incoming_shutdown(
-        // Without TCP_NODELAY small answers wait for Nagle's algorithm (tens of ms).
-        TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+        connections::incoming(listeners.grpc, connection_limits, metrics.clone()),
         stopped(stop_signal.clone()),
     );
     // The Unix socket is local and guarded by its file mode: no TLS there.
@@ -153,7 +170,7 @@ pub async fn run(
             Some(unix_listener) => {
                 unix_router
                     .serve_with_incoming_shutdown(
-                        UnixListenerStream::new(unix_listener),
+                        connections::incoming(unix_listener, connection_limits, metrics.clone()),
                         stopped(stop_signal.clone()),
                     )
                     .await
@@ -161,13 +178,17 @@ pub async fn run(
             None => Ok(()),
         }
     };
-    let health_only = Server::builder().add_service(health.clone());
+    let health_only = http2_server(config)
+        .layer(CallLayer {
+            max_request_bytes: config.max_request_bytes,
+        })
+        .add_service(health.clone());
     let probes = async {
         match listeners.health {
             Some(health_listener) => {
                 health_only
                     .serve_with_incoming_shutdown(
-                        TcpIncoming::from(health_listener).with_nodelay(Some(true)),
+                        connections::incoming(health_listener, connection_limits, metrics.clone()),
                         stopped(stop_signal.clone()),
                     )
                     .await
@@ -347,10 +368,47 @@ fn tls_config(config: &Config) -> Result<Option<ServerTlsConfig>, ServerError> {
     Ok(Some(tls))
 }
 
-/// A whole batch of maximal payloads must fit in one message, with room for the framing.
-fn max_message_bytes(config: &Config) -> usize {
-    let largest_batch = config
-        .max_batch
-        .saturating_mul(config.max_payload_bytes + 1_024);
-    largest_batch.clamp(4 * 1024 * 1024, 256 * 1024 * 1024)
+/// HTTP/2 as every listener serves it.
+///
+/// Flow-control windows are set with the h2 crate's guard against floods of small DATA
+/// frames in mind: h2 ends a connection (GOAWAY ENHANCE_YOUR_CALM) once the small frames it
+/// holds unread cost more than half the connection window, counting 256 bytes less the
+/// payload for each. A KeepAlive heartbeat is a frame of about 30 bytes, so a stream window
+/// of 256 KiB holds at most ~9,000 of them, ~2 MiB of that budget, and a connection window
+/// of 16 MiB (a budget of 8 MiB) leaves room for several paused KeepAlive streams on one
+/// connection. tickd reads heartbeats as they come (see `api::KEEPALIVE_IN_FLIGHT`), so a
+/// client sending faster than tickd answers meets flow control and waits, instead of losing
+/// its connection.
+fn http2_server(config: &Config) -> Server {
+    Server::builder()
+        .initial_stream_window_size(256 * 1024)
+        .initial_connection_window_size(16 * 1024 * 1024)
+        .max_concurrent_streams(config.max_streams_per_connection)
+        .http2_keepalive_interval(Some(config.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(config.http2_keepalive_timeout))
+        // hyper's guard against rapid reset (CVE-2023-44487), which tonic turns off by default.
+        .http2_max_local_error_reset_streams(Some(1_024))
+        .http2_max_pending_accept_reset_streams(Some(100))
+}
+
+/// Raises the soft limit on open files to the hard limit, so that `--max-connections` is
+/// what bounds connections, not a soft default of 1,024.
+pub fn raise_open_file_limit(config: &Config) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => {
+            info!(
+                open_file_limit = limit,
+                "raised the open file limit to the hard limit"
+            );
+            let wanted = (config.max_connections + config.max_handshaking) as u64 + 256;
+            if limit < wanted {
+                warn!(
+                    open_file_limit = limit,
+                    max_connections = config.max_connections,
+                    "the open file limit is below --max-connections: accept will back off when it runs out"
+                );
+            }
+        }
+        Err(error) => warn!(%error, "could not raise the open file limit"),
+    }
 }

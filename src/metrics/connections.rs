@@ -1,0 +1,53 @@
+//! Connection metrics: how many are open, and why the others were closed by tickd.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Why tickd closed a connection itself.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum CloseReason {
+    /// Refused at accept: `--max-connections` were open.
+    Limit,
+    /// The HTTP/2 preface did not arrive within `--handshake-timeout`.
+    HandshakeTimeout,
+    /// Still waiting for its preface when `--max-handshaking` newer ones arrived.
+    Evicted,
+    /// No call open for `--idle-timeout`.
+    Idle,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloseLabels {
+    pub reason: CloseReason,
+}
+
+#[derive(Default)]
+pub struct ConnectionMetrics {
+    /// Connections open, including those still in their handshake.
+    pub open: Gauge,
+    pub closed_by_server: Family<CloseLabels, Counter>,
+}
+
+impl ConnectionMetrics {
+    pub fn closed(&self, reason: CloseReason) {
+        self.closed_by_server
+            .get_or_create(&CloseLabels { reason })
+            .inc();
+    }
+
+    pub(super) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "connections_open",
+            "gRPC connections open, handshaking ones included",
+            self.open.clone(),
+        );
+        registry.register(
+            "connections_closed_by_server",
+            "Connections tickd closed itself, by reason",
+            self.closed_by_server.clone(),
+        );
+    }
+}
