@@ -1,0 +1,538 @@
+//! tickd against careless and hostile clients: idle sockets by the thousand, oversized
+//! requests, answers bigger than a client accepts, thousands of streams on one connection,
+//! heartbeat floods under CPU contention, and bytes that are not protobuf. Each case ends
+//! in a clear refusal or in back-pressure, with tickd serving throughout; memory is checked
+//! from /proc with generous margins.
+//!
+//! The grpcio cases run `tests/python/hostile.py` in the polyglot venv (see
+//! `tests/polyglot.rs`; `TICKD_SKIP_POLYGLOT=1` skips them).
+
+mod common;
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes};
+use common::tooling::{polyglot_python, repo, skip_polyglot};
+use common::*;
+use support::daemon::{tickd_command, Daemon};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::Code;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{health_check_response::ServingStatus, HealthCheckRequest};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A field of /proc/PID/status, in KiB (VmRSS: now; VmHWM: the peak so far).
+fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// CPU time the process has used (user + system), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    let fields: Vec<&str> = stat.rsplit_once(") ").expect("stat").1.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn clock_ticks_per_second() -> u64 {
+    let output = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK")
+}
+
+/// The `metrics=` address of the daemon's "tickd serving" line.
+fn metrics_addr(daemon: &Daemon) -> SocketAddr {
+    daemon
+        .lines_with(&["tickd serving"])
+        .iter()
+        .flat_map(|line| line.split_whitespace())
+        .find_map(|field| field.strip_prefix("metrics="))
+        .and_then(|addr| addr.parse().ok())
+        .expect("metrics address in the log")
+}
+
+async fn scrape(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: tickd\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+/// The value of one metric line (`name{labels} value`), 0 if absent.
+fn metric(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls /metrics until `series` reaches `at_least` (an event the server reports, awaited
+/// with a generous deadline so a broken server fails instead of hanging).
+async fn await_metric(addr: SocketAddr, series: &str, at_least: f64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = scrape(addr).await;
+        if metric(&text, series) >= at_least {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} never reached {at_least}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn health(addr: SocketAddr) -> Result<ServingStatus, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await?
+        .into_inner();
+    Ok(answer.status())
+}
+
+fn python_script(args: &[&str]) -> Command {
+    let python = polyglot_python().unwrap_or_else(|failure| panic!("{failure}"));
+    let mut command = Command::new(python);
+    command
+        .arg(repo().join("tests/python/hostile.py"))
+        .args(args)
+        .env("TICKD_PROTO_DIR", repo().join("proto"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("PYTHONPATH");
+    command
+}
+
+/// The script's one `name key=value ...` line, as pairs.
+fn script_figures(output: &std::process::Output) -> Vec<(String, String)> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "script failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = stdout.lines().last().expect("a figures line").to_owned();
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
+}
+
+fn figure<'a>(figures: &'a [(String, String)], key: &str) -> &'a str {
+    figures
+        .iter()
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value.as_str())
+        .unwrap_or_else(|| panic!("no {key} in {figures:?}"))
+}
+
+/// Kills the child when dropped, so a failing test leaves no client process behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_by_the_thousand_never_keep_a_client_out() {
+    if skip_polyglot("hostile idle connections") {
+        return;
+    }
+    let mut command = tickd_command();
+    command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
+    let mut daemon = Daemon::start(command);
+    assert_eq!(
+        daemon.count("raised the open file limit"),
+        1,
+        "{}",
+        daemon.log_text()
+    );
+    let addr = daemon.addr.to_string();
+    let mut holder = Reaped(
+        python_script(&["idle-connections", &addr, "19990"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the idle client"),
+    );
+    let mut held = String::new();
+    BufReader::new(holder.0.stdout.as_mut().unwrap())
+        .read_line(&mut held)
+        .unwrap();
+    assert!(held.contains("held=19990"), "{held}");
+
+    // While they sit there, a new client is served and tickd stays nearly idle.
+    let started = Instant::now();
+    assert_eq!(health(daemon.addr).await.unwrap(), ServingStatus::Serving);
+    let answered_in = started.elapsed();
+    let (ticks_before, window_start) = (cpu_ticks(daemon.pid()), Instant::now());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = (cpu_ticks(daemon.pid()) - ticks_before) as f64 / clock_ticks_per_second() as f64;
+    let core_share = used / window_start.elapsed().as_secs_f64();
+    println!(
+        "hostile case=idle_connections held=19990 health_check_ms={} cpu_share={core_share:.3} rss_mib={}",
+        answered_in.as_millis(),
+        memory_kib(daemon.pid(), "VmRSS") / 1024
+    );
+    assert!(
+        core_share < 0.5,
+        "tickd spins with idle sockets: {core_share:.2} of a core"
+    );
+    let text = scrape(metrics_addr(&daemon)).await;
+    assert!(
+        metric(
+            &text,
+            "tickd_connections_closed_by_server_total{reason=\"Evicted\"}"
+        ) > 0.0,
+        "{text}"
+    );
+    assert!(
+        metric(&text, "tickd_connections_open") <= 1_024.0 + 1.0,
+        "{text}"
+    );
+    holder.0.stdin.take();
+    daemon.assert_running();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_idle_and_excess_connections_are_closed() {
+    let server = TestServer::start_with(config(|config| {
+        config.handshake_timeout = Duration::from_millis(300);
+        config.idle_timeout = Duration::from_millis(300);
+        config.max_connections = 3;
+        config.sync = tickd::store::SyncMode::None;
+    }))
+    .await;
+    // Silent: closed at the handshake timeout (the read sees the end of the stream).
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(60), silent.read(&mut byte)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    await_metric(
+        server.metrics_addr,
+        "tickd_connections_closed_by_server_total{reason=\"HandshakeTimeout\"}",
+        1.0,
+    )
+    .await;
+
+    // Idle after a call: closed, and the client's next call reconnects.
+    let mut client = server.client().await;
+    client.pending(PendingRequest::default()).await.unwrap();
+    await_metric(
+        server.metrics_addr,
+        "tickd_connections_closed_by_server_total{reason=\"Idle\"}",
+        1.0,
+    )
+    .await;
+    client.pending(PendingRequest::default()).await.unwrap();
+
+    // Three open (with their preface sent) fill --max-connections 3; a fourth is closed.
+    let mut open = Vec::new();
+    while open.len() < 3 {
+        let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(PREFACE).await.unwrap();
+        open.push(stream);
+    }
+    await_metric(server.metrics_addr, "tickd_connections_open", 3.0).await;
+    let mut excess = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(60), excess.read(&mut byte)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    await_metric(
+        server.metrics_addr,
+        "tickd_connections_closed_by_server_total{reason=\"Limit\"}",
+        1.0,
+    )
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_is_refused_from_its_header() {
+    let mut command = tickd_command();
+    command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
+    let daemon = Daemon::start(command);
+    let rss_before = memory_kib(daemon.pid(), "VmRSS");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = tickd::proto::timers_client::TimersClient::new(channel)
+        .max_encoding_message_size(usize::MAX);
+    // 3,000 timers of 64 KiB: 196 MB in one message.
+    let payload = vec![7u8; 64 * 1024];
+    let batch = NewTimeoutsRequest {
+        timers: (0..3_000)
+            .map(|_| spec("hostile-oversized", 3_600_000, &payload))
+            .collect(),
+    };
+    let refusal = client.new_timeouts(batch).await.unwrap_err();
+    assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+    assert!(
+        refusal.message().contains("--max-request-bytes"),
+        "{refusal:?}"
+    );
+    // One timer of 200 MB: refused the same way, before its payload is read.
+    let huge = NewTimeoutRequest {
+        timer: Some(spec("hostile-oversized", 3_600_000, &vec![1u8; 200 << 20])),
+    };
+    let refusal = client.new_timeout(huge).await.unwrap_err();
+    assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+    let peak_growth = memory_kib(daemon.pid(), "VmHWM").saturating_sub(rss_before);
+    println!(
+        "hostile case=oversized_request peak_rss_growth_mib={}",
+        peak_growth / 1024
+    );
+    assert!(peak_growth < 64 * 1024, "RSS grew by {peak_growth} KiB");
+    // Nothing was registered, and the connection still serves.
+    let pending = client
+        .pending(PendingRequest {
+            namespace: "hostile-oversized".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(pending.count, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answer_fits_a_default_grpcio_client() {
+    if skip_polyglot("hostile big batch") {
+        return;
+    }
+    let server = TestServer::start().await;
+    let addr = server.addr.to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        python_script(&["big-batch", &addr, "80", "60000"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let figures = script_figures(&output);
+    assert_eq!(figure(&figures, "code"), "OK", "{figures:?}");
+    assert_eq!(figure(&figures, "registered"), "80");
+    // The listing of those payloads (4.8 MB) comes in pages a default client accepts.
+    let mut client = server.client().await;
+    let (mut listed, mut token) = (0, String::new());
+    loop {
+        let page = client
+            .pending(PendingRequest {
+                namespace: "hostile-big-batch".into(),
+                page_size: 1_000,
+                page_token: token,
+                include_dead: false,
+            })
+            .await
+            .expect("each page fits the client's 4 MiB limit")
+            .into_inner();
+        listed += page.timers.len();
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(listed, 80);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_subscribe_streams_on_one_connection_are_refused_past_the_limit() {
+    let mut command = tickd_command();
+    command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
+    let daemon = Daemon::start(command);
+    let rss_before = memory_kib(daemon.pid(), "VmRSS");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for round in 0..40 {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..500 {
+            let mut client = tickd::proto::timers_client::TimersClient::new(channel.clone());
+            let observer = round % 2 == 1;
+            calls.spawn(async move {
+                client
+                    .subscribe(SubscribeRequest {
+                        namespace: "hostile-streams".into(),
+                        mode: if observer {
+                            subscribe_request::Mode::Observer as i32
+                        } else {
+                            subscribe_request::Mode::Shared as i32
+                        },
+                        ..Default::default()
+                    })
+                    .await
+            });
+        }
+        while let Some(outcome) = calls.join_next().await {
+            match outcome.unwrap() {
+                Ok(stream) => accepted.push(stream.into_inner()),
+                Err(status) => {
+                    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                    assert!(status.message().contains("--max-"), "{status:?}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    let peak_growth = memory_kib(daemon.pid(), "VmHWM").saturating_sub(rss_before);
+    println!(
+        "hostile case=subscribe_streams accepted={} refused={refused} peak_rss_growth_mib={}",
+        accepted.len(),
+        peak_growth / 1024
+    );
+    assert_eq!(
+        accepted.len(),
+        100,
+        "--max-subscribe-streams-per-connection"
+    );
+    assert_eq!(refused, 19_900);
+    assert!(peak_growth < 64 * 1024, "RSS grew by {peak_growth} KiB");
+    // The connection still serves other calls.
+    let mut client = tickd::proto::timers_client::TimersClient::new(channel);
+    client.pending(PendingRequest::default()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_heartbeat_floods_meet_flow_control_not_goaway() {
+    if skip_polyglot("hostile keepalive flood") {
+        return;
+    }
+    // With the log on (--sync always, the default), where an unread stream used to end in
+    // GOAWAY ENHANCE_YOUR_CALM.
+    let mut command = tickd_command();
+    let data_dir = tempfile::tempdir().unwrap();
+    command.arg("--data-dir").arg(data_dir.path());
+    command.args(["--metrics-listen", "127.0.0.1:0"]);
+    let mut daemon = Daemon::start(command);
+    let _busy: Vec<Reaped> = (0..2)
+        .map(|_| Reaped(python_script(&["busy-loop"]).spawn().unwrap()))
+        .collect();
+    let heartbeats = std::env::var("TICKD_HOSTILE_HEARTBEATS").unwrap_or("75000".into());
+    let clients: Vec<_> = (0..2)
+        .map(|index| {
+            let (addr, heartbeats) = (daemon.addr.to_string(), heartbeats.clone());
+            std::thread::spawn(move || {
+                let namespace = format!("hostile-flood-{index}");
+                python_script(&["keepalive-flood", &addr, &namespace, &heartbeats])
+                    .output()
+                    .unwrap()
+            })
+        })
+        .collect();
+    for client in clients {
+        let figures = script_figures(&client.join().unwrap());
+        println!("hostile case=keepalive_flood {figures:?}");
+        assert_eq!(figure(&figures, "status"), "OK", "{figures:?}");
+        assert_eq!(figure(&figures, "answered"), heartbeats);
+        assert_eq!(figure(&figures, "failed"), "0");
+    }
+    daemon.assert_running();
+}
+
+/// Sends raw bytes as a request message and decodes nothing: to send what no generated
+/// client would.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Bytes, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        buf.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(buf.copy_to_bytes(buf.remaining())))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_are_invalid_argument() {
+    let server = TestServer::start().await;
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    let malformed: [(&str, &[u8]); 3] = [
+        // Field 1 (timer), length 5, but only 2 bytes follow.
+        ("truncated", &[0x0a, 0x05, 0x0a, 0x01]),
+        // Field 1 with wire type 7, which does not exist.
+        ("bad wire type", &[0x0f, 0x00]),
+        // timer.namespace = the bytes ff fe: not UTF-8.
+        ("invalid utf-8", &[0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe]),
+    ];
+    for (what, bytes) in malformed {
+        grpc.ready().await.unwrap();
+        let path = "/tickd.v1.Timers/NewTimeout".parse().unwrap();
+        let refusal = grpc
+            .unary::<Bytes, Bytes, _>(
+                tonic::Request::new(Bytes::from_static(bytes)),
+                path,
+                RawCodec,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(refusal.code(), Code::InvalidArgument, "{what}: {refusal:?}");
+        assert!(
+            refusal.message().contains("malformed message"),
+            "{what}: {refusal:?}"
+        );
+    }
+    let mut client = server.client().await;
+    let pending = client.pending(PendingRequest::default()).await.unwrap();
+    assert_eq!(
+        pending.into_inner().count,
+        0,
+        "nothing malformed was registered"
+    );
+    server.stop().await;
+}
