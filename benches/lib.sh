@@ -41,13 +41,14 @@ wait_port() {
 }
 
 # start_tickd SYNC: starts a fresh tickd (fresh data dir) with --sync SYNC; sets TICKD_URL
-# and TICKD_PID. Waits for its "tickd serving" line.
+# and TICKD_PID. Waits for its "tickd serving" line. TICKD_BIN picks another tickd binary
+# (benches/compare_builds.sh runs an earlier build beside this one).
 start_tickd() {
     local sync=$1 port log
     port=$(free_port)
     log="$BENCH_WORK/tickd-$port.log"
     mkdir -p "$BENCH_WORK/tickd-$port"
-    "$BIN/tickd" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+    "${TICKD_BIN:-$BIN/tickd}" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
         --data-dir "$BENCH_WORK/tickd-$port" --sync "$sync" >"$log" 2>&1 &
     TICKD_PID=$!
     BENCH_PIDS+=("$TICKD_PID")
@@ -134,7 +135,7 @@ start_replica() {
     shift 2
     port=$(free_port)
     log="$BENCH_WORK/replica-$id-$port.log"
-    "$BIN/tickd" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+    "${TICKD_BIN:-$BIN/tickd}" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
         --store "postgres://postgres@127.0.0.1:$PG_PORT/$database" --replica-id "$id" "$@" \
         >"$log" 2>&1 &
     local pid=$!
