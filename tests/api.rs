@@ -332,6 +332,20 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         "delay",
     );
 
+    // Shorter than the 1 ms tick, a repeat would fire on every tick for ever.
+    let sub_tick_repeat = TimerSpec {
+        repeat: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 1,
+        }),
+        ..spec("bad", 10, b"")
+    };
+    expect_code(
+        client.new_timeout(register_raw(sub_tick_repeat)).await,
+        Code::InvalidArgument,
+        "repeat",
+    );
+
     let long_namespace = spec(&"n".repeat(129), 10, b"");
     expect_code(
         client.new_timeout(register_raw(long_namespace)).await,

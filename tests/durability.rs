@@ -150,6 +150,8 @@ async fn restart_keeps_pending_timers_exactly() {
     let mut keyed = spec("orders", 3_600_000, b"close order 17");
     keyed.key = "order-17".into();
     let keyed = register(&mut client, keyed).await;
+    // Registration answers carry no payload; the stored timer does.
+    let keyed = get(&mut client, by_id("orders", &keyed.id)).await.unwrap();
     let plain = register(&mut client, spec("orders", 7_200_000, b"\x00\xffbinary")).await;
     let cancelled = register(&mut client, spec("orders", 3_600_000, b"cancel me")).await;
     let cancel = client

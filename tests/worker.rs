@@ -120,3 +120,90 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].key.as_deref(), Some("hour"));
 }
+
+fn get(worker: &WorkerHandle<Command>, key: &str) -> TimerView {
+    let (reply, answer) = oneshot::channel();
+    let timer = TimerRef {
+        namespace: "manual".into(),
+        target: Target::Key(key.into()),
+    };
+    worker.send(Command::Get { timer, reply }).unwrap();
+    answer.blocking_recv().unwrap().unwrap()
+}
+
+#[test]
+fn a_repeating_timer_catches_up_on_one_clock() {
+    const START: u64 = 1_700_000_000 * 1_000_000_000;
+    const SECOND: u64 = 1_000 * MILLI;
+    let clock = ManualClock::starting_at_unix(START);
+    let table = TimerTable::new(
+        TableConfig {
+            tick: Duration::from_millis(1),
+            max_pending: 1_000,
+            max_pending_per_namespace: 0,
+        },
+        Metrics::new(),
+    );
+    let (fired, batches) = mpsc::channel();
+    let worker = Worker::spawn(
+        table,
+        clock.clone(),
+        WorkerConfig::default(),
+        move |batch| {
+            fired.send(batch).unwrap();
+        },
+    )
+    .unwrap();
+    let handle = worker.handle();
+    // Ten seconds in the past, every second; and the earliest deadline there is, every tick.
+    let mut past = new_timer("past", 0);
+    past.due = Due::AtUnix(START - 10 * SECOND);
+    past.repeat = Some(Duration::from_secs(1));
+    let mut earliest = new_timer("earliest", 0);
+    earliest.due = Due::AtUnix(0);
+    earliest.repeat = Some(Duration::from_millis(1));
+    register(&handle, vec![past, earliest]);
+
+    // Both fire at once, late; the missed firings collapse into that one.
+    clock.advance(MILLI / 2);
+    sync(&handle);
+    let mut first = Vec::new();
+    while first.len() < 2 {
+        first.extend(batches.recv_timeout(PATIENCE).unwrap());
+    }
+    let past = get(&handle, "past");
+    assert_eq!(
+        past.deadline_unix,
+        START + SECOND,
+        "the next point of its grid"
+    );
+    assert!(past.remaining <= Duration::from_secs(1));
+    let earliest = get(&handle, "earliest");
+    assert!(earliest.deadline_unix > START && earliest.deadline_unix <= START + MILLI);
+    assert!(earliest.remaining <= Duration::from_millis(1));
+
+    // The second firing of `past` comes when its stated deadline says: one repeat later.
+    let mut seen_past = 0;
+    let mut advanced = MILLI / 2;
+    while advanced < SECOND + MILLI {
+        clock.advance(MILLI);
+        advanced += MILLI;
+        sync(&handle);
+        while let Ok(batch) = batches.try_recv() {
+            for expiration in batch.iter().filter(|e| e.key.as_deref() == Some("past")) {
+                assert!(START + advanced >= expiration.deadline_unix, "fired early");
+                assert_eq!(expiration.deadline_unix, START + SECOND);
+                seen_past += 1;
+            }
+        }
+    }
+    sync(&handle);
+    while let Ok(batch) = batches.try_recv() {
+        seen_past += batch
+            .iter()
+            .filter(|e| e.key.as_deref() == Some("past"))
+            .count();
+    }
+    assert_eq!(seen_past, 1, "one firing one repeat after the first");
+    worker.stop();
+}

@@ -19,6 +19,8 @@ pub struct Limits {
     /// Deadlines further out than this are refused as absurd.
     pub max_horizon: Duration,
     pub max_page_size: usize,
+    /// The shortest `repeat` accepted: one wheel tick.
+    pub min_repeat: Duration,
 }
 
 impl Default for Limits {
@@ -30,6 +32,7 @@ impl Default for Limits {
             max_key_len: 256,
             max_horizon: Duration::from_secs(100 * 365 * 24 * 3600),
             max_page_size: 1_000,
+            min_repeat: Duration::from_millis(1),
         }
     }
 }
@@ -113,6 +116,16 @@ impl Limits {
             .as_ref()
             .map(|repeat| self.interval("repeat", repeat))
             .transpose()?;
+        if let Some(repeat) = repeat.filter(|repeat| *repeat < self.min_repeat) {
+            // Shorter than a tick, it would fire on every tick for ever.
+            return Err(TimerError::invalid(
+                "repeat",
+                format!(
+                    "{repeat:?} is shorter than the wheel's tick of {:?} (--tick)",
+                    self.min_repeat
+                ),
+            ));
+        }
         let ttl = spec
             .ttl
             .as_ref()

@@ -103,6 +103,7 @@ pub async fn run(
     let limits = Limits {
         max_payload_bytes: config.max_payload_bytes,
         max_batch: config.max_batch,
+        min_repeat: config.tick,
         ..Limits::default()
     };
     let timers = TimersServer::new(TimersService::new(

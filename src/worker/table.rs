@@ -304,19 +304,25 @@ impl TimerRecord {
     }
 }
 
-/// How far past its previous deadline a repeating timer re-arms: one interval, so it does
-/// not drift, plus any intervals missed entirely (a long stall), which are skipped rather
-/// than fired in a burst.
-fn rearm_advance(record: &TimerRecord, previous: u64, interval: Duration, now: Now) -> u64 {
+/// The next deadline of a repeating timer that just fired, as (wall clock, monotonic).
+///
+/// Counted on the wall clock, in which deadlines are stated: one interval after the previous
+/// deadline; or, when firings were missed (a restart, a `deadline` already past, a stall),
+/// the first point of the same grid after now, so that missed firings collapse into the one
+/// that just happened instead of firing in a burst. The monotonic deadline is then the same
+/// distance from now, so the timer fires when its stated deadline says.
+fn next_repeat(record: &TimerRecord, previous: u64, interval: Duration, now: Now) -> (u64, u64) {
     let interval = duration_nanos(interval).max(1);
-    // A deadline already past when it was set (a restart, or a past `deadline` with a
-    // repeat) was scheduled at "now", so the wall clock tells how far behind it is.
-    let behind = now
-        .monotonic
-        .saturating_sub(previous)
-        .max(now.unix.saturating_sub(record.deadline_unix));
-    let steps = behind / interval + 1;
-    steps.saturating_mul(interval)
+    let next_unix = record.deadline_unix.saturating_add(interval);
+    let next_monotonic = previous.saturating_add(interval);
+    if next_unix > now.unix && next_monotonic > now.monotonic {
+        return (next_unix, next_monotonic);
+    }
+    let missed = now.unix.saturating_sub(record.deadline_unix) / interval + 1;
+    let next_unix = record
+        .deadline_unix
+        .saturating_add(missed.saturating_mul(interval));
+    (next_unix, now.monotonic_at(next_unix))
 }
 
 /// The log's view of a pending timer, borrowed from its record.
@@ -782,32 +788,31 @@ impl TimerTable {
             fired_count: record.fired_count,
             late: record.late,
         };
-        let advance = record
+        let next = record
             .repeat
             .get()
-            .map(|interval| rearm_advance(&record, deadline_monotonic, interval, now));
+            .map(|interval| next_repeat(&record, deadline_monotonic, interval, now));
         if let Some(journal) = &mut self.journal {
-            let rearmed_deadline =
-                advance.map_or(0, |advance| record.deadline_unix.saturating_add(advance));
+            let rearmed_deadline = next.map_or(0, |(unix, _)| unix);
             let fields = timer_fields(&self.namespaces, &record);
             journal.record_fired(&fields, now.unix, rearmed_deadline);
         }
-        match advance {
-            Some(advance) => self.rearm(record, deadline_monotonic, advance),
+        match next {
+            Some((unix, monotonic)) => self.rearm(record, unix, monotonic),
             None => self.unindex(&record),
         }
         expiration
     }
 
-    /// Puts a fired repeating timer back, `advance` after its previous deadline.
-    fn rearm(&mut self, mut record: TimerRecord, previous: u64, advance: u64) {
-        record.deadline_unix = record.deadline_unix.saturating_add(advance);
+    /// Puts a fired repeating timer back at its next deadline (see [`next_repeat`]).
+    fn rearm(&mut self, mut record: TimerRecord, deadline_unix: u64, deadline_monotonic: u64) {
+        record.deadline_unix = deadline_unix;
         record.late = false;
         let id = record.id;
         // The timer was admitted before; re-arming takes back the place it just freed.
         let handle = self
             .wheel
-            .readmit(previous.saturating_add(advance), record)
+            .readmit(deadline_monotonic, record)
             .expect("re-arming reuses the fired timer's place");
         self.handles.insert(id, handle);
     }

@@ -13,9 +13,12 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 
 /// `tickd --listen 127.0.0.1:0 --log-format text`, logging at info level without colours,
 /// its output piped: callers add the arguments of the mode under test, then
-/// [`Daemon::start`] it.
+/// [`Daemon::start`] it. `TICKD_TEST_BIN` runs another binary (the release build, say)
+/// instead of the one cargo built for the tests.
 pub fn tickd_command() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickd"));
+    let binary =
+        std::env::var_os("TICKD_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tickd").into());
+    let mut command = Command::new(binary);
     command
         .args(["--listen", "127.0.0.1:0", "--log-format", "text"])
         .env("TICKD_LOG", "info")
