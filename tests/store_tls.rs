@@ -8,7 +8,8 @@
 //! - a host name the certificate does not list (`127.0.0.1`) is refused under
 //!   `verify-full` and accepted under `verify-ca`;
 //! - `require` encrypts without a CA, and checks the chain when given one; `disable` is
-//!   refused by a server whose `pg_hba.conf` has `hostssl` lines only;
+//!   refused by a server whose `pg_hba.conf` has `hostssl` lines only; the CA may also be
+//!   given as `sslrootcert=` in the URL;
 //! - the password in `TICKD_STORE` shows neither in `--help` nor in a replica's log.
 //!
 //! Waits poll for the awaited event with a generous deadline; nothing here depends on how
@@ -95,6 +96,13 @@ async fn verification_follows_the_sslmode() {
             _ => panic!("{what}: expected {expected:?}, got {outcome:?}"),
         }
     }
+    // The CA may come with the URL instead, as libpq's sslrootcert.
+    let in_url = format!(
+        "{}&sslrootcert={}",
+        fixture.url("localhost", "verify-full"),
+        fixture.ca_file().display()
+    );
+    assert_eq!(try_connect(&in_url, None).await, Ok(true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
