@@ -9,7 +9,8 @@
 //!   `verify-full` and accepted under `verify-ca`;
 //! - `require` encrypts without a CA, and checks the chain when given one; `disable` is
 //!   refused by a server whose `pg_hba.conf` has `hostssl` lines only; the CA may also be
-//!   given as `sslrootcert=` in the URL;
+//!   given as `sslrootcert=` in the URL; `prefer` falls back to plaintext only where the
+//!   server offers no TLS;
 //! - the password in `TICKD_STORE` shows neither in `--help` nor in a replica's log.
 //!
 //! Waits poll for the awaited event with a generous deadline; nothing here depends on how
@@ -118,6 +119,23 @@ async fn plaintext_is_refused_where_the_server_requires_tls() {
     assert!(!refused.contains(PASSWORD), "{refused}");
     let required = try_connect(&fixture.url("127.0.0.1", "require"), None).await;
     assert_eq!(required, Ok(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_falls_back_to_plaintext_where_the_server_has_no_tls() {
+    let postgres = Postgres::start().await;
+    let url = |mode: &str| {
+        let port = postgres.port();
+        format!("postgres://postgres:{PASSWORD}@127.0.0.1:{port}/postgres?sslmode={mode}")
+    };
+    assert_eq!(try_connect(&url("prefer"), None).await, Ok(false));
+    let refused = try_connect(&url("require"), None)
+        .await
+        .expect_err("require from a server without TLS");
+    assert!(
+        refused.contains("(sslmode=require)") && refused.contains("server does not support TLS"),
+        "{refused}"
+    );
 }
 
 /// The whole replica over `verify-full`, on a server that accepts TLS only, so every
