@@ -1509,7 +1509,7 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
     // This replica was granted partition 1 at epoch 1.
     shared.owned.insert(1, 1);
     let mut firing = Firing::new(
-        tickd::cluster::Connections::open(&postgres.url(), 1)
+        tickd::cluster::Connections::open(&postgres.database(), 1)
             .await
             .expect("connecting"),
         shared,
@@ -1582,7 +1582,7 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
     };
     let (_stop, stopping) = watch::channel(false);
     let deliveries = ClusterDeliveries::new(
-        tickd::cluster::Connections::open(&postgres.url(), 1)
+        tickd::cluster::Connections::open(&postgres.database(), 1)
             .await
             .expect("connecting"),
         tickd::metrics::Metrics::new(),

@@ -16,12 +16,12 @@ use std::future::poll_fn;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
+use tokio_postgres::{AsyncMessage, Client, Notification};
 use tracing::{info, warn};
 
 use super::delivery::Wakeups;
 use super::schedule::{DueTimer, ScheduleCommand};
-use super::{ClusterError, DueRow, Shared};
+use super::{ClusterError, Database, DueRow, Shared};
 
 pub const DUE_CHANNEL: &str = "tickd_due";
 pub const FIRED_CHANNEL: &str = "tickd_fired";
@@ -34,7 +34,7 @@ const NOTHING_SCANNED: i64 = -1;
 const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 
 pub struct Loader {
-    url: String,
+    database: Database,
     shared: Shared,
     wakeups: Wakeups,
     /// Deadlines up to here have been scanned for every owned partition.
@@ -50,13 +50,13 @@ struct Listening {
 impl Loader {
     /// Checks the database is reachable now, so a wrong URL fails the start.
     pub async fn connect(
-        url: &str,
+        database: &Database,
         shared: Shared,
         wakeups: Wakeups,
     ) -> Result<Self, ClusterError> {
-        drop(super::connect(url).await?);
+        drop(database.connect().await?);
         Ok(Self {
-            url: url.to_owned(),
+            database: database.clone(),
             shared,
             wakeups,
             watermark: NOTHING_SCANNED,
@@ -91,9 +91,7 @@ impl Loader {
     }
 
     async fn listen(&mut self) -> Result<Listening, ClusterError> {
-        let (client, mut connection) = tokio_postgres::connect(&self.url, NoTls)
-            .await
-            .map_err(ClusterError::Connect)?;
+        let (client, mut connection) = self.database.open().await?;
         let (sender, notifications) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(message) = poll_fn(|context| connection.poll_message(context)).await {
@@ -105,6 +103,7 @@ impl Loader {
                     }
                     Ok(_) => {}
                     Err(error) => {
+                        let error = super::with_causes(&error);
                         warn!(%error, "store listener connection closed");
                         return;
                     }

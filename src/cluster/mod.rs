@@ -15,23 +15,24 @@
 //!   acknowledged, claimed again (next attempt) when the deadline passes.
 //!
 //! [`ownership`] renews this replica's partition leases, takes over expired ones, and
-//! balances partitions across the live replicas.
+//! balances partitions across the live replicas. Every connection to the database is opened
+//! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
 
 pub mod commands;
+pub mod database;
 pub mod delivery;
 pub mod firing;
 pub mod loader;
 pub mod ownership;
 pub mod schedule;
 pub mod schema;
+pub mod tls;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{Client, NoTls};
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -39,12 +40,18 @@ use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 use crate::worker::clock::SystemClock;
 use crate::worker::{Worker, WorkerHandle};
+pub use database::{Connections, Database, StoreUrl};
 use schedule::{Schedule, ScheduleCommand};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error("connecting to the store database: {0}")]
-    Connect(#[source] tokio_postgres::Error),
+    #[error("connecting to the store database {database}: {}", with_causes(.source))]
+    Connect {
+        /// [`Database`]'s description: where, as whom, in which sslmode; no password.
+        database: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
     #[error("{context}: {source}")]
     Query {
         context: &'static str,
@@ -59,6 +66,20 @@ pub enum ClusterError {
     InvalidConfig(String),
     #[error("settling auto-acknowledged deliveries: {0}")]
     Settle(String),
+}
+
+/// `error` and its causes, `: `-separated. tokio-postgres' own text names only the kind of
+/// failure ("db error", "error performing TLS handshake"); the reason an operator needs
+/// (the server's message, the certificate problem) is in its causes.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }
 
 /// The API sees a database failure as UNAVAILABLE: the call may be retried.
@@ -78,7 +99,7 @@ impl ClusterError {
 /// What the replicated mode reads from the configuration.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
-    pub url: String,
+    pub database: Database,
     pub replica_id: String,
     /// Used only if this replica creates the schema.
     pub partitions: u32,
@@ -105,7 +126,7 @@ impl ClusterConfig {
         }
         let replica_id = config.replica_id.clone().unwrap_or_else(default_replica_id);
         Ok(Self {
-            url: url.to_owned(),
+            database: Database::new(url, config.store_ca_file.as_deref())?,
             replica_id,
             partitions: config.partitions,
             lease_ttl: config.lease_ttl,
@@ -130,26 +151,6 @@ fn default_replica_id() -> String {
 /// Resolves once `stopping` turns true (or its sender is gone).
 async fn until_stopped(stopping: &mut watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stopping| *stopping).await;
-}
-
-/// Opens one connection and drives it on its own task. TCP keepalives find a dead peer
-/// within a minute; a statement that runs for a minute, or a transaction left idle, is
-/// ended by the server so that no lock it holds (a partition row, say) outlives a frozen
-/// replica.
-pub async fn connect(url: &str) -> Result<Client, ClusterError> {
-    let mut config: tokio_postgres::Config = url.parse().map_err(ClusterError::Connect)?;
-    config
-        .connect_timeout(Duration::from_secs(5))
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30))
-        .options("-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000");
-    let (client, connection) = config.connect(NoTls).await.map_err(ClusterError::Connect)?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            warn!(%error, "store connection closed");
-        }
-    });
-    Ok(client)
 }
 
 /// The partitions this replica holds, each with the epoch its lease was granted at.
@@ -212,42 +213,6 @@ impl Owned {
         self.epochs
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// A few connections used in turn for single statements. tokio-postgres pipelines
-/// statements on one connection, so concurrent calls share them without waiting for each
-/// other's round trips. A connection found closed (the server restarted, a proxy dropped
-/// it) is opened again on its next use, so no part of a replica is left without one.
-#[derive(Clone)]
-pub struct Connections {
-    url: Arc<str>,
-    clients: Arc<Vec<tokio::sync::Mutex<Arc<Client>>>>,
-    next: Arc<AtomicUsize>,
-}
-
-impl Connections {
-    pub async fn open(url: &str, count: u32) -> Result<Self, ClusterError> {
-        let mut clients = Vec::with_capacity(count as usize);
-        for _ in 0..count.max(1) {
-            clients.push(tokio::sync::Mutex::new(Arc::new(connect(url).await?)));
-        }
-        Ok(Self {
-            url: Arc::from(url),
-            clients: Arc::new(clients),
-            next: Arc::new(AtomicUsize::new(0)),
-        })
-    }
-
-    /// The next connection in turn, reconnected first if it was closed.
-    pub async fn client(&self) -> Result<Arc<Client>, ClusterError> {
-        let turn = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut client = self.clients[turn % self.clients.len()].lock().await;
-        if client.is_closed() {
-            *client = Arc::new(connect(&self.url).await?);
-            info!("store connection reopened");
-        }
-        Ok(client.clone())
     }
 }
 
@@ -336,9 +301,14 @@ pub struct Replica {
 impl Replica {
     /// Connects, migrates the schema, joins the cluster and starts taking partitions.
     pub async fn start(config: ClusterConfig, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
-        let mut setup = connect(&config.url).await?;
+        let database = &config.database;
+        let mut setup = database.connect().await?;
         let partitions = schema::migrate(&mut setup, config.partitions).await?;
+        let encrypted = Database::encrypted(&setup).await;
         drop(setup);
+        if encrypted == Some(false) && database.ssl_mode() == tls::SslMode::Prefer {
+            warn!(store = %database, "store connection not encrypted: the database offers no tls");
+        }
         let clock = SystemClock::new();
         let (fired_sender, fired) = mpsc::unbounded_channel();
         let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64);
@@ -362,23 +332,23 @@ impl Replica {
         };
         let (stop, stopping) = watch::channel(false);
         let (end_subscriptions, subscriptions_ending) = watch::channel(false);
-        let connections = Connections::open(&config.url, config.connections).await?;
+        let connections = Connections::open(database, config.connections).await?;
         // Claims and acks on connections of their own: never queued behind registrations.
-        let delivery_connections = Connections::open(&config.url, 2).await?;
+        let delivery_connections = Connections::open(database, 2).await?;
         let wakeups = delivery::Wakeups::default();
         let (acquired_sender, acquired) = mpsc::unbounded_channel();
         let ownership = ownership::Ownership::new(
-            Connections::open(&config.url, 1).await?,
+            Connections::open(database, 1).await?,
             shared.clone(),
             acquired_sender,
             metrics.partitions_owned.clone(),
         );
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(ownership.clone().run(stopping.clone())));
-        let loader = loader::Loader::connect(&config.url, shared.clone(), wakeups.clone()).await?;
+        let loader = loader::Loader::connect(database, shared.clone(), wakeups.clone()).await?;
         tasks.push(tokio::spawn(loader.run(acquired, stopping.clone())));
         let firing = firing::Firing::new(
-            Connections::open(&config.url, 1).await?,
+            Connections::open(database, 1).await?,
             shared.clone(),
             metrics.clone(),
         );
@@ -392,7 +362,13 @@ impl Replica {
             subscriptions_ending,
         );
         tasks.push(tokio::spawn(deliveries.clone().trim_dead(stopping)));
-        info!(replica = %config.replica_id, partitions, "replica joined the cluster");
+        info!(
+            replica = %config.replica_id,
+            partitions,
+            store = %database,
+            store_tls = %encrypted.map_or("unknown", |on| if on { "on" } else { "off" }),
+            "replica joined the cluster"
+        );
         Ok(Self {
             commands: commands::ClusterCommands::new(connections, shared, metrics),
             deliveries,

@@ -182,9 +182,16 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// `postgres://...`: keep timers in this shared PostgreSQL database instead of the local
     /// log, and share them with every replica pointed at it (see "Running more than one
-    /// replica" in the README). --data-dir and --sync then do not apply.
-    #[arg(long, env = "TICKD_STORE")]
-    pub store: Option<String>,
+    /// replica" in the README). --data-dir and --sync then do not apply. `?sslmode=` takes
+    /// disable, prefer (the default), require, verify-ca or verify-full, as in libpq. The
+    /// value is never shown (here or in logs): it may hold a password.
+    #[arg(long, env = "TICKD_STORE", hide_env_values = true)]
+    pub store: Option<crate::cluster::StoreUrl>,
+    /// PEM CA bundle the store database's certificate must chain to (or `sslrootcert=` in
+    /// the --store URL): needed by sslmode=verify-ca and verify-full, and checked under
+    /// prefer and require too when given.
+    #[arg(long, env = "TICKD_STORE_CA_FILE", requires = "store")]
+    pub store_ca_file: Option<PathBuf>,
     /// This replica's name in the database's lease tables (default: host name and process id).
     #[arg(long, env = "TICKD_REPLICA_ID")]
     pub replica_id: Option<String>,

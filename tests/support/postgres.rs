@@ -5,15 +5,21 @@
 //! `postgresql` package when they are missing, since CI may run on a fresh machine.
 //! PostgreSQL refuses to run as root, so under root the cluster belongs to, and the server
 //! runs as, the `postgres` user that package creates.
+//!
+//! [`Postgres::start_tls`] serves TLS too, with a certificate from a throwaway [`TestCa`],
+//! and can refuse plaintext TCP connections (`hostssl` only in `pg_hba.conf`). The test's
+//! own connections go through [`tickd::cluster::Database`] with the default
+//! `sslmode=prefer`, so they work against either kind of server.
 
 use std::fs::{self, File};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
-use tokio_postgres::{NoTls, Row};
+use tickd::cluster::Database;
+use tokio_postgres::Row;
 
 use super::daemon::send_signal;
 use crate::common::tooling::{install_lock, run};
@@ -27,6 +33,58 @@ const STOP_PATIENCE: Duration = Duration::from_secs(10);
 /// Another process may take the free port between our probe and the server's bind.
 const START_ATTEMPTS: usize = 3;
 
+/// What a TLS-serving cluster is given: its certificate and key (PEM), and whether TCP
+/// connections must use TLS (`hostssl` lines only in `pg_hba.conf`).
+#[derive(Clone)]
+pub struct ServerTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub tls_only: bool,
+}
+
+/// A throwaway CA, for the certificates of one test.
+pub struct TestCa {
+    pub pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().expect("CA key");
+        let pem = params.self_signed(&key).expect("self-signed CA").pem();
+        TestCa {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses) only.
+    pub fn server_tls(&self, names: &[&str], tls_only: bool) -> ServerTls {
+        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).expect("server params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "tickd test database");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let key = rcgen::KeyPair::generate().expect("server key");
+        let cert = params.signed_by(&key, &self.issuer).expect("server cert");
+        ServerTls {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            tls_only,
+        }
+    }
+}
+
 pub struct Postgres {
     server: Child,
     port: u16,
@@ -37,9 +95,19 @@ pub struct Postgres {
 impl Postgres {
     /// Creates a cluster and starts a server on it; returns once it accepts connections.
     pub async fn start() -> Postgres {
+        Postgres::start_with(None).await
+    }
+
+    /// [`Postgres::start`] with `ssl=on` and `tls`'s certificate.
+    pub async fn start_tls(tls: ServerTls) -> Postgres {
+        Postgres::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<ServerTls>) -> Postgres {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let mut postgres = tokio::task::spawn_blocking(Postgres::spawn)
+            let tls = tls.clone();
+            let mut postgres = tokio::task::spawn_blocking(move || Postgres::spawn(tls.as_ref()))
                 .await
                 .expect("start postgres");
             match postgres.wait_until_ready().await {
@@ -55,13 +123,21 @@ impl Postgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// [`Postgres::url`] as tickd reads it: TLS if the server offers it, unverified.
+    pub fn database(&self) -> Database {
+        Database::new(&self.url(), None).expect("the fixture's own URL")
+    }
+
     /// A new connection (its driver runs on a task of its own).
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.url(), NoTls)
+        self.database()
+            .connect()
             .await
-            .unwrap_or_else(|error| panic!("connect to {}: {error}", self.url()));
-        tokio::spawn(connection);
-        client
+            .unwrap_or_else(|error| panic!("connect to {}: {error}", self.url()))
     }
 
     /// Runs one statement without parameters on a connection of its own.
@@ -79,7 +155,7 @@ impl Postgres {
     }
 
     /// initdb in a new temporary directory, then the server on a port free a moment ago.
-    fn spawn() -> Postgres {
+    fn spawn(tls: Option<&ServerTls>) -> Postgres {
         let bin = binaries();
         let dir = tempfile::tempdir().expect("temp dir");
         let as_root = fs::metadata(dir.path()).expect("stat temp dir").uid() == 0;
@@ -95,6 +171,9 @@ impl Postgres {
             .args(["-E", "UTF8", "--locale=C", "-D"])
             .arg(&data);
         run(initdb).unwrap_or_else(|failure| panic!("{failure}"));
+        if let Some(tls) = tls {
+            install_tls(&data, tls, as_root);
+        }
         let port = free_port();
         let log = dir.path().join("postgres.log");
         let log_file = File::create(&log).expect("create postgres.log");
@@ -108,6 +187,9 @@ impl Postgres {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("clone log file"))
             .stderr(log_file);
+        if tls.is_some() {
+            server.args(["-c", "ssl=on"]);
+        }
         let server = server.spawn().expect("spawn postgres");
         Postgres {
             server,
@@ -128,7 +210,7 @@ impl Postgres {
                     self.log_text()
                 ));
             }
-            let attempt = tokio_postgres::connect(&self.url(), NoTls).await;
+            let attempt = self.database().connect().await;
             match attempt {
                 Ok(_) => return Ok(()),
                 Err(error) if Instant::now() > deadline => {
@@ -164,6 +246,35 @@ pub fn explain(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
         None => error.to_string(),
+    }
+}
+
+/// Puts the certificate and key where `ssl=on` looks for them by default (`server.crt` and
+/// `server.key` in the data directory), the key readable by its owner alone and owned by
+/// the user the server runs as, as PostgreSQL insists; with `tls_only`, a `pg_hba.conf`
+/// that accepts TCP connections only over TLS (and the Unix socket as before).
+fn install_tls(data: &Path, tls: &ServerTls, as_root: bool) {
+    let cert = data.join("server.crt");
+    let key = data.join("server.key");
+    fs::write(&cert, &tls.cert_pem).expect("write server.crt");
+    fs::write(&key, &tls.key_pem).expect("write server.key");
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).expect("chmod server.key");
+    let mut written = vec![cert, key];
+    if tls.tls_only {
+        let hba = data.join("pg_hba.conf");
+        fs::write(
+            &hba,
+            "local all all trust\n\
+             hostssl all all 127.0.0.1/32 trust\n\
+             hostssl all all ::1/128 trust\n",
+        )
+        .expect("write pg_hba.conf");
+        written.push(hba);
+    }
+    if as_root {
+        let mut chown = Command::new("chown");
+        chown.arg("postgres:postgres").args(&written);
+        run(chown).unwrap_or_else(|failure| panic!("{failure}"));
     }
 }
 

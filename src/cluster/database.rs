@@ -1,0 +1,365 @@
+//! The store database as a replica reaches it. `--store` (with `--store-ca-file`) is read
+//! once into a [`Database`]: the connection settings and the TLS connector that every
+//! connection of the replica is opened with (API calls, deliveries, leases, firing, the
+//! listener), and a description of it that never holds the password.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use percent_encoding::percent_decode_str;
+use tokio_postgres::config::Host;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Socket};
+use tokio_postgres_rustls::MakeRustlsConnect;
+use tracing::{info, warn};
+
+use super::tls::{self, SslMode};
+use super::ClusterError;
+
+/// The `--store` value as given. It may hold a password, so neither `Debug` (a
+/// configuration printed whole) nor anything else here shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreUrl(String);
+
+impl From<String> for StoreUrl {
+    fn from(url: String) -> Self {
+        Self(url)
+    }
+}
+
+impl std::ops::Deref for StoreUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StoreUrl(<redacted>)")
+    }
+}
+
+/// A live connection's driver, which the loader polls itself for notifications.
+pub(crate) type Connection =
+    tokio_postgres::Connection<Socket, <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream>;
+
+/// Where the store is and how to talk to it: what every connection is opened from.
+#[derive(Clone)]
+pub struct Database {
+    config: tokio_postgres::Config,
+    mode: SslMode,
+    tls: MakeRustlsConnect,
+}
+
+impl Database {
+    /// Reads a `postgres://` URL (or libpq's `key=value` form) and the CA file, if any.
+    ///
+    /// tokio-postgres parses `sslmode` but knows only disable, prefer and require (whether
+    /// to ask for TLS, and whether to insist), and has no `sslrootcert`. So both are taken
+    /// out of a URL's query here, before the rest is handed to it: tokio-postgres is told
+    /// the negotiation the mode implies (`require` for the verify modes) and rustls does the
+    /// checking (see [`super::tls`]). In the `key=value` form only tokio-postgres' three
+    /// modes are read, and the CA comes from `ca_file`.
+    ///
+    /// `prefer` falls back to plaintext when the server declines TLS, not after a failed
+    /// handshake: a certificate that fails the given CA is refused in every mode.
+    ///
+    /// Every connection gets TCP keepalives that find a dead peer within a minute, and
+    /// server-side limits that end a statement running for a minute or a transaction left
+    /// idle as long, so that no lock one holds (a partition row, say) outlives a frozen
+    /// replica.
+    pub fn new(url: &str, ca_file: Option<&Path>) -> Result<Self, ClusterError> {
+        let invalid = |reason: String| ClusterError::InvalidConfig(format!("--store: {reason}"));
+        let params = TlsParams::take_from(url).map_err(invalid)?;
+        let mut config: tokio_postgres::Config = params
+            .rest
+            .parse()
+            .map_err(|error| invalid(super::with_causes(&error)))?;
+        let mode = match &params.sslmode {
+            Some(mode) => SslMode::parse(mode).map_err(invalid)?,
+            None => SslMode::from_negotiation(config.get_ssl_mode()),
+        };
+        let ca_file = match (ca_file, &params.sslrootcert) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "the CA is given twice, by --store-ca-file and by sslrootcert=: keep one"
+                        .to_owned(),
+                ))
+            }
+            (Some(path), None) => Some(path),
+            (None, Some(path)) => Some(Path::new(path.as_str())),
+            (None, None) => None,
+        };
+        let tls = tls::connector(mode, ca_file).map_err(ClusterError::InvalidConfig)?;
+        config
+            .ssl_mode(mode.negotiation())
+            .connect_timeout(Duration::from_secs(5))
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .options("-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000");
+        Ok(Self { config, mode, tls })
+    }
+
+    pub fn ssl_mode(&self) -> SslMode {
+        self.mode
+    }
+
+    /// Opens one connection and drives it on its own task.
+    pub async fn connect(&self) -> Result<Client, ClusterError> {
+        let (client, connection) = self.open().await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                warn!(error = %super::with_causes(&error), "store connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Opens one connection, leaving its driver to the caller.
+    pub(crate) async fn open(&self) -> Result<(Client, Connection), ClusterError> {
+        self.config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|source| ClusterError::Connect {
+                database: self.to_string(),
+                source,
+            })
+    }
+
+    /// Whether `client`'s connection is encrypted, as the server sees it; `None` where the
+    /// server cannot say (a PostgreSQL-compatible database without `pg_stat_ssl`).
+    pub async fn encrypted(client: &Client) -> Option<bool> {
+        let row = client
+            .query_one(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+            .ok()?;
+        row.try_get(0).ok()
+    }
+}
+
+/// `user@host:port/database (sslmode=...)`: enough to tell which database and how, and
+/// never the password.
+impl fmt::Display for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|host| match host {
+                Host::Tcp(name) => name.clone(),
+                #[cfg(unix)]
+                Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let ports: Vec<String> = self.config.get_ports().iter().map(u16::to_string).collect();
+        write!(
+            f,
+            "{}@{}:{}/{} (sslmode={})",
+            self.config.get_user().unwrap_or_default(),
+            hosts.join(","),
+            ports.join(","),
+            self.config.get_dbname().unwrap_or_default(),
+            self.mode
+        )
+    }
+}
+
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Database({self})")
+    }
+}
+
+/// libpq's TLS parameters that tokio-postgres cannot read, taken out of a URL.
+#[derive(Debug, PartialEq, Eq)]
+struct TlsParams<'a> {
+    /// The URL without them, for tokio-postgres.
+    rest: Cow<'a, str>,
+    sslmode: Option<String>,
+    sslrootcert: Option<String>,
+}
+
+impl<'a> TlsParams<'a> {
+    /// Splits the query of a `postgres://` or `postgresql://` URL the way tokio-postgres
+    /// does (the credentials end at the first `@`, the query begins at the next `?`, its
+    /// parameters are `&`-separated and percent-encoded), so that what is left parses as
+    /// before. Anything else is left whole. The last of a repeated parameter wins, as in
+    /// tokio-postgres.
+    fn take_from(url: &'a str) -> Result<Self, String> {
+        let untouched = || TlsParams {
+            rest: Cow::Borrowed(url),
+            sslmode: None,
+            sslrootcert: None,
+        };
+        let Some(after_scheme) = ["postgres://", "postgresql://"]
+            .iter()
+            .find_map(|scheme| url.strip_prefix(scheme))
+        else {
+            return Ok(untouched());
+        };
+        let authority =
+            url.len() - after_scheme.len() + after_scheme.find('@').map_or(0, |at| at + 1);
+        let Some(query) = url[authority..].find('?').map(|at| authority + at) else {
+            return Ok(untouched());
+        };
+        let mut params = TlsParams {
+            rest: Cow::Borrowed(""),
+            sslmode: None,
+            sslrootcert: None,
+        };
+        let mut kept = Vec::new();
+        for pair in url[query + 1..].split('&') {
+            let Some((key, value)) = pair.split_once('=') else {
+                kept.push(pair);
+                continue;
+            };
+            let slot = match decode(key)?.as_ref() {
+                "sslmode" => &mut params.sslmode,
+                "sslrootcert" => &mut params.sslrootcert,
+                _ => {
+                    kept.push(pair);
+                    continue;
+                }
+            };
+            *slot = Some(decode(value)?.into_owned());
+        }
+        let mut rest = url[..query].to_owned();
+        if !kept.is_empty() {
+            rest.push('?');
+            rest.push_str(&kept.join("&"));
+        }
+        params.rest = Cow::Owned(rest);
+        Ok(params)
+    }
+}
+
+fn decode(text: &str) -> Result<Cow<'_, str>, String> {
+    percent_decode_str(text)
+        .decode_utf8()
+        .map_err(|_| "a query parameter is not valid UTF-8 once percent-decoded".to_owned())
+}
+
+/// A few connections used in turn for single statements. tokio-postgres pipelines
+/// statements on one connection, so concurrent calls share them without waiting for each
+/// other's round trips. A connection found closed (the server restarted, a proxy dropped
+/// it) is opened again on its next use, so no part of a replica is left without one.
+#[derive(Clone)]
+pub struct Connections {
+    database: Arc<Database>,
+    clients: Arc<Vec<tokio::sync::Mutex<Arc<Client>>>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Connections {
+    pub async fn open(database: &Database, count: u32) -> Result<Self, ClusterError> {
+        let mut clients = Vec::with_capacity(count as usize);
+        for _ in 0..count.max(1) {
+            clients.push(tokio::sync::Mutex::new(Arc::new(database.connect().await?)));
+        }
+        Ok(Self {
+            database: Arc::new(database.clone()),
+            clients: Arc::new(clients),
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// The next connection in turn, reconnected first if it was closed.
+    pub async fn client(&self) -> Result<Arc<Client>, ClusterError> {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut client = self.clients[turn % self.clients.len()].lock().await;
+        if client.is_closed() {
+            *client = Arc::new(self.database.connect().await?);
+            info!("store connection reopened");
+        }
+        Ok(client.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn take(url: &str) -> (String, Option<String>, Option<String>) {
+        let params = TlsParams::take_from(url).expect("readable");
+        (params.rest.into_owned(), params.sslmode, params.sslrootcert)
+    }
+
+    #[test]
+    fn tls_parameters_are_taken_out_of_the_query() {
+        assert_eq!(
+            take("postgres://u:p@db:5432/tickd?sslmode=verify-full&application_name=x&sslrootcert=%2Fca%20dir%2Fca.pem"),
+            (
+                "postgres://u:p@db:5432/tickd?application_name=x".to_owned(),
+                Some("verify-full".to_owned()),
+                Some("/ca dir/ca.pem".to_owned())
+            )
+        );
+        assert_eq!(
+            take("postgresql://db/tickd?sslmode=require&sslmode=verify-ca"),
+            (
+                "postgresql://db/tickd".to_owned(),
+                Some("verify-ca".to_owned()),
+                None
+            )
+        );
+    }
+
+    #[test]
+    fn a_question_mark_in_the_password_is_not_the_query() {
+        assert_eq!(
+            take("postgres://u:p?sslmode=x@db/tickd"),
+            ("postgres://u:p?sslmode=x@db/tickd".to_owned(), None, None)
+        );
+    }
+
+    #[test]
+    fn other_forms_are_left_whole() {
+        for url in ["host=db sslmode=require", "postgres://db/tickd"] {
+            assert_eq!(take(url), (url.to_owned(), None, None));
+        }
+    }
+
+    #[test]
+    fn the_mode_comes_from_the_url_or_defaults_to_prefer() {
+        let mode = |url: &str| Database::new(url, None).expect("valid").ssl_mode();
+        assert_eq!(mode("postgres://db/tickd"), SslMode::Prefer);
+        assert_eq!(
+            mode("postgres://db/tickd?sslmode=disable"),
+            SslMode::Disable
+        );
+        assert_eq!(mode("host=db sslmode=require"), SslMode::Require);
+        let error =
+            Database::new("postgres://db/tickd?sslmode=verify-full", None).expect_err("no CA");
+        assert!(error.to_string().contains("--store-ca-file"), "{error}");
+        let error = Database::new(
+            "postgres://db/t?sslrootcert=/a.pem",
+            Some(Path::new("/b.pem")),
+        )
+        .expect_err("two CAs");
+        assert!(error.to_string().contains("given twice"), "{error}");
+    }
+
+    #[test]
+    fn no_description_shows_the_password() {
+        let url = "postgres://tickd:secretpw@db:6432/timers?sslmode=require&password=secretpw";
+        let database = Database::new(url, None).expect("valid");
+        assert_eq!(
+            database.to_string(),
+            "tickd@db:6432/timers (sslmode=require)"
+        );
+        assert!(!format!("{database:?}").contains("secretpw"));
+        assert!(!format!("{:?}", StoreUrl::from(url.to_owned())).contains("secretpw"));
+        let unreadable =
+            Database::new("postgres://tickd:secretpw@db:x/timers", None).expect_err("a bad port");
+        assert!(!unreadable.to_string().contains("secretpw"), "{unreadable}");
+    }
+}
