@@ -18,6 +18,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod delivery;
+mod faults;
 pub mod metrics;
 pub mod proto;
 pub mod server;

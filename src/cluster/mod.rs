@@ -296,6 +296,8 @@ pub struct Replica {
     stop: watch::Sender<bool>,
     end_subscriptions: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// A third of the lease ttl: how often leases are renewed.
+    lease_renewal: std::time::Duration,
 }
 
 impl Replica {
@@ -377,7 +379,20 @@ impl Replica {
             stop,
             end_subscriptions,
             tasks,
+            lease_renewal: config.lease_ttl / 3,
         })
+    }
+
+    /// How long this replica has been unable to renew its leases, once that is longer
+    /// than one renewal period: its database is unreachable (or too slow), and it should
+    /// not be sent calls until it is back.
+    pub fn database_unreachable_for(&self) -> Option<std::time::Duration> {
+        self.ownership.rounds().unreachable_for(self.lease_renewal)
+    }
+
+    /// False if the replica's wheel thread is gone (a panic).
+    pub fn is_running(&self) -> bool {
+        self.worker.is_running()
     }
 
     /// Ends every subscription stream (graceful shutdown begins). Their unacknowledged
@@ -393,11 +408,12 @@ impl Replica {
     pub async fn stop(self) -> usize {
         self.end_subscriptions();
         let _ = self.stop.send(true);
-        let schedule = tokio::task::block_in_place(|| self.worker.stop());
+        // A wheel thread that panicked held only a cache of the database: nothing is lost.
+        let schedule = tokio::task::block_in_place(|| self.worker.try_stop());
         for task in self.tasks {
             let _ = task.await;
         }
         self.ownership.leave().await;
-        schedule.len()
+        schedule.map_or(0, |schedule| schedule.len())
     }
 }

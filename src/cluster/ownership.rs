@@ -10,6 +10,10 @@
 //! rest on this loop noticing in time (it may be paused, or its connection slow): the
 //! firing transaction itself locks the partition row and checks owner, epoch and expiry.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Client;
@@ -25,6 +29,37 @@ pub struct Ownership {
     /// Newly acquired partitions, for the loader to scan.
     acquired: mpsc::UnboundedSender<Vec<u32>>,
     partitions_owned: Gauge,
+    rounds: LeaseRounds,
+}
+
+/// When the last lease round succeeded: the replica's view of whether its database is
+/// reachable, for health (see [`LeaseRounds::unreachable_for`]).
+#[derive(Clone)]
+pub(crate) struct LeaseRounds {
+    origin: Instant,
+    last_success_ms: Arc<AtomicU64>,
+}
+
+impl LeaseRounds {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            last_success_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn succeeded(&self) {
+        let now = self.origin.elapsed().as_millis() as u64;
+        self.last_success_ms.store(now, Ordering::Release);
+    }
+
+    /// How long no round has succeeded, once that is longer than `renewal` (one missed
+    /// renewal: the database is unreachable, or too slow to keep leases).
+    pub(crate) fn unreachable_for(&self, renewal: Duration) -> Option<Duration> {
+        let last = Duration::from_millis(self.last_success_ms.load(Ordering::Acquire));
+        let since = self.origin.elapsed().saturating_sub(last);
+        (since > renewal * 2).then_some(since)
+    }
 }
 
 impl Ownership {
@@ -39,14 +74,22 @@ impl Ownership {
             shared,
             acquired,
             partitions_owned,
+            rounds: LeaseRounds::new(),
         }
+    }
+
+    pub(crate) fn rounds(&self) -> LeaseRounds {
+        self.rounds.clone()
     }
 
     pub async fn run(self, mut stopping: watch::Receiver<bool>) {
         let period = self.shared.lease_ttl / 3;
         loop {
-            if let Err(error) = self.round().await {
-                warn!(replica = %self.shared.replica_id, %error, "lease round failed");
+            match self.round().await {
+                Ok(()) => self.rounds.succeeded(),
+                Err(error) => {
+                    warn!(replica = %self.shared.replica_id, %error, "lease round failed")
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(period) => {}

@@ -145,6 +145,17 @@ impl DeliveryHandle {
         }
     }
 
+    /// Hands one fired batch to the delivery task.
+    pub fn fired(&self, batch: Vec<Expiration>) {
+        // After shutdown nobody is left to deliver to; the batch is dropped with the task.
+        let _ = self.sender.send(Request::Fired(batch));
+    }
+
+    /// False once the delivery task has ended (after `close`, or by a panic).
+    pub fn is_running(&self) -> bool {
+        !self.sender.is_closed()
+    }
+
     /// A sink for the worker thread: hands each fired batch to the delivery task.
     pub fn fired_sink(&self) -> impl FnMut(Vec<Expiration>) + Send + 'static {
         let sender = self.sender.clone();
@@ -305,7 +316,10 @@ impl Delivery {
 
     fn handle(&mut self, request: Request) {
         match request {
-            Request::Fired(batch) => self.enqueue_fired(batch),
+            Request::Fired(batch) => {
+                crate::faults::panic_if_injected("delivery");
+                self.enqueue_fired(batch)
+            }
             Request::Subscribe {
                 options,
                 id,

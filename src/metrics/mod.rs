@@ -69,6 +69,8 @@ pub struct Metrics {
     /// Replicated mode: partitions whose lease this replica holds.
     pub partitions_owned: Gauge,
     pub connections: connections::ConnectionMetrics,
+    /// 1 while tickd reports SERVING, 0 otherwise (its store failed or is unreachable).
+    pub serving: Gauge,
 }
 
 impl Metrics {
@@ -90,6 +92,7 @@ impl Metrics {
             rpc_seconds: Family::new_with_constructor(latency_histogram),
             partitions_owned: Gauge::default(),
             connections: connections::ConnectionMetrics::default(),
+            serving: Gauge::default(),
         };
         metrics.register_all();
         Arc::new(metrics)
@@ -98,6 +101,11 @@ impl Metrics {
     fn register_all(&mut self) {
         let registry = &mut self.registry;
         self.connections.register(registry);
+        registry.register(
+            "serving",
+            "1 while tickd reports SERVING; 0 once its store failed or is unreachable",
+            self.serving.clone(),
+        );
         registry.register(
             "timers_pending",
             "Pending timers",

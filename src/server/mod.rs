@@ -5,35 +5,32 @@
 //! and idle timeouts) and [`calls`] (per-connection accounting and the request size
 //! limit), over HTTP/2 set up by [`http2_server`].
 
+mod backend;
 mod calls;
 mod connections;
 
 use std::future::Future;
-use std::sync::Arc;
 
+use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tower::limit::GlobalConcurrencyLimitLayer;
-use tracing::{info, warn};
+
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+use tracing::{error, info, warn};
 
 use crate::api::auth::{Authenticator, Tokens};
-use crate::api::backend::{Deliveries, Timers};
 use crate::api::convert::Limits;
 use crate::api::TimersService;
-use crate::cluster::{ClusterConfig, Replica};
 use crate::config::Config;
-use crate::delivery::DeliveryHandle;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;
 use crate::proto::timers_server::TimersServer;
-use crate::store::{Store, StoreHandle, SyncMode};
-use crate::worker::clock::{Clock, SystemClock};
-use crate::worker::journal::Journal;
-use crate::worker::table::{Expiration, TimerTable};
-use crate::worker::Worker;
+use backend::{Backend, Health};
 use calls::CallLayer;
 use connections::ConnectionLimits;
 
@@ -57,6 +54,8 @@ pub enum ServerError {
     Tokens(#[from] crate::api::auth::TokenFileError),
     #[error("starting the replicated store: {0}")]
     Cluster(#[from] crate::cluster::ClusterError),
+    #[error("stopped because {0}")]
+    Failed(&'static str),
 }
 
 /// Where tickd listens; bound by the caller, so that tests can use port 0.
@@ -117,9 +116,7 @@ pub async fn run(
     .max_decoding_message_size(config.max_request_bytes);
     let timers = InterceptedService::new(timers, Authenticator::new(tokens));
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<TimersServer<TimersService>>()
-        .await;
+    set_health(&health_reporter, &metrics, true).await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -200,15 +197,23 @@ pub async fn run(
     let serving = async { tokio::try_join!(tcp, unix, probes).map(|_| ()) };
     tokio::pin!(serving);
 
-    tokio::select! {
-        result = &mut serving => result?,
+    let failure = tokio::select! {
+        result = &mut serving => {
+            result?;
+            None
+        }
         () = shutdown => {
             info!("shutdown requested: draining");
-            health_reporter.set_not_serving::<TimersServer<TimersService>>().await;
-            let _ = stopping.send(true);
-            backend.shutdown();
+            None
         }
-    }
+        reason = watch_health(&backend, &health_reporter, &metrics) => {
+            error!(reason, "tickd cannot do its job: stopping for its supervisor to restart it");
+            Some(reason)
+        }
+    };
+    set_health(&health_reporter, &metrics, false).await;
+    let _ = stopping.send(true);
+    backend.shutdown();
     let drain_timed_out = match tokio::time::timeout(config.drain_timeout, &mut serving).await {
         Ok(result) => {
             result?;
@@ -221,6 +226,9 @@ pub async fn run(
     };
     let pending_timers = backend.stop().await;
     let _ = stop_metrics.send(true);
+    if let Some(reason) = failure {
+        return Err(ServerError::Failed(reason));
+    }
     info!(pending_timers, "tickd stopped");
     Ok(Stopped {
         pending_timers,
@@ -228,123 +236,52 @@ pub async fn run(
     })
 }
 
-/// The parts that hold timers: a local worker, log and delivery task, or a replica of a
-/// shared database.
-enum Backend {
-    Local {
-        worker: Worker<TimerTable>,
-        delivery: DeliveryHandle,
-        store: Option<(Store, StoreHandle)>,
-    },
-    Replicated(Box<Replica>),
-}
+/// How often the health watch looks at the backend: a failure shows within this.
+const HEALTH_INTERVAL: Duration = Duration::from_millis(100);
 
-impl Backend {
-    fn local(config: &Config, metrics: &Arc<Metrics>) -> Result<Self, ServerError> {
-        // The worker must run on the clock the recovery converted deadlines with.
-        let clock = SystemClock::new();
-        let (table, store, recovered) =
-            tokio::task::block_in_place(|| recover(config, clock, metrics))?;
-        let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
-        let delivery =
-            DeliveryHandle::spawn(config.delivery(), store_handle, recovered, metrics.clone());
-        let worker = Worker::spawn(table, clock, config.worker(metrics), delivery.fired_sink())
-            .map_err(ServerError::Worker)?;
-        Ok(Backend::Local {
-            worker,
-            delivery,
-            store,
-        })
-    }
-
-    async fn replicated(
-        config: &Config,
-        url: &str,
-        metrics: &Arc<Metrics>,
-    ) -> Result<Self, ServerError> {
-        let cluster_config = ClusterConfig::from_config(config, url)?;
-        let replica = Replica::start(cluster_config, metrics.clone()).await?;
-        Ok(Backend::Replicated(Box::new(replica)))
-    }
-
-    fn timers(&self) -> Timers {
-        match self {
-            Backend::Local { worker, .. } => Timers::Local(worker.handle()),
-            Backend::Replicated(replica) => Timers::Replicated(replica.commands.clone()),
-        }
-    }
-
-    fn deliveries(&self) -> Deliveries {
-        match self {
-            Backend::Local { delivery, .. } => Deliveries::Local(delivery.clone()),
-            Backend::Replicated(replica) => Deliveries::Replicated(replica.deliveries.clone()),
-        }
-    }
-
-    /// Ends the subscription streams (graceful shutdown).
-    fn shutdown(&self) {
-        match self {
-            Backend::Local { delivery, .. } => delivery.shutdown(),
-            Backend::Replicated(replica) => replica.end_subscriptions(),
-        }
-    }
-
-    /// Stops everything; returns the timers still pending in this process's wheel.
-    async fn stop(self) -> usize {
-        match self {
-            Backend::Local {
-                worker,
-                delivery,
-                store,
-            } => {
-                let table = tokio::task::block_in_place(|| worker.stop());
-                let pending_timers = table.len();
-                drop(table);
-                // Every handle on the store must go before it can finish its last commit.
-                delivery.close().await;
-                if let Some((store, handle)) = store {
-                    drop(handle);
-                    tokio::task::block_in_place(|| store.join());
-                }
-                pending_timers
+/// Keeps health (every service name, and `tickd_serving`) in step with the backend:
+/// NOT_SERVING while a replica cannot reach its database, SERVING again once it can.
+/// Returns when the backend has failed for good.
+async fn watch_health(
+    backend: &Backend,
+    reporter: &HealthReporter,
+    metrics: &Metrics,
+) -> &'static str {
+    let mut ticks = tokio::time::interval(HEALTH_INTERVAL);
+    let mut serving = true;
+    loop {
+        ticks.tick().await;
+        match backend.health() {
+            Health::Failed(reason) => return reason,
+            Health::Unreachable(unreachable) if serving => {
+                warn!(?unreachable, "store unreachable: not serving");
+                set_health(reporter, metrics, false).await;
+                serving = false;
             }
-            Backend::Replicated(replica) => replica.stop().await,
+            Health::Serving if !serving => {
+                info!("store reachable again: serving");
+                set_health(reporter, metrics, true).await;
+                serving = true;
+            }
+            _ => {}
         }
     }
 }
 
-/// Builds the timer table, replaying the data directory into it unless `--sync none`.
-/// Returns the table (journaling), the store, and the expirations to deliver again.
-#[allow(clippy::type_complexity)]
-fn recover(
-    config: &Config,
-    clock: SystemClock,
-    metrics: &Arc<Metrics>,
-) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
-    let mut table = TimerTable::new(config.table(), metrics.clone());
-    if config.sync == SyncMode::None {
-        return Ok((table, None, Vec::new()));
-    }
-    let now = clock.now();
-    let (store, handle, unsettled) =
-        Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
-            table.replay(record, now)
-        })?;
-    table.attach_journal(Journal::new(
-        handle.clone(),
-        config.snapshot_after_bytes,
-        store.recovered_snapshot_bytes(),
-    ));
-    let recovered = unsettled
-        .into_iter()
-        .filter_map(Expiration::recovered)
-        .collect();
-    info!(
-        data_dir = %config.data_dir.display(),
-        pending_timers = table.len(),
-        "recovered timers"
-    );
-    Ok((table, Some((store, handle)), recovered))
+/// SERVING or NOT_SERVING for the whole server ("") and for `tickd.v1.Timers`.
+async fn set_health(reporter: &HealthReporter, metrics: &Metrics, serving: bool) {
+    let status = match serving {
+        true => ServingStatus::Serving,
+        false => ServingStatus::NotServing,
+    };
+    reporter.set_service_status("", status).await;
+    reporter
+        .set_service_status(
+            <TimersServer<TimersService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    metrics.serving.set(i64::from(serving));
 }
 
 async fn stopped(mut stop_signal: watch::Receiver<bool>) {

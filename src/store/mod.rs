@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::ValueEnum;
@@ -164,9 +165,16 @@ enum Request {
 #[derive(Clone)]
 pub struct StoreHandle {
     sender: Sender<Request>,
+    failed: Arc<AtomicBool>,
 }
 
 impl StoreHandle {
+    /// True once a write or fsync failed: the store refuses everything from then on, and
+    /// tickd must stop (see `server::run`).
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
     /// Appends a batch; its callbacks run once it is on disk (per the sync mode). If the
     /// store has stopped, nothing runs: the callers' reply channels close, which they report
     /// as unavailable.
@@ -212,7 +220,15 @@ impl Store {
             .into_iter()
             .map(|(key, (frame, fired))| ((key, frame), fired))
             .unzip();
-        let writer = Writer::start(dir.to_owned(), next_segment, sync, frames, metrics)?;
+        let failed = Arc::new(AtomicBool::new(false));
+        let writer = Writer::start(
+            dir.to_owned(),
+            next_segment,
+            sync,
+            frames,
+            metrics,
+            failed.clone(),
+        )?;
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tickd-store".into())
@@ -222,13 +238,19 @@ impl Store {
             thread,
             recovered_snapshot_bytes,
         };
-        Ok((store, StoreHandle { sender }, unsettled))
+        Ok((store, StoreHandle { sender, failed }, unsettled))
     }
 
     /// Size of the snapshot the store recovered from: what the next snapshot will be
     /// about as large as, which sets when it is worth taking.
     pub fn recovered_snapshot_bytes(&self) -> usize {
         usize::try_from(self.recovered_snapshot_bytes).unwrap_or(usize::MAX)
+    }
+
+    /// False once the store thread has ended: it ends only when every handle is dropped,
+    /// or by a panic.
+    pub fn is_running(&self) -> bool {
+        !self.thread.is_finished()
     }
 
     pub fn join(self) {
@@ -260,6 +282,8 @@ struct Writer {
     metrics: Arc<Metrics>,
     /// Set by the first I/O error; see [`Writer::stop_on_error`].
     failed: bool,
+    /// The same, for the rest of the process to see.
+    failed_flag: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -269,6 +293,7 @@ impl Writer {
         sync: SyncMode,
         unsettled: Unsettled,
         metrics: Arc<Metrics>,
+        failed_flag: Arc<AtomicBool>,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
         Ok(Self {
@@ -282,6 +307,7 @@ impl Writer {
             last_sync: Instant::now(),
             metrics,
             failed: false,
+            failed_flag,
         })
     }
 
@@ -322,8 +348,9 @@ impl Writer {
     /// acknowledgement; so are all later ones.
     fn stop_on_error(&mut self, result: Result<(), StoreError>, pending: &mut Batch) {
         if let Err(error) = result {
-            error!(error = %error, "the log failed: refusing every mutation until tickd restarts");
+            error!(error = %error, "the log failed: refusing every call and stopping");
             self.failed = true;
+            self.failed_flag.store(true, Ordering::Release);
             if let Some((sequence, _)) = self.snapshot.take() {
                 let _ =
                     fs::remove_file(snapshot_path(&self.dir, sequence).with_extension("partial"));
@@ -340,6 +367,7 @@ impl Writer {
         }
         match request {
             Request::Append(batch) => {
+                crate::faults::panic_if_injected("store");
                 for (key, frame) in batch.fired {
                     self.unsettled.insert(key, frame);
                 }

@@ -154,13 +154,24 @@ impl<S: TimerState> Worker<S> {
     }
 
     /// Applies every command sent before this call, then stops the thread.
+    ///
+    /// # Panics
+    /// If the worker thread panicked; [`Worker::try_stop`] reports it instead.
     pub fn stop(self) -> S {
+        self.try_stop()
+            .unwrap_or_else(|| panic!("the timer worker thread had panicked"))
+    }
+
+    /// Like [`Worker::stop`]; None if the thread had panicked (its state is gone).
+    pub fn try_stop(self) -> Option<S> {
         // If the thread is already gone the join below reports it.
         let _ = self.handle.send_message(Message::Stop);
-        match self.thread.join() {
-            Ok(state) => state,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        self.thread.join().ok()
+    }
+
+    /// False once the thread has ended: after `stop`, or by a panic.
+    pub fn is_running(&self) -> bool {
+        !self.thread.is_finished()
     }
 }
 

@@ -963,6 +963,7 @@ impl TimerState for TimerTable {
     type Fired = Expiration;
 
     fn apply(&mut self, command: Command, now: Now) {
+        crate::faults::panic_if_injected("worker");
         match command {
             Command::Register { timers, reply } => {
                 let results = timers

@@ -1,0 +1,210 @@
+//! The parts that hold timers, local or replicated, as the server starts, watches and
+//! stops them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::info;
+
+use super::ServerError;
+use crate::api::backend::{Deliveries, Timers};
+use crate::cluster::{ClusterConfig, Replica};
+use crate::config::Config;
+use crate::delivery::DeliveryHandle;
+use crate::metrics::Metrics;
+use crate::store::{Batch, Store, StoreHandle, SyncMode};
+use crate::worker::clock::{Clock, SystemClock};
+use crate::worker::journal::Journal;
+use crate::worker::table::{Expiration, TimerTable};
+use crate::worker::Worker;
+
+/// What the health watch makes of the backend.
+pub(super) enum Health {
+    Serving,
+    /// The replica cannot reach its database (for this long): not serving until it can.
+    Unreachable(Duration),
+    /// A part that holds state is gone or its log failed: tickd must stop, and recovery
+    /// decide what is true.
+    Failed(&'static str),
+}
+
+/// The parts that hold timers: a local worker, log and delivery task, or a replica of a
+/// shared database.
+pub(super) enum Backend {
+    Local {
+        worker: Worker<TimerTable>,
+        delivery: DeliveryHandle,
+        store: Option<(Store, StoreHandle)>,
+    },
+    Replicated(Box<Replica>),
+}
+
+impl Backend {
+    pub(super) fn local(config: &Config, metrics: &Arc<Metrics>) -> Result<Self, ServerError> {
+        // The worker must run on the clock the recovery converted deadlines with.
+        let clock = SystemClock::new();
+        let (table, store, recovered) =
+            tokio::task::block_in_place(|| recover(config, clock, metrics))?;
+        let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
+        let delivery = DeliveryHandle::spawn(
+            config.delivery(),
+            store_handle.clone(),
+            recovered,
+            metrics.clone(),
+        );
+        let sink = fired_sink(store_handle, delivery.clone());
+        let worker = Worker::spawn(table, clock, config.worker(metrics), sink)
+            .map_err(ServerError::Worker)?;
+        Ok(Backend::Local {
+            worker,
+            delivery,
+            store,
+        })
+    }
+
+    pub(super) async fn replicated(
+        config: &Config,
+        url: &str,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Self, ServerError> {
+        let cluster_config = ClusterConfig::from_config(config, url)?;
+        let replica = Replica::start(cluster_config, metrics.clone()).await?;
+        Ok(Backend::Replicated(Box::new(replica)))
+    }
+
+    pub(super) fn timers(&self) -> Timers {
+        match self {
+            Backend::Local { worker, .. } => Timers::Local(worker.handle()),
+            Backend::Replicated(replica) => Timers::Replicated(replica.commands.clone()),
+        }
+    }
+
+    pub(super) fn deliveries(&self) -> Deliveries {
+        match self {
+            Backend::Local { delivery, .. } => Deliveries::Local(delivery.clone()),
+            Backend::Replicated(replica) => Deliveries::Replicated(replica.deliveries.clone()),
+        }
+    }
+
+    /// Whether the parts that hold timers can do their job (see [`Health`]).
+    pub(super) fn health(&self) -> Health {
+        match self {
+            Backend::Local {
+                worker,
+                delivery,
+                store,
+            } => {
+                if let Some((store, handle)) = store {
+                    if handle.has_failed() {
+                        return Health::Failed("the log failed to write (see the error above)");
+                    }
+                    if !store.is_running() {
+                        return Health::Failed("the store thread stopped");
+                    }
+                }
+                if !worker.is_running() {
+                    return Health::Failed("the timer worker thread stopped");
+                }
+                if !delivery.is_running() {
+                    return Health::Failed("the delivery task stopped");
+                }
+                Health::Serving
+            }
+            Backend::Replicated(replica) => {
+                if !replica.is_running() {
+                    return Health::Failed("the replica's wheel thread stopped");
+                }
+                match replica.database_unreachable_for() {
+                    Some(unreachable) => Health::Unreachable(unreachable),
+                    None => Health::Serving,
+                }
+            }
+        }
+    }
+
+    /// Ends the subscription streams (graceful shutdown).
+    pub(super) fn shutdown(&self) {
+        match self {
+            Backend::Local { delivery, .. } => delivery.shutdown(),
+            Backend::Replicated(replica) => replica.end_subscriptions(),
+        }
+    }
+
+    /// Stops everything; returns the timers still pending in this process's wheel.
+    pub(super) async fn stop(self) -> usize {
+        match self {
+            Backend::Local {
+                worker,
+                delivery,
+                store,
+            } => {
+                // A worker that panicked leaves no table: what is pending is in the log.
+                let table = tokio::task::block_in_place(|| worker.try_stop());
+                let pending_timers = table.as_ref().map_or(0, TimerTable::len);
+                drop(table);
+                // Every handle on the store must go before it can finish its last commit.
+                delivery.close().await;
+                if let Some((store, handle)) = store {
+                    drop(handle);
+                    tokio::task::block_in_place(|| store.join());
+                }
+                pending_timers
+            }
+            Backend::Replicated(replica) => replica.stop().await,
+        }
+    }
+}
+
+/// Builds the timer table, replaying the data directory into it unless `--sync none`.
+/// Returns the table (journaling), the store, and the expirations to deliver again.
+#[allow(clippy::type_complexity)]
+fn recover(
+    config: &Config,
+    clock: SystemClock,
+    metrics: &Arc<Metrics>,
+) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
+    let mut table = TimerTable::new(config.table(), metrics.clone());
+    if config.sync == SyncMode::None {
+        return Ok((table, None, Vec::new()));
+    }
+    let now = clock.now();
+    let (store, handle, unsettled) =
+        Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
+            table.replay(record, now)
+        })?;
+    table.attach_journal(Journal::new(
+        handle.clone(),
+        config.snapshot_after_bytes,
+        store.recovered_snapshot_bytes(),
+    ));
+    let recovered = unsettled
+        .into_iter()
+        .filter_map(Expiration::recovered)
+        .collect();
+    info!(
+        data_dir = %config.data_dir.display(),
+        pending_timers = table.len(),
+        "recovered timers"
+    );
+    Ok((table, Some((store, handle)), recovered))
+}
+
+/// The worker's fired batches reach delivery only once their firing records are in the log
+/// (per `--sync`): everything logged before them, the timers' registrations included, is
+/// then too. A timer whose registration the log failed to write (a call answered with an
+/// error) is never delivered, since the store drops the callbacks of what it could not
+/// write. Without a log, batches go straight to delivery.
+fn fired_sink(
+    store: Option<StoreHandle>,
+    delivery: DeliveryHandle,
+) -> impl FnMut(Vec<Expiration>) + Send + 'static {
+    move |batch| match &store {
+        None => delivery.fired(batch),
+        Some(store) => {
+            let delivery = delivery.clone();
+            let mut after_firing = Batch::default();
+            after_firing.on_durable(Box::new(move || delivery.fired(batch)));
+            store.append(after_firing);
+        }
+    }
+}
