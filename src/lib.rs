@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod config;
 pub mod delivery;
 pub mod metrics;
+pub(crate) mod namespaces;
 pub mod proto;
 pub mod server;
 pub mod store;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tickd::metrics::Metrics;
 use tickd::worker::clock::ManualClock;
 use tickd::worker::table::{
-    Command, Due, Expiration, NewTimer, TableConfig, Target, TimerRef, TimerTable, TimerView,
+    Command, Due, Expiration, Handoff, NewTimer, TableConfig, Target, TimerRef, TimerTable,
+    TimerView,
 };
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
@@ -63,6 +64,7 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
             tick: Duration::from_millis(1),
             max_pending: 1_000,
             max_pending_per_namespace: 0,
+            max_namespaces: 0,
         },
         Metrics::new(),
     );
@@ -71,8 +73,15 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
         table,
         clock.clone(),
         WorkerConfig::default(),
-        move |batch| {
-            fired.send(batch).unwrap();
+        move |batch: Vec<Handoff>| {
+            let expirations: Vec<Expiration> = batch
+                .into_iter()
+                .filter_map(|handoff| match handoff {
+                    Handoff::Fired(expiration) => Some(expiration),
+                    Handoff::Forgotten(_) => None,
+                })
+                .collect();
+            fired.send(expirations).unwrap();
         },
     )
     .unwrap();

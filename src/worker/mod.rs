@@ -12,6 +12,7 @@
 pub mod clock;
 pub mod journal;
 pub mod lanes;
+pub(crate) mod namespaces;
 pub mod table;
 
 use std::thread::JoinHandle;
