@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
@@ -85,7 +85,12 @@ impl Namespaces {
             slots: Vec::new(),
             free: Vec::new(),
             ids: FxHashMap::default(),
-            next_number: 0,
+            // Numbers also differ from those of an earlier process (whose tokens a client
+            // may still hold): they start at the wall-clock time in nanoseconds, further on
+            // than any earlier process can have counted.
+            next_number: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos() as u64),
             emptied: VecDeque::new(),
             max,
             metrics,
@@ -139,10 +144,10 @@ impl Namespaces {
     /// A number never given before, whose lower half is never `ALL_NAMESPACES`.
     fn take_number(&mut self) -> u64 {
         if self.next_number as u32 == super::table::ALL_NAMESPACES {
-            self.next_number += 1;
+            self.next_number = self.next_number.wrapping_add(1);
         }
         let number = self.next_number;
-        self.next_number += 1;
+        self.next_number = self.next_number.wrapping_add(1);
         number
     }
 
