@@ -13,6 +13,7 @@ pub mod clock;
 pub mod journal;
 pub mod lanes;
 pub(crate) mod namespaces;
+mod page;
 pub mod table;
 
 use std::thread::JoinHandle;

@@ -112,7 +112,7 @@ impl Namespaces {
         match admission {
             Admission::Checked => live.try_hold(&name, self.max).map_err(|full| {
                 TimerError::ResourceExhausted(format!(
-                    "namespace {name:?} would be one more than the {} live namespaces allowed \
+                    "namespace {name:?} would be a new one, and {} namespaces are live already \
                      (--max-namespaces {})",
                     full.live, self.max
                 ))
@@ -143,7 +143,7 @@ impl Namespaces {
 
     /// A number never given before, whose lower half is never `ALL_NAMESPACES`.
     fn take_number(&mut self) -> u64 {
-        if self.next_number as u32 == super::table::ALL_NAMESPACES {
+        if self.next_number as u32 == super::page::ALL_NAMESPACES {
             self.next_number = self.next_number.wrapping_add(1);
         }
         let number = self.next_number;
@@ -285,7 +285,7 @@ mod tests {
         namespaces.intern("a", Admission::Restored).unwrap();
         namespaces.intern("b", Admission::Restored).unwrap();
         assert_eq!(metrics.namespaces.len(), 2);
-        namespaces.next_number = u64::from(super::super::table::ALL_NAMESPACES);
+        namespaces.next_number = u64::from(super::super::page::ALL_NAMESPACES);
         let c = namespaces.intern("c", Admission::Restored).unwrap();
         assert_eq!(namespaces[c].number, 1 << 32);
     }

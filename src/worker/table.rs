@@ -18,6 +18,7 @@ use tracing::warn;
 use super::clock::Now;
 use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
+pub use super::page::{PageToken, ALL_NAMESPACES};
 use super::TimerState;
 use crate::metrics::Metrics;
 use crate::store::frame::TimerFields;
@@ -126,65 +127,11 @@ pub struct Registered {
     pub created: bool,
 }
 
-/// Where a page of the pending listing resumes: a position in the wheel's storage (see
-/// [`Wheel::positions_from`]), bound to the listing it came from (one namespace, or all of
-/// them) so that it cannot be replayed against another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageToken {
-    /// The namespace's number, or `ALL_NAMESPACES` (here, the lower half of the number).
-    pub scope: u32,
-    /// Where the listing resumes: a storage position here, the last id listed in the
-    /// replicated store. Storage positions take 32 bits: here the upper half holds the
-    /// upper half of the namespace's number.
-    pub position: u64,
-}
-
-/// The `scope` of a token from a listing of every namespace.
-pub const ALL_NAMESPACES: u32 = u32::MAX;
-
-impl PageToken {
-    /// A token of the listing of the namespace numbered `number` (None: every namespace).
-    /// Namespace numbers are 64 bits and never reused (slots are), so a token outlives
-    /// the namespace it came from without ever matching another.
-    fn local(number: Option<u64>, position: u32) -> Self {
-        let number = number.unwrap_or(u64::from(ALL_NAMESPACES));
-        Self {
-            scope: number as u32,
-            position: (number >> 32) << 32 | u64::from(position),
-        }
-    }
-
-    /// Where this token resumes the listing of `number`, if it came from that listing.
-    fn local_position(self, number: Option<u64>) -> Option<u32> {
-        let listing = Self::local(number, 0);
-        (self.scope == listing.scope && self.position >> 32 == listing.position >> 32)
-            .then_some(self.position as u32)
-    }
-}
-
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
 /// millisecond of the worker's time, so that listing a small namespace among millions of
 /// timers never stalls firing. A page may hence come back short, even empty, with a token
 /// to continue from.
 const SCAN_POSITIONS: usize = 65_536;
-
-impl fmt::Display for PageToken {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{:x}.{:x}", self.scope, self.position)
-    }
-}
-
-impl FromStr for PageToken {
-    type Err = TimerError;
-    fn from_str(text: &str) -> Result<Self, TimerError> {
-        let malformed = || TimerError::invalid("page_token", "not a token from a previous page");
-        let (scope, position) = text.split_once('.').ok_or_else(malformed)?;
-        Ok(PageToken {
-            scope: u32::from_str_radix(scope, 16).map_err(|_| malformed())?,
-            position: u64::from_str_radix(position, 16).map_err(|_| malformed())?,
-        })
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct PendingQuery {
