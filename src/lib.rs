@@ -20,6 +20,7 @@ pub mod config;
 pub mod delivery;
 mod faults;
 pub mod metrics;
+pub(crate) mod namespaces;
 pub mod proto;
 pub mod server;
 pub mod store;

@@ -34,34 +34,6 @@ fn timer_id(expiration: &Expiration) -> String {
         .clone()
 }
 
-/// Registers every spec in one NewTimeouts call (one worker command, hence one clock
-/// reading: timers with the same delay share a deadline and fire in the same batch).
-async fn register_all(client: &mut TimersClient<Channel>, specs: Vec<TimerSpec>) -> Vec<String> {
-    let count = specs.len();
-    let results = client
-        .new_timeouts(NewTimeoutsRequest { timers: specs })
-        .await
-        .expect("new_timeouts")
-        .into_inner()
-        .results;
-    assert_eq!(results.len(), count);
-    results
-        .into_iter()
-        .map(|result| match result.result {
-            Some(new_timeout_result::Result::Registered(registered)) => {
-                registered.timer.expect("timer").id
-            }
-            other => panic!("registration failed: {other:?}"),
-        })
-        .collect()
-}
-
-fn specs(namespace: &str, count: usize, delay_ms: u64) -> Vec<TimerSpec> {
-    (0..count)
-        .map(|index| spec(namespace, delay_ms, format!("payload-{index}").as_bytes()))
-        .collect()
-}
-
 async fn subscribe_with(
     client: &mut TimersClient<Channel>,
     request: SubscribeRequest,
@@ -70,18 +42,6 @@ async fn subscribe_with(
         .subscribe(request)
         .await
         .expect("subscribe")
-        .into_inner()
-}
-
-async fn pending_with_dead(client: &mut TimersClient<Channel>, namespace: &str) -> PendingResponse {
-    client
-        .pending(PendingRequest {
-            namespace: namespace.into(),
-            include_dead: true,
-            ..Default::default()
-        })
-        .await
-        .expect("pending")
         .into_inner()
 }
 

@@ -1556,8 +1556,9 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
 }
 
 /// Dead expirations (attempts used up, no live claim) are kept per namespace up to
-/// `--max-dead`, the newest; live ones and other namespaces' are not touched. Acknowledged
-/// ones are deleted once their retention for observers is over.
+/// `--max-dead`, the newest, and Pending counts what it lists; live ones and other
+/// namespaces' are not touched. Acknowledged ones are deleted once their retention for
+/// observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_acknowledged_expirations_are_trimmed() {
     use tickd::cluster::delivery::{ClusterDeliveries, Wakeups};
@@ -1591,7 +1592,22 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
         Wakeups::default(),
         stopping,
     );
-    assert_eq!(deliveries.trim_dead_once().await.expect("trimming"), 3);
+    // Before the trim as after it, Pending counts and lists what the trim keeps: the
+    // newest two of each namespace, oldest first; an empty namespace, every namespace's.
+    let listed = |dead: tickd::delivery::DeadList| {
+        let ids: Vec<u64> = dead.dead.iter().map(|dead| dead.expiration.id.0).collect();
+        (dead.count, ids)
+    };
+    for trimmed in [3, 0] {
+        let in_a = deliveries.dead(Some("a".into())).await.expect("listing");
+        assert_eq!(listed(in_a), (2, vec![4, 5]));
+        let everywhere = deliveries.dead(None).await.expect("listing");
+        assert_eq!(listed(everywhere), (3, vec![4, 5, 6]));
+        assert_eq!(
+            deliveries.trim_dead_once().await.expect("trimming"),
+            trimmed
+        );
+    }
     let left: Vec<i64> = postgres
         .query("SELECT timer_id FROM tickd_expirations ORDER BY seq")
         .await

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tickd::metrics::Metrics;
 use tickd::worker::clock::ManualClock;
 use tickd::worker::table::{
-    Command, Due, Expiration, NewTimer, TableConfig, Target, TimerRef, TimerTable, TimerView,
+    Command, Due, Expiration, Handoff, NewTimer, TableConfig, Target, TimerRef, TimerTable,
+    TimerView,
 };
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
@@ -48,6 +49,21 @@ fn sync(worker: &WorkerHandle<Command>) {
     assert!(answer.blocking_recv().unwrap().is_err());
 }
 
+/// A worker sink that passes on the expirations of each batch (namespaces forgotten are
+/// not this file's concern).
+fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> impl FnMut(Vec<Handoff>) + Send {
+    move |batch| {
+        let expirations = batch
+            .into_iter()
+            .filter_map(|handoff| match handoff {
+                Handoff::Fired(expiration) => Some(expiration),
+                Handoff::Forgotten(_) => None,
+            })
+            .collect();
+        fired.send(expirations).unwrap();
+    }
+}
+
 fn names(batch: &[Expiration]) -> Vec<String> {
     batch
         .iter()
@@ -63,6 +79,7 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
             tick: Duration::from_millis(1),
             max_pending: 1_000,
             max_pending_per_namespace: 0,
+            max_namespaces: 0,
         },
         Metrics::new(),
     );
@@ -71,9 +88,7 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
         table,
         clock.clone(),
         WorkerConfig::default(),
-        move |batch| {
-            fired.send(batch).unwrap();
-        },
+        expirations_to(fired),
     )
     .unwrap();
     let handle = worker.handle();
@@ -141,6 +156,7 @@ fn a_repeating_timer_catches_up_on_one_clock() {
             tick: Duration::from_millis(1),
             max_pending: 1_000,
             max_pending_per_namespace: 0,
+            max_namespaces: 0,
         },
         Metrics::new(),
     );
@@ -149,9 +165,7 @@ fn a_repeating_timer_catches_up_on_one_clock() {
         table,
         clock.clone(),
         WorkerConfig::default(),
-        move |batch| {
-            fired.send(batch).unwrap();
-        },
+        expirations_to(fired),
     )
     .unwrap();
     let handle = worker.handle();

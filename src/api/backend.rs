@@ -63,7 +63,10 @@ impl Deliveries {
         }
     }
 
-    pub async fn dead(&self, namespace: String) -> Result<DeadList, Status> {
+    /// The dead expirations kept in a namespace, or (None) in every namespace. A bare
+    /// name is accepted too, for callers that only ask about one.
+    pub async fn dead(&self, namespace: impl Into<Option<String>>) -> Result<DeadList, Status> {
+        let namespace = namespace.into();
         match self {
             Deliveries::Local(delivery) => delivery.dead(namespace).await.map_err(|_| stopped()),
             Deliveries::Replicated(deliveries) => deliveries.dead(namespace).await.map_err(status),

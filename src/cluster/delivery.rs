@@ -231,35 +231,42 @@ impl ClusterDeliveries {
         })
     }
 
-    pub async fn dead(&self, namespace: String) -> Result<DeadList, TimerError> {
+    /// The dead expirations kept, oldest first, of one namespace or (None) of every one:
+    /// the newest `--max-dead` of each namespace, which is what the trim keeps (older ones
+    /// it has yet to delete are neither counted nor listed), so `count` is what is listed.
+    pub async fn dead(&self, namespace: Option<String>) -> Result<DeadList, TimerError> {
         let client = self.connections.client().await?;
-        let dead_condition = "namespace = $1 AND attempts >= $2 AND acked_at IS NULL
-             AND (claim_until IS NULL OR claim_until < clock_timestamp())";
         let max_attempts = self.config.max_attempts as i32;
-        let count: i64 = client
-            .query_one(
-                &format!("SELECT count(*) FROM tickd_expirations WHERE {dead_condition}"),
-                &[&namespace, &max_attempts],
-            )
-            .await
-            .map_err(ClusterError::query("listing dead expirations"))?
-            .get(0);
+        let dead_capacity = self.config.dead_capacity as i64;
+        let mut parameters: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            vec![&max_attempts, &dead_capacity];
+        // Two statements rather than `$3 IS NULL OR ...`, so that one namespace's listing
+        // keeps using the namespace index.
+        let in_namespace = match &namespace {
+            Some(namespace) => {
+                parameters.push(namespace);
+                "namespace = $3 AND"
+            }
+            None => "",
+        };
         let rows = client
             .query(
                 &format!(
-                    "SELECT {EXPIRATION_COLUMNS} FROM tickd_expirations WHERE {dead_condition}
-                     ORDER BY seq LIMIT $3"
+                    "SELECT {EXPIRATION_COLUMNS} FROM (
+                         SELECT {EXPIRATION_COLUMNS}, row_number() OVER (
+                             PARTITION BY namespace ORDER BY seq DESC) AS newer
+                         FROM tickd_expirations
+                         WHERE {in_namespace} attempts >= $1 AND acked_at IS NULL
+                           AND (claim_until IS NULL OR claim_until < clock_timestamp())
+                     ) dead
+                     WHERE newer <= $2 ORDER BY seq"
                 ),
-                &[
-                    &namespace,
-                    &max_attempts,
-                    &(self.config.dead_capacity as i64),
-                ],
+                &parameters,
             )
             .await
             .map_err(ClusterError::query("listing dead expirations"))?;
         Ok(DeadList {
-            count: count as u64,
+            count: rows.len() as u64,
             dead: rows
                 .iter()
                 .map(|row| Dead {

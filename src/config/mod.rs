@@ -84,6 +84,17 @@ pub struct Config {
     /// Dead expirations kept (and listed) per namespace.
     #[arg(long, env = "TICKD_MAX_DEAD", default_value_t = 10_000)]
     pub max_dead: usize,
+    /// Expirations fired and not yet acknowledged (waiting for a subscriber or in flight),
+    /// all namespaces together; beyond it newly fired expirations go to the dead list.
+    #[arg(long, env = "TICKD_MAX_BUFFERED_TOTAL", default_value_t = 1_000_000)]
+    pub max_buffered_total: usize,
+    /// Dead expirations kept, all namespaces together; beyond it the oldest are dropped.
+    #[arg(long, env = "TICKD_MAX_DEAD_TOTAL", default_value_t = 100_000)]
+    pub max_dead_total: usize,
+    /// Namespaces holding pending timers, expirations or subscribers at once; a
+    /// registration that would add one more fails with RESOURCE_EXHAUSTED (0: no limit).
+    #[arg(long, env = "TICKD_MAX_NAMESPACES", default_value_t = 100_000)]
+    pub max_namespaces: usize,
     /// Default time a subscriber has to acknowledge a delivery.
     #[arg(long, env = "TICKD_ACK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub ack_timeout: Duration,
@@ -224,6 +235,7 @@ impl Config {
             tick: self.tick,
             max_pending: self.max_pending,
             max_pending_per_namespace: self.max_pending_per_namespace,
+            max_namespaces: self.max_namespaces,
         }
     }
 
@@ -249,6 +261,8 @@ impl Config {
         DeliveryConfig {
             buffer_capacity: self.max_buffered,
             dead_capacity: self.max_dead,
+            buffered_total: self.max_buffered_total,
+            dead_total: self.max_dead_total,
             default_ack_timeout: self.ack_timeout,
             default_max_unacked: self.max_unacked,
             max_attempts: self.max_attempts,

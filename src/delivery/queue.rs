@@ -31,6 +31,13 @@ pub struct Dead {
     pub reason: &'static str,
 }
 
+/// A dead expiration kept in its namespace's list, numbered in the order expirations died
+/// across every namespace (see [`super::budget::Budget`]).
+pub(super) struct Buried {
+    pub seq: u64,
+    pub dead: Dead,
+}
+
 /// An expiration waiting to be (re)delivered.
 #[derive(Debug, Clone)]
 pub(super) struct Waiting {
@@ -69,9 +76,8 @@ pub(super) struct NamespaceQueue {
     pub in_flight: FxHashMap<u64, InFlight>,
     pub subscribers: Vec<Subscriber>,
     pub observers: Vec<(u64, mpsc::Sender<Delivered>)>,
-    pub dead: VecDeque<Dead>,
-    /// Dead entries dropped because the dead list itself was full.
-    pub dead_dropped: u64,
+    /// Oldest first.
+    pub dead: VecDeque<Buried>,
 }
 
 impl NamespaceQueue {
@@ -89,19 +95,6 @@ impl NamespaceQueue {
         self.subscribers
             .iter_mut()
             .find(|subscriber| subscriber.id == id)
-    }
-
-    /// Keeps a dead expiration visible, within `capacity`; past it the oldest is dropped,
-    /// counted, and returned so that it can be settled for good.
-    pub fn bury(&mut self, dead: Dead, capacity: usize) -> Option<Dead> {
-        let dropped = if self.dead.len() >= capacity {
-            self.dead_dropped += 1;
-            self.dead.pop_front()
-        } else {
-            None
-        };
-        self.dead.push_back(dead);
-        dropped
     }
 
     /// Copies to observers are best effort: an observer that does not keep up misses copies

@@ -26,6 +26,8 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tracing::{debug, warn};
 
+use crate::namespaces::LiveNamespaces;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NamespaceLabels {
     pub namespace: String,
@@ -62,6 +64,11 @@ pub struct Metrics {
     pub expirations_dead: Counter,
     /// Expirations waiting for a subscriber, all namespaces.
     pub delivery_buffered: Gauge,
+    /// Dead expirations kept (what Pending lists), all namespaces.
+    pub delivery_dead: Gauge,
+    /// Dead expirations dropped, oldest first, to keep within `--max-dead` and
+    /// `--max-dead-total`.
+    pub expirations_dead_dropped: Counter,
     pub worker_busy_seconds: Counter<f64, AtomicU64>,
     pub log_fsync_seconds: Histogram,
     pub rpc_requests: Family<RpcLabels, Counter>,
@@ -71,10 +78,15 @@ pub struct Metrics {
     pub connections: connections::ConnectionMetrics,
     /// 1 while tickd reports SERVING, 0 otherwise (its store failed or is unreachable).
     pub serving: Gauge,
+    /// The live namespaces, `tickd_namespaces`. Kept here because this is the one object
+    /// a running server shares between the worker's table, which creates namespaces, and
+    /// the delivery task, which lets them go.
+    pub(crate) namespaces: LiveNamespaces,
 }
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
+        let namespaces = Gauge::default();
         let mut metrics = Self {
             registry: Registry::with_prefix("tickd"),
             timers_pending: Family::default(),
@@ -86,6 +98,8 @@ impl Metrics {
             expirations_redelivered: Counter::default(),
             expirations_dead: Counter::default(),
             delivery_buffered: Gauge::default(),
+            delivery_dead: Gauge::default(),
+            expirations_dead_dropped: Counter::default(),
             worker_busy_seconds: Counter::default(),
             log_fsync_seconds: latency_histogram(),
             rpc_requests: Family::default(),
@@ -93,12 +107,13 @@ impl Metrics {
             partitions_owned: Gauge::default(),
             connections: connections::ConnectionMetrics::default(),
             serving: Gauge::default(),
+            namespaces: LiveNamespaces::new(namespaces.clone()),
         };
-        metrics.register_all();
+        metrics.register_all(namespaces);
         Arc::new(metrics)
     }
 
-    fn register_all(&mut self) {
+    fn register_all(&mut self, namespaces: Gauge) {
         let registry = &mut self.registry;
         self.connections.register(registry);
         registry.register(
@@ -110,6 +125,11 @@ impl Metrics {
             "timers_pending",
             "Pending timers",
             self.timers_pending.clone(),
+        );
+        registry.register(
+            "namespaces",
+            "Namespaces holding pending timers, expirations or subscribers",
+            namespaces,
         );
         registry.register(
             "timers_registered",
@@ -148,6 +168,16 @@ impl Metrics {
             "Expirations waiting for a subscriber",
             self.delivery_buffered.clone(),
         );
+        registry.register(
+            "delivery_dead",
+            "Dead expirations kept",
+            self.delivery_dead.clone(),
+        );
+        registry.register(
+            "expirations_dead_dropped",
+            "Dead expirations dropped, oldest first, beyond --max-dead or --max-dead-total",
+            self.expirations_dead_dropped.clone(),
+        );
         registry.register_with_unit(
             "worker_busy",
             "Time the wheel worker thread spent working (not sleeping)",
@@ -184,6 +214,14 @@ impl Metrics {
                 namespace: namespace.to_owned(),
             })
             .clone()
+    }
+
+    /// Removes a forgotten namespace's series, so that the scrape stays the size of the
+    /// live namespaces rather than of every namespace ever used.
+    pub(crate) fn forget_pending_gauge(&self, namespace: &str) {
+        self.timers_pending.remove(&NamespaceLabels {
+            namespace: namespace.to_owned(),
+        });
     }
 
     /// Counts one finished call.

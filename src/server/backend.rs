@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreHandle, SyncMode};
 use crate::worker::clock::{Clock, SystemClock};
 use crate::worker::journal::Journal;
-use crate::worker::table::{Expiration, TimerTable};
+use crate::worker::table::{Expiration, Handoff, TimerTable};
 use crate::worker::Worker;
 
 /// What the health watch makes of the backend.
@@ -197,7 +197,7 @@ fn recover(
 fn fired_sink(
     store: Option<StoreHandle>,
     delivery: DeliveryHandle,
-) -> impl FnMut(Vec<Expiration>) + Send + 'static {
+) -> impl FnMut(Vec<Handoff>) + Send + 'static {
     move |batch| match &store {
         None => delivery.fired(batch),
         Some(store) => {

@@ -12,6 +12,8 @@
 pub mod clock;
 pub mod journal;
 pub mod lanes;
+pub(crate) mod namespaces;
+mod page;
 pub mod table;
 
 use std::thread::JoinHandle;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -18,6 +17,8 @@ use tracing::warn;
 
 use super::clock::Now;
 use super::journal::Journal;
+use super::namespaces::{Admission, Namespaces};
+pub use super::page::{PageToken, ALL_NAMESPACES};
 use super::TimerState;
 use crate::metrics::Metrics;
 use crate::store::frame::TimerFields;
@@ -134,44 +135,11 @@ pub struct Registered {
     pub created: bool,
 }
 
-/// Where a page of the pending listing resumes: a position in the wheel's storage (see
-/// [`Wheel::positions_from`]), bound to the listing it came from (one namespace, or all of
-/// them) so that it cannot be replayed against another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageToken {
-    /// The namespace's number, or `ALL_NAMESPACES`.
-    pub scope: u32,
-    /// Where the listing resumes: a storage position here, the last id listed in the
-    /// replicated store.
-    pub position: u64,
-}
-
-/// The `scope` of a token from a listing of every namespace.
-pub const ALL_NAMESPACES: u32 = u32::MAX;
-
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
 /// millisecond of the worker's time, so that listing a small namespace among millions of
 /// timers never stalls firing. A page may hence come back short, even empty, with a token
 /// to continue from.
 const SCAN_POSITIONS: usize = 65_536;
-
-impl fmt::Display for PageToken {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{:x}.{:x}", self.scope, self.position)
-    }
-}
-
-impl FromStr for PageToken {
-    type Err = TimerError;
-    fn from_str(text: &str) -> Result<Self, TimerError> {
-        let malformed = || TimerError::invalid("page_token", "not a token from a previous page");
-        let (scope, position) = text.split_once('.').ok_or_else(malformed)?;
-        Ok(PageToken {
-            scope: u32::from_str_radix(scope, 16).map_err(|_| malformed())?,
-            position: u64::from_str_radix(position, 16).map_err(|_| malformed())?,
-        })
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct PendingQuery {
@@ -189,6 +157,15 @@ pub struct PendingPage {
     pub count: u64,
     pub timers: Vec<TimerView>,
     pub next_page_token: Option<PageToken>,
+}
+
+/// What the worker hands the delivery task, in the order it happened.
+#[derive(Debug)]
+pub enum Handoff {
+    Fired(Expiration),
+    /// The table forgot this namespace, after every expiration it fired there: the hold
+    /// it had on the live namespaces (see [`crate::namespaces`]) is the receiver's to let go.
+    Forgotten(Arc<str>),
 }
 
 /// One firing of a timer, on its way to delivery.
@@ -261,6 +238,8 @@ pub struct TableConfig {
     pub max_pending: usize,
     /// 0: no per-namespace quota.
     pub max_pending_per_namespace: u64,
+    /// Live namespaces at most (see [`crate::namespaces`]); 0: no limit.
+    pub max_namespaces: usize,
 }
 
 /// What the wheel holds for each pending timer. Every pending timer has one, so it is kept
@@ -326,10 +305,10 @@ fn next_repeat(record: &TimerRecord, previous: u64, interval: Duration, now: Now
 }
 
 /// The log's view of a pending timer, borrowed from its record.
-fn timer_fields<'a>(namespaces: &'a [Namespace], record: &'a TimerRecord) -> TimerFields<'a> {
+fn timer_fields<'a>(namespaces: &'a Namespaces, record: &'a TimerRecord) -> TimerFields<'a> {
     TimerFields {
         id: record.id,
-        namespace: &namespaces[record.namespace as usize].name,
+        namespace: &namespaces[record.namespace].name,
         key: record.key().unwrap_or_default(),
         deadline_unix_nanos: record.deadline_unix,
         payload: record.payload(),
@@ -404,20 +383,12 @@ impl From<Option<Duration>> for OptionalNanos {
     }
 }
 
-struct Namespace {
-    name: Arc<str>,
-    pending: u64,
-    pending_gauge: Gauge,
-    keys: FxHashMap<Box<str>, u64>,
-}
-
 pub struct TimerTable {
     wheel: Wheel<TimerRecord>,
     /// Every pending timer by id (ids are unique across namespaces; lookups check the
     /// namespace too).
     handles: IdIndex,
-    namespaces: Vec<Namespace>,
-    namespace_ids: FxHashMap<Arc<str>, u32>,
+    namespaces: Namespaces,
     next_id: u64,
     /// With a data directory: where records and deferred replies go.
     journal: Option<Journal>,
@@ -433,8 +404,7 @@ impl TimerTable {
         Self {
             wheel: Wheel::new(tick, config.max_pending),
             handles: IdIndex::default(),
-            namespaces: Vec::new(),
-            namespace_ids: FxHashMap::default(),
+            namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
             next_id: 1,
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,
@@ -488,9 +458,9 @@ impl TimerTable {
     }
 
     fn register(&mut self, timer: NewTimer, now: Now) -> Result<Registered, TimerError> {
-        let existing = self.namespace_ids.get(timer.namespace.as_str()).copied();
+        let existing = self.namespaces.slot(&timer.namespace);
         if let (Some(namespace), Some(key)) = (existing, &timer.key) {
-            if let Some(&id) = self.namespaces[namespace as usize].keys.get(key.as_str()) {
+            if let Some(&id) = self.namespaces[namespace].keys.get(key.as_str()) {
                 let handle = self.handles.get(id).expect("keys index pending timers");
                 return Ok(Registered {
                     timer: self.view_of(handle, now),
@@ -499,7 +469,7 @@ impl TimerTable {
             }
         }
         let quota = self.max_pending_per_namespace;
-        let pending = existing.map_or(0, |namespace| self.namespaces[namespace as usize].pending);
+        let pending = existing.map_or(0, |namespace| self.namespaces[namespace].pending);
         if quota > 0 && pending >= quota {
             return Err(TimerError::ResourceExhausted(format!(
                 "namespace {:?} holds its quota of pending timers (--max-pending-per-namespace {quota})",
@@ -523,7 +493,9 @@ impl TimerTable {
                 self.wheel.max_pending()
             )));
         }
-        let namespace = self.intern(&timer.namespace);
+        let namespace = self
+            .namespaces
+            .intern(&timer.namespace, Admission::Checked)?;
         let (key_and_payload, key_len) = TimerRecord::pack(timer.key.as_deref(), &timer.payload);
         let record = TimerRecord {
             id: self.next_id,
@@ -536,15 +508,18 @@ impl TimerTable {
             fired_count: 0,
             late: false,
         };
-        let handle = self
-            .wheel
-            .insert(deadline_monotonic, record)
-            .map_err(|full| {
-                TimerError::ResourceExhausted(format!(
+        let handle = match self.wheel.insert(deadline_monotonic, record) {
+            Ok(handle) => handle,
+            Err(full) => {
+                // Not expected (the room was checked above), but a namespace created for
+                // nothing must not stay.
+                self.namespaces.queue_if_empty(namespace, now.monotonic);
+                return Err(TimerError::ResourceExhausted(format!(
                     "max pending timers reached (--max-pending {})",
                     full.limit
-                ))
-            })?;
+                )));
+            }
+        };
         self.next_id += 1;
         self.index(handle);
         self.metrics.timers_registered.inc();
@@ -558,53 +533,28 @@ impl TimerTable {
         })
     }
 
-    fn intern(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.namespace_ids.get(name) {
-            return id;
-        }
-        let id = self.namespaces.len() as u32;
-        let name: Arc<str> = Arc::from(name);
-        self.namespace_ids.insert(name.clone(), id);
-        self.namespaces.push(Namespace {
-            pending_gauge: self.metrics.pending_gauge(&name),
-            name,
-            pending: 0,
-            keys: FxHashMap::default(),
-        });
-        id
-    }
-
     fn index(&mut self, handle: Handle) {
         let (_, record) = self.wheel.get(handle).expect("just inserted");
         let (namespace, id) = (record.namespace, record.id);
         let key = record.key().map(Box::from);
         self.handles.insert(id, handle);
-        let entry = &mut self.namespaces[namespace as usize];
-        entry.pending += 1;
-        entry.pending_gauge.inc();
-        if let Some(key) = key {
-            entry.keys.insert(key, id);
-        }
+        self.namespaces.add(namespace, id, key);
     }
 
-    fn unindex(&mut self, record: &TimerRecord) {
+    fn unindex(&mut self, record: &TimerRecord, now: Now) {
         self.handles.remove(record.id);
-        let entry = &mut self.namespaces[record.namespace as usize];
-        entry.pending -= 1;
-        entry.pending_gauge.dec();
-        if let Some(key) = record.key() {
-            entry.keys.remove(key);
-        }
+        self.namespaces
+            .remove(record.namespace, record.key(), now.monotonic);
     }
 
     /// Finds a pending timer's handle. `Ok(None)` means the id was issued once but the
     /// timer is no longer pending (fired or cancelled).
     fn lookup(&self, timer: &TimerRef) -> Result<Option<Handle>, TimerError> {
-        let namespace = self.namespace_ids.get(timer.namespace.as_str()).copied();
+        let namespace = self.namespaces.slot(&timer.namespace);
         let found = namespace.and_then(|namespace| {
             let id = match &timer.target {
                 Target::Id(id) => id.0,
-                Target::Key(key) => *self.namespaces[namespace as usize].keys.get(key.as_str())?,
+                Target::Key(key) => *self.namespaces[namespace].keys.get(key.as_str())?,
             };
             self.handle_in(namespace, id)
         });
@@ -632,19 +582,19 @@ impl TimerTable {
         })
     }
 
-    fn cancel(&mut self, timer: &TimerRef) -> Result<bool, TimerError> {
+    fn cancel(&mut self, timer: &TimerRef, now: Now) -> Result<bool, TimerError> {
         let Some(handle) = self.lookup(timer)? else {
             return Ok(false);
         };
         let record = self.wheel.cancel(handle).expect("indexed handles are live");
-        self.unindex(&record);
         self.metrics.timers_cancelled.inc();
         self.log(|table| {
             Kind::Cancelled(durable::Cancelled {
                 id: record.id,
-                namespace: table.namespaces[record.namespace as usize].name.to_string(),
+                namespace: table.namespaces[record.namespace].name.to_string(),
             })
         });
+        self.unindex(&record, now);
         Ok(true)
     }
 
@@ -680,7 +630,7 @@ impl TimerTable {
         self.log(|table| {
             Kind::Touched(durable::Touched {
                 id,
-                namespace: table.namespaces[namespace as usize].name.to_string(),
+                namespace: table.namespaces[namespace].name.to_string(),
                 deadline_unix_nanos: deadline_unix,
                 ttl_nanos: given_ttl.map_or(0, duration_nanos),
                 fired_count,
@@ -693,26 +643,23 @@ impl TimerTable {
     fn pending(&self, query: PendingQuery, now: Now) -> Result<PendingPage, TimerError> {
         let namespace = match &query.namespace {
             None => None,
-            Some(name) => match self.namespace_ids.get(name.as_str()) {
-                Some(&id) => Some(id),
+            Some(name) => match self.namespaces.slot(name) {
+                Some(slot) => Some(slot),
                 None => return Ok(PendingPage::default()),
             },
         };
-        let scope = namespace.unwrap_or(ALL_NAMESPACES);
+        let number = namespace.map(|slot| self.namespaces[slot].number);
         let start = match query.after {
             None => 0,
-            Some(token) if token.scope == scope => u32::try_from(token.position).map_err(|_| {
-                TimerError::invalid("page_token", "not a token from a previous page")
-            })?,
-            Some(_) => {
-                return Err(TimerError::invalid(
+            Some(token) => token.local_position(number).ok_or_else(|| {
+                TimerError::invalid(
                     "page_token",
-                    "comes from the listing of another namespace",
-                ))
-            }
+                    "comes from the listing of another namespace (or of one since emptied)",
+                )
+            })?,
         };
-        let count = namespace.map_or(self.wheel.len() as u64, |id| {
-            self.namespaces[id as usize].pending
+        let count = namespace.map_or(self.wheel.len() as u64, |slot| {
+            self.namespaces[slot].pending
         });
         if query.page_size == 0 {
             return Ok(PendingPage {
@@ -744,10 +691,7 @@ impl TimerTable {
         Ok(PendingPage {
             count,
             timers,
-            next_page_token: more.then(|| PageToken {
-                scope,
-                position: u64::from(resume_at.unwrap_or_default()),
-            }),
+            next_page_token: more.then(|| PageToken::local(number, resume_at.unwrap_or_default())),
         })
     }
 
@@ -759,7 +703,7 @@ impl TimerTable {
     fn view(&self, record: &TimerRecord, deadline_monotonic: u64, now: Now) -> TimerView {
         TimerView {
             id: TimerId(record.id),
-            namespace: self.namespaces[record.namespace as usize].name.clone(),
+            namespace: self.namespaces[record.namespace].name.clone(),
             key: record.key().map(str::to_owned),
             deadline_unix: record.deadline_unix,
             payload: Bytes::copy_from_slice(record.payload()),
@@ -778,7 +722,7 @@ impl TimerTable {
         self.metrics.firing_lateness.observe(lateness as f64 / 1e9);
         let expiration = Expiration {
             id: TimerId(record.id),
-            namespace: self.namespaces[record.namespace as usize].name.clone(),
+            namespace: self.namespaces[record.namespace].name.clone(),
             key: record.key().map(str::to_owned),
             payload: Bytes::copy_from_slice(record.payload()),
             deadline_unix: record.deadline_unix,
@@ -799,7 +743,7 @@ impl TimerTable {
         }
         match next {
             Some((unix, monotonic)) => self.rearm(record, unix, monotonic),
-            None => self.unindex(&record),
+            None => self.unindex(&record, now),
         }
         expiration
     }
@@ -825,7 +769,7 @@ impl TimerTable {
             Some(Kind::Cancelled(cancelled)) => {
                 if let Some(handle) = self.find(&cancelled.namespace, cancelled.id) {
                     let record = self.wheel.cancel(handle).expect("indexed handles are live");
-                    self.unindex(&record);
+                    self.unindex(&record, now);
                 }
             }
             Some(Kind::Touched(touched)) => {
@@ -852,7 +796,7 @@ impl TimerTable {
     }
 
     fn find(&self, namespace: &str, id: u64) -> Option<Handle> {
-        let namespace = *self.namespace_ids.get(namespace)?;
+        let namespace = self.namespaces.slot(namespace)?;
         self.handle_in(namespace, id)
     }
 
@@ -881,7 +825,7 @@ impl TimerTable {
         match fired.rearmed_deadline_unix_nanos {
             0 => {
                 let record = self.wheel.cancel(handle).expect("indexed handles are live");
-                self.unindex(&record);
+                self.unindex(&record, now);
             }
             rearmed => self.move_deadline(handle, rearmed, now),
         }
@@ -900,9 +844,12 @@ impl TimerTable {
     fn restore(&mut self, timer: durable::Timer, now: Now) {
         if let Some(handle) = self.find(&timer.namespace, timer.id) {
             let record = self.wheel.cancel(handle).expect("indexed handles are live");
-            self.unindex(&record);
+            self.unindex(&record, now);
         }
-        let namespace = self.intern(&timer.namespace);
+        let namespace = self
+            .namespaces
+            .intern(&timer.namespace, Admission::Restored)
+            .expect("restoring is never refused");
         let (key_and_payload, key_len) = TimerRecord::pack(Some(&timer.key), &timer.payload);
         let record = TimerRecord {
             id: timer.id,
@@ -921,7 +868,10 @@ impl TimerTable {
         let (id, deadline) = (timer.id, now.monotonic_at(timer.deadline_unix_nanos));
         match self.wheel.readmit(deadline, record) {
             Ok(handle) => self.index(handle),
-            Err(full) => warn!(id, error = %full, "timer not restored: no index space left"),
+            Err(full) => {
+                warn!(id, error = %full, "timer not restored: no index space left");
+                self.namespaces.queue_if_empty(namespace, now.monotonic);
+            }
         }
     }
 
@@ -960,7 +910,7 @@ fn duration_nanos(duration: Duration) -> u64 {
 
 impl TimerState for TimerTable {
     type Command = Command;
-    type Fired = Expiration;
+    type Fired = Handoff;
 
     fn apply(&mut self, command: Command, now: Now) {
         crate::faults::panic_if_injected("worker");
@@ -973,7 +923,7 @@ impl TimerState for TimerTable {
                 self.respond(reply, results);
             }
             Command::Cancel { timer, reply } => {
-                let cancelled = self.cancel(&timer);
+                let cancelled = self.cancel(&timer, now);
                 self.respond(reply, cancelled);
             }
             Command::Get { timer, reply } => {
@@ -1001,13 +951,20 @@ impl TimerState for TimerTable {
         }
     }
 
-    fn fire_due(&mut self, now: Now, fired: &mut Vec<Expiration>) {
+    fn fire_due(&mut self, now: Now, fired: &mut Vec<Handoff>) {
         let mut expired = Vec::new();
         self.wheel.advance(now.monotonic, &mut expired);
         fired.reserve(expired.len());
         for entry in expired {
-            fired.push(self.expire(entry.value, entry.deadline, now));
+            fired.push(Handoff::Fired(self.expire(
+                entry.value,
+                entry.deadline,
+                now,
+            )));
         }
+        // After this batch's expirations, so that delivery holds what they need first.
+        self.namespaces
+            .sweep(now.monotonic, |name| fired.push(Handoff::Forgotten(name)));
         self.continue_snapshot();
         if let Some(journal) = &mut self.journal {
             journal.flush();
@@ -1023,7 +980,10 @@ impl TimerState for TimerTable {
         if snapshotting {
             return Some(0);
         }
-        self.wheel.next_wakeup()
+        match (self.wheel.next_wakeup(), self.namespaces.next_sweep()) {
+            (Some(wheel), Some(sweep)) => Some(wheel.min(sweep)),
+            (wheel, sweep) => wheel.or(sweep),
+        }
     }
 }
 

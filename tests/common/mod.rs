@@ -15,6 +15,7 @@ use tickd::proto;
 use tickd::proto::timers_client::TimersClient;
 use tickd::server::Stopped;
 
+pub mod metrics;
 pub mod tooling;
 
 pub use proto::*;
@@ -219,4 +220,50 @@ pub fn now_unix_nanos() -> i128 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i128
+}
+
+/// Registers every spec in one NewTimeouts call (one worker command, hence one clock
+/// reading: timers with the same delay share a deadline and fire in the same batch).
+pub async fn register_all(
+    client: &mut TimersClient<Channel>,
+    specs: Vec<TimerSpec>,
+) -> Vec<String> {
+    let count = specs.len();
+    let results = client
+        .new_timeouts(NewTimeoutsRequest { timers: specs })
+        .await
+        .expect("new_timeouts")
+        .into_inner()
+        .results;
+    assert_eq!(results.len(), count);
+    results
+        .into_iter()
+        .map(|result| match result.result {
+            Some(new_timeout_result::Result::Registered(registered)) => {
+                registered.timer.expect("timer").id
+            }
+            other => panic!("registration failed: {other:?}"),
+        })
+        .collect()
+}
+
+pub fn specs(namespace: &str, count: usize, delay_ms: u64) -> Vec<TimerSpec> {
+    (0..count)
+        .map(|index| spec(namespace, delay_ms, format!("payload-{index}").as_bytes()))
+        .collect()
+}
+
+pub async fn pending_with_dead(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+) -> PendingResponse {
+    client
+        .pending(PendingRequest {
+            namespace: namespace.into(),
+            include_dead: true,
+            ..Default::default()
+        })
+        .await
+        .expect("pending")
+        .into_inner()
 }

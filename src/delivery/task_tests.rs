@@ -1,0 +1,184 @@
+//! The delivery task's bounds across namespaces and its namespace bookkeeping, driven
+//! directly (no runtime, no store).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::worker::table::TimerId;
+
+fn expiration(namespace: &str, id: u64) -> Expiration {
+    Expiration {
+        id: TimerId(id),
+        namespace: Arc::from(namespace),
+        key: None,
+        payload: Bytes::from_static(b"payload"),
+        deadline_unix: id,
+        fired_unix: id,
+        repeat: None,
+        ttl: None,
+        fired_count: 1,
+        late: false,
+    }
+}
+
+fn delivery(adjust: impl FnOnce(&mut DeliveryConfig)) -> Delivery {
+    let mut config = DeliveryConfig::default();
+    adjust(&mut config);
+    Delivery::new(config, None, Metrics::new())
+}
+
+fn ids(list: &DeadList) -> Vec<u64> {
+    list.dead.iter().map(|dead| dead.expiration.id.0).collect()
+}
+
+impl Delivery {
+    /// Every count the task keeps agrees with its queues.
+    fn check_counts(&self) {
+        let waiting: usize = self.namespaces.values().map(|q| q.waiting.len()).sum();
+        let in_flight: usize = self.namespaces.values().map(|q| q.in_flight.len()).sum();
+        let dead: usize = self.namespaces.values().map(|q| q.dead.len()).sum();
+        assert_eq!(self.budget.held(), waiting + in_flight, "held");
+        assert_eq!(self.budget.dead(), dead, "dead");
+        assert_eq!(self.metrics.delivery_buffered.get(), waiting as i64);
+        assert_eq!(self.metrics.delivery_dead.get(), dead as i64);
+        assert_eq!(self.metrics.namespaces.len(), self.namespaces.len());
+        for queue in self.namespaces.values() {
+            assert!(!queue.is_idle(), "an idle queue is kept");
+            assert!(queue.dead.len() <= self.config.dead_capacity);
+        }
+    }
+
+    fn subscribe_to(
+        &mut self,
+        namespace: &str,
+        id: u64,
+        window: usize,
+    ) -> mpsc::Receiver<Delivered> {
+        let (sender, receiver) = mpsc::channel(window);
+        let options = SubscribeOptions {
+            namespace: namespace.into(),
+            observer: false,
+            ack_timeout: None,
+            max_unacked: Some(window),
+            auto_ack: false,
+        };
+        self.subscribe(options, id, sender);
+        receiver
+    }
+}
+
+#[test]
+fn sixty_namespaces_share_one_buffer_and_the_rest_is_dead_and_listed() {
+    let mut delivery = delivery(|config| {
+        config.buffer_capacity = 1_000;
+        config.buffered_total = 100;
+    });
+    let mut id = 0;
+    for _round in 0..5 {
+        let batch = (0..60)
+            .map(|namespace| {
+                id += 1;
+                expiration(&format!("ns-{namespace}"), id)
+            })
+            .collect();
+        delivery.enqueue_fired(batch);
+    }
+    delivery.check_counts();
+    assert_eq!(delivery.budget.held(), 100);
+    let all = delivery.dead(None);
+    assert_eq!(all.count, 200);
+    assert_eq!(ids(&all), (101..=300).collect::<Vec<_>>(), "oldest first");
+    let per_namespace: u64 = (0..60)
+        .map(|namespace| delivery.dead(Some(&format!("ns-{namespace}"))).count)
+        .sum();
+    assert_eq!(per_namespace, 200);
+    assert_eq!(delivery.metrics.expirations_dead.get(), 200);
+}
+
+#[test]
+fn the_oldest_dead_across_namespaces_are_dropped_and_emptied_namespaces_forgotten() {
+    let mut delivery = delivery(|config| {
+        config.buffered_total = 0;
+        config.dead_total = 3;
+    });
+    let batch = ["a", "b", "a", "c", "c"]
+        .iter()
+        .enumerate()
+        .map(|(index, namespace)| expiration(namespace, index as u64 + 1))
+        .collect();
+    delivery.enqueue_fired(batch);
+    delivery.check_counts();
+    assert_eq!(ids(&delivery.dead(None)), [3, 4, 5]);
+    assert_eq!(ids(&delivery.dead(Some("a"))), [3]);
+    assert!(!delivery.namespaces.contains_key("b"), "b holds nothing");
+    assert_eq!(delivery.metrics.expirations_dead_dropped.get(), 2);
+}
+
+#[test]
+fn dead_count_is_what_is_listed_within_max_dead() {
+    let mut delivery = delivery(|config| {
+        config.buffer_capacity = 1;
+        config.dead_capacity = 3;
+    });
+    delivery.enqueue_fired((1..=6).map(|id| expiration("orders", id)).collect());
+    delivery.enqueue_fired((7..=8).map(|id| expiration("other", id)).collect());
+    delivery.check_counts();
+    let orders = delivery.dead(Some("orders"));
+    assert_eq!((orders.count, ids(&orders)), (3, vec![4, 5, 6]));
+    let all = delivery.dead(None);
+    assert_eq!((all.count, ids(&all)), (4, vec![4, 5, 6, 8]));
+    assert_eq!(delivery.dead(Some("nowhere")).count, 0);
+}
+
+#[test]
+fn a_namespace_stays_live_until_both_the_worker_and_delivery_let_go() {
+    let mut delivery = delivery(|_| {});
+    let live = delivery.metrics.clone();
+    // The worker's hold, as its table takes it.
+    live.namespaces.hold(&Arc::from("orders"));
+    let mut stream = delivery.subscribe_to("orders", 1, 10);
+    delivery.handoff(vec![
+        Handoff::Fired(expiration("orders", 1)),
+        Handoff::Forgotten(Arc::from("orders")),
+    ]);
+    delivery.check_counts();
+    assert_eq!(live.namespaces.len(), 1, "in flight: still live");
+    let delivered = stream.try_recv().expect("delivered");
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    delivery.ack("orders", vec![delivered.delivery_id], reply);
+    delivery.check_counts();
+    assert_eq!(live.namespaces.len(), 1, "subscribed: still live");
+    delivery.unsubscribe(&Arc::from("orders"), 1);
+    delivery.check_counts();
+    assert_eq!(live.namespaces.len(), 0);
+}
+
+#[test]
+fn redeliveries_and_dead_by_attempts_keep_the_counts_right() {
+    let mut delivery = delivery(|config| {
+        config.buffered_total = 2;
+        config.max_attempts = 2;
+    });
+    let mut stream = delivery.subscribe_to("orders", 1, 10);
+    delivery.enqueue_fired((1..=3).map(|id| expiration("orders", id)).collect());
+    delivery.check_counts();
+    assert_eq!(
+        delivery.dead(None).count,
+        1,
+        "the third found the buffer full"
+    );
+    // The subscriber leaves twice without acking: the two come back, then are dead.
+    for attempt in 1..=2 {
+        assert_eq!(stream.try_recv().unwrap().attempt, attempt);
+        assert_eq!(stream.try_recv().unwrap().attempt, attempt);
+        delivery.unsubscribe(&Arc::from("orders"), attempt.into());
+        delivery.check_counts();
+        stream = delivery.subscribe_to("orders", u64::from(attempt) + 1, 10);
+    }
+    delivery.check_counts();
+    assert_eq!(delivery.budget.held(), 0);
+    assert_eq!(delivery.dead(Some("orders")).count, 3);
+}
