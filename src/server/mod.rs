@@ -239,49 +239,61 @@ pub async fn run(
 /// How often the health watch looks at the backend: a failure shows within this.
 const HEALTH_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Keeps health (every service name, and `tickd_serving`) in step with the backend:
-/// NOT_SERVING while a replica cannot reach its database, SERVING again once it can.
-/// Returns when the backend has failed for good.
+/// Keeps health in step with the backend. While a replica cannot reach its database,
+/// `tickd.v1.Timers` (what readiness probes ask) is NOT_SERVING, and SERVING again once it
+/// can; the server as a whole ("", what liveness probes ask) stays SERVING, since
+/// restarting tickd would not bring the database back. Returns when the backend has failed
+/// for good; the caller then reports NOT_SERVING everywhere.
 async fn watch_health(
     backend: &Backend,
     reporter: &HealthReporter,
     metrics: &Metrics,
 ) -> &'static str {
     let mut ticks = tokio::time::interval(HEALTH_INTERVAL);
-    let mut serving = true;
+    let mut ready = true;
     loop {
         ticks.tick().await;
         match backend.health() {
             Health::Failed(reason) => return reason,
-            Health::Unreachable(unreachable) if serving => {
-                warn!(?unreachable, "store unreachable: not serving");
-                set_health(reporter, metrics, false).await;
-                serving = false;
+            Health::Unreachable(unreachable) if ready => {
+                warn!(?unreachable, "store unreachable: not ready");
+                set_ready(reporter, metrics, false).await;
+                ready = false;
             }
-            Health::Serving if !serving => {
-                info!("store reachable again: serving");
-                set_health(reporter, metrics, true).await;
-                serving = true;
+            Health::Serving if !ready => {
+                info!("store reachable again: ready");
+                set_ready(reporter, metrics, true).await;
+                ready = true;
             }
             _ => {}
         }
     }
 }
 
-/// SERVING or NOT_SERVING for the whole server ("") and for `tickd.v1.Timers`.
-async fn set_health(reporter: &HealthReporter, metrics: &Metrics, serving: bool) {
-    let status = match serving {
-        true => ServingStatus::Serving,
-        false => ServingStatus::NotServing,
-    };
-    reporter.set_service_status("", status).await;
+/// SERVING or NOT_SERVING for `tickd.v1.Timers`, and `tickd_serving`.
+async fn set_ready(reporter: &HealthReporter, metrics: &Metrics, ready: bool) {
     reporter
         .set_service_status(
             <TimersServer<TimersService> as tonic::server::NamedService>::NAME,
-            status,
+            serving_status(ready),
         )
         .await;
-    metrics.serving.set(i64::from(serving));
+    metrics.serving.set(i64::from(ready));
+}
+
+/// SERVING or NOT_SERVING for every service name: the server ("") and `tickd.v1.Timers`.
+async fn set_health(reporter: &HealthReporter, metrics: &Metrics, serving: bool) {
+    reporter
+        .set_service_status("", serving_status(serving))
+        .await;
+    set_ready(reporter, metrics, serving).await;
+}
+
+fn serving_status(serving: bool) -> ServingStatus {
+    match serving {
+        true => ServingStatus::Serving,
+        false => ServingStatus::NotServing,
+    }
 }
 
 async fn stopped(mut stop_signal: watch::Receiver<bool>) {

@@ -284,6 +284,10 @@ struct Writer {
     failed: bool,
     /// The same, for the rest of the process to see.
     failed_flag: Arc<AtomicBool>,
+    /// Length of the current segment as written, and as far as callers have been answered:
+    /// after a failure the segment is cut back to the latter (see `stop_on_error`).
+    written_bytes: u64,
+    acknowledged_bytes: u64,
 }
 
 impl Writer {
@@ -296,6 +300,7 @@ impl Writer {
         failed_flag: Arc<AtomicBool>,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
+        let length = segment_length(&dir, sequence, &segment)?;
         Ok(Self {
             dir,
             sync,
@@ -308,6 +313,8 @@ impl Writer {
             metrics,
             failed: false,
             failed_flag,
+            written_bytes: length,
+            acknowledged_bytes: length,
         })
     }
 
@@ -351,6 +358,21 @@ impl Writer {
             error!(error = %error, "the log failed: refusing every call and stopping");
             self.failed = true;
             self.failed_flag.store(true, Ordering::Release);
+            // Records written after the last answer belong to calls now refused: cut them
+            // off, so that a restart does not bring back what its callers were told failed.
+            // Shortening a file frees space, so this works on a full disk too.
+            let cut = self
+                .segment
+                .set_len(self.acknowledged_bytes)
+                .and_then(|()| self.segment.sync_data());
+            match cut {
+                Ok(()) => error!(
+                    segment = %segment_path(&self.dir, self.segment_sequence).display(),
+                    length = self.acknowledged_bytes,
+                    "cut the log back to what was acknowledged"
+                ),
+                Err(error) => error!(%error, "could not cut the log back to what was acknowledged"),
+            }
             if let Some((sequence, _)) = self.snapshot.take() {
                 let _ =
                     fs::remove_file(snapshot_path(&self.dir, sequence).with_extension("partial"));
@@ -400,6 +422,7 @@ impl Writer {
             self.segment
                 .write_all(&pending.frames)
                 .map_err(io_error(&path))?;
+            self.written_bytes += pending.frames.len() as u64;
             pending.frames.clear();
             self.unsynced = true;
         }
@@ -417,6 +440,7 @@ impl Writer {
             self.unsynced = false;
             self.last_sync = Instant::now();
         }
+        self.acknowledged_bytes = self.written_bytes;
         for callback in pending.on_durable.drain(..) {
             callback();
         }
@@ -431,6 +455,8 @@ impl Writer {
         self.unsynced = false;
         self.segment_sequence += 1;
         self.segment = create_segment(&self.dir, self.segment_sequence)?;
+        self.written_bytes = segment_length(&self.dir, self.segment_sequence, &self.segment)?;
+        self.acknowledged_bytes = self.written_bytes;
         let path = snapshot_path(&self.dir, self.segment_sequence).with_extension("partial");
         let file = File::create(&path).map_err(io_error(&path))?;
         self.snapshot = Some((self.segment_sequence, file));
@@ -469,6 +495,12 @@ impl Writer {
         );
         Ok(())
     }
+}
+
+/// The length of a segment just created (its header, if the format has one).
+fn segment_length(dir: &Path, sequence: u64, segment: &File) -> Result<u64, StoreError> {
+    let path = segment_path(dir, sequence);
+    Ok(segment.metadata().map_err(io_error(&path))?.len())
 }
 
 fn create_segment(dir: &Path, sequence: u64) -> Result<File, StoreError> {

@@ -127,6 +127,29 @@ impl Postgres {
         self.port
     }
 
+    /// Sends `signal` ("STOP", "CONT", ...) to the server and every process it started, so
+    /// that the whole database pauses or resumes (its connections too).
+    pub fn signal_all(&self, signal: &str) {
+        let postmaster = self.server.id();
+        let mut pids = vec![postmaster];
+        for entry in fs::read_dir("/proc").expect("read /proc").flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1))
+                .and_then(|parent| parent.parse::<u32>().ok());
+            if parent == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        for pid in pids {
+            super::daemon::send_signal(pid, signal);
+        }
+    }
+
     /// [`Postgres::url`] as tickd reads it: TLS if the server offers it, unverified.
     pub fn database(&self) -> Database {
         Database::new(&self.url(), None).expect("the fixture's own URL")
