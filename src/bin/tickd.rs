@@ -36,6 +36,7 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn serve(config: Config) -> Result<(), String> {
+    let shutdown = shutdown_signal();
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|error| format!("binding --listen {}: {error}", config.listen))?;
@@ -72,7 +73,7 @@ async fn serve(config: Config) -> Result<(), String> {
         metrics: Some(metrics_listener),
         health: health_listener,
     };
-    let stopped = tickd::server::run(&config, listeners, shutdown_signal())
+    let stopped = tickd::server::run(&config, listeners, shutdown)
         .await
         .map_err(|error| error.to_string())?;
     if let Some(path) = &config.unix_socket {
@@ -97,11 +98,17 @@ fn bind_unix(path: &std::path::Path, mode: u32) -> Result<UnixListener, String> 
     Ok(listener)
 }
 
-async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+/// Resolves on SIGTERM or SIGINT. The handlers are installed at the call, not when the
+/// server first polls the future: the server may answer its first calls before that, and a
+/// SIGTERM sent then would otherwise kill tickd instead of stopping it gracefully.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
     }
 }
