@@ -54,7 +54,9 @@ fn start_daemon(data_dir: &Path) -> Daemon {
     command
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--snapshot-after-bytes", &SNAPSHOT_AFTER_BYTES.to_string()]);
+        .args(["--snapshot-after-bytes", &SNAPSHOT_AFTER_BYTES.to_string()])
+        // Not the default 0.0.0.0:9090, which another tickd on the machine may hold.
+        .args(["--metrics-listen", "127.0.0.1:0"]);
     Daemon::start(command)
 }
 

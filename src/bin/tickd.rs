@@ -1,11 +1,18 @@
-//! The tickd daemon: `tickd` alone starts a server with the embedded defaults.
+//! The tickd daemon: `tickd` alone starts a server with the embedded defaults;
+//! `tickd check DIR` reads a data directory without serving.
+
+use std::path::Path;
+use std::process::ExitCode;
 
 use clap::Parser;
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{error, info};
 
-use tickd::config::{Config, LogFormat};
+use tickd::config::{Command, Config, LogFormat};
+use tickd::metrics::Metrics;
 use tickd::server::Listeners;
+use tickd::worker::clock::{Clock, SystemClock};
+use tickd::worker::table::TimerTable;
 
 /// mimalloc instead of glibc's malloc: the gRPC path allocates many small buffers from
 /// many threads, where glibc's arenas cost about a third of the server's CPU.
@@ -13,15 +20,18 @@ use tickd::server::Listeners;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let config = Config::parse();
     init_logging(config.log_format);
+    if let Some(Command::Check { dir }) = &config.command {
+        return check(&config, dir);
+    }
     tickd::server::raise_open_file_limit(&config);
     match serve(config).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             error!(error = %message, "tickd failed");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
@@ -37,6 +47,7 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn serve(config: Config) -> Result<(), String> {
+    let shutdown = shutdown_signal();
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|error| format!("binding --listen {}: {error}", config.listen))?;
@@ -52,13 +63,6 @@ async fn serve(config: Config) -> Result<(), String> {
                 config.metrics_listen
             )
         })?;
-    info!(
-        listen = %listener.local_addr().map_err(|error| error.to_string())?,
-        unix_socket = ?config.unix_socket,
-        metrics = %metrics_listener.local_addr().map_err(|error| error.to_string())?,
-        tick = ?config.tick,
-        "tickd serving"
-    );
     let health_listener = match config.health_listen {
         Some(address) => Some(
             TcpListener::bind(address)
@@ -73,7 +77,7 @@ async fn serve(config: Config) -> Result<(), String> {
         metrics: Some(metrics_listener),
         health: health_listener,
     };
-    let stopped = tickd::server::run(&config, listeners, shutdown_signal())
+    let stopped = tickd::server::run(&config, listeners, shutdown)
         .await
         .map_err(|error| error.to_string())?;
     if let Some(path) = &config.unix_socket {
@@ -98,11 +102,76 @@ fn bind_unix(path: &std::path::Path, mode: u32) -> Result<UnixListener, String> 
     Ok(listener)
 }
 
-async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+/// Resolves on SIGTERM or SIGINT. The handlers are installed at the call, not when the
+/// server first polls the future: the server may answer its first calls before that, and a
+/// SIGTERM sent then would otherwise kill tickd instead of stopping it gracefully.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+}
+
+/// `tickd check DIR`: replays the directory into a timer table, as start-up would, and
+/// prints one line per file read, the first damage if any, and a summary line. Exit codes:
+/// 0 nothing that stops start-up (a torn final append is reported: start-up drops it), 1
+/// damage, 2 the directory could not be read.
+fn check(config: &Config, dir: &Path) -> ExitCode {
+    let mut table = TimerTable::new(config.table(), Metrics::new());
+    let now = SystemClock::new().now();
+    let scan = match tickd::store::scan::scan(dir, |record| table.replay(record, now)) {
+        Ok(scan) => scan,
+        Err(error) => {
+            eprintln!("check dir={} error={:?}", dir.display(), error.to_string());
+            return ExitCode::from(2);
+        }
+    };
+    for file in &scan.files {
+        let format = file
+            .format
+            .map_or("unknown".into(), |f| f.version().to_string());
+        println!(
+            "file path={} format={format} bytes={} records={}",
+            file.path.display(),
+            file.bytes,
+            file.records
+        );
+    }
+    for path in &scan.unread {
+        println!("unread path={}", path.display());
+    }
+    let damaged = scan.stop.as_ref().is_some_and(|stop| !stop.torn);
+    if let Some(stop) = &scan.stop {
+        let what = if stop.torn { "torn" } else { "damage" };
+        println!(
+            "{what} path={} offset={} bytes_after={} reason={:?}",
+            stop.path.display(),
+            stop.offset,
+            stop.bytes_after,
+            stop.damage.to_string()
+        );
+    }
+    println!(
+        "check dir={} files={} records={} live_timers={} unsettled={} result={}",
+        dir.display(),
+        scan.files.len() + scan.unread.len(),
+        scan.records,
+        table.len(),
+        scan.unsettled(),
+        match (&scan.stop, damaged) {
+            (_, true) => "damaged",
+            (Some(_), false) => "torn-tail",
+            (None, false) => "ok",
+        }
+    );
+    if damaged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::api::streams::StreamLimitsConfig;
 use crate::delivery::DeliveryConfig;
@@ -63,6 +63,16 @@ pub struct Config {
     /// snapshot's size, if larger, so that a big live set is not rewritten over and over).
     #[arg(long, env = "TICKD_SNAPSHOT_AFTER_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub snapshot_after_bytes: usize,
+    /// Start even when the log is damaged (anywhere but a torn final append, which is always
+    /// dropped): keep every record before the first damage and move the rest aside, next to
+    /// the file (`<file>.damaged-at-<offset>`, later files renamed `<file>.after-damage`),
+    /// logging what moved where. Without it tickd refuses to start and changes nothing.
+    /// Applied by the `tickd` binary before the server starts.
+    #[arg(long, env = "TICKD_RECOVER_TRUNCATE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub recover_truncate: bool,
+    /// `tickd check DIR` reads a data directory without serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Length of one wheel tick: the lateness bound is one tick plus scheduling noise.
     #[arg(long, env = "TICKD_TICK", default_value = "1ms", value_parser = parse_duration)]
     pub tick: Duration,
@@ -269,4 +279,16 @@ impl Config {
             ..DeliveryConfig::default()
         }
     }
+}
+
+/// What `tickd` does other than serve.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Read a data directory without changing it and report what recovery would find:
+    /// each file's format and records, the live timers, and the first damage (file, byte
+    /// offset, what is wrong). Exits with 1 when the damage would stop start-up.
+    Check {
+        /// The data directory (what --data-dir names).
+        dir: PathBuf,
+    },
 }

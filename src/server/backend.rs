@@ -167,6 +167,10 @@ fn recover(
     if config.sync == SyncMode::None {
         return Ok((table, None, Vec::new()));
     }
+    if config.recover_truncate {
+        // The operator's choice: keep what precedes the first damage, the rest set aside.
+        crate::store::repair::set_aside_damage(&config.data_dir)?;
+    }
     let now = clock.now();
     let (store, handle, unsettled) =
         Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {

@@ -98,6 +98,15 @@ pub async fn run(
         Some(url) => Backend::replicated(config, url, &metrics).await?,
         None => Backend::local(config, &metrics)?,
     };
+    // Said once the timers are recovered (or the replica has joined): a refused start
+    // never claims to serve.
+    info!(
+        listen = %display_addr(listeners.grpc.local_addr()),
+        unix_socket = ?config.unix_socket,
+        metrics = %listeners.metrics.as_ref().map_or("none".into(), |metrics| display_addr(metrics.local_addr())),
+        tick = ?config.tick,
+        "tickd serving"
+    );
     let (stopping, stop_signal) = watch::channel(false);
     let limits = Limits {
         max_payload_bytes: config.max_payload_bytes,
@@ -234,6 +243,13 @@ pub async fn run(
         pending_timers,
         drain_timed_out,
     })
+}
+
+fn display_addr(addr: std::io::Result<std::net::SocketAddr>) -> String {
+    addr.map_or_else(
+        |error| format!("unknown ({error})"),
+        |addr| addr.to_string(),
+    )
 }
 
 /// How often the health watch looks at the backend: a failure shows within this.

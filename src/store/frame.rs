@@ -1,18 +1,84 @@
-//! The on-disk framing of log and snapshot records: `[length u32 LE][crc32 u32 LE][record]`.
+//! The on-disk framing of log segments and snapshots, checked end to end.
 //!
-//! The checksum covers the record bytes, so a torn or corrupted record is detected; the
-//! decoder never panics on any input (it is fuzzed: `fuzz/fuzz_targets/decode_frames.rs`).
+//! Format 2, what tickd writes: a file opens with [`FILE_HEADER`] (`TICKD\0` and the
+//! version as a little-endian u16), then holds frames
+//! `[length u32][record crc32 u32][header crc32 u32][record]`, all little-endian. The header
+//! checksum covers the length and the record checksum, so a damaged length is caught before
+//! it is believed: the reader never takes a corrupt length for a record cut short by a crash.
+//!
+//! Format 1, what tickd wrote before, is still read: no file header, frames
+//! `[length u32][record crc32 u32][record]`. Its length is covered by nothing, so a frame
+//! that claims to run past the end of the file is only taken for a torn append when no
+//! intact frame starts anywhere after it ([`is_torn`]).
+//!
+//! Decoding never panics on any input (it is fuzzed: `fuzz/fuzz_targets/decode_frames.rs`).
 
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, uint64, WireType};
+use std::io::{self, Read};
+
 use prost::Message;
 
 use super::records::Record;
 
-/// Bytes of framing before each record.
-pub const HEADER_BYTES: usize = 8;
+pub use super::timer_fields::{encode_fired, encode_registered, TimerFields};
+
+/// What every file tickd writes starts with: a magic that no format-1 file can start with
+/// (read as a format-1 length it is far beyond [`MAX_RECORD_BYTES`]) and the version.
+pub const FILE_HEADER: [u8; 8] = [b'T', b'I', b'C', b'K', b'D', 0, 2, 0];
+/// Bytes of framing before each record, in the format tickd writes.
+pub const HEADER_BYTES: usize = 12;
 /// No record is anywhere near this large (payloads are capped far lower); a longer length
 /// field is corruption, not a record.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+/// The longest damaged format-1 tail searched for intact frames (see [`is_torn`]): a torn
+/// record is shorter than this unless its payload was raised far past the default limit,
+/// and the search costs time quadratic in the length. A longer one counts as damage.
+const LEGACY_TAIL_SEARCH_BYTES: usize = 256 * 1024;
+
+/// The framing of one file, from its first bytes ([`file_format`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Format 1: the length is not checksummed.
+    Legacy,
+    /// Format 2: the header has a checksum of its own.
+    Checked,
+}
+
+impl Format {
+    pub fn version(self) -> u16 {
+        match self {
+            Format::Legacy => 1,
+            Format::Checked => 2,
+        }
+    }
+
+    pub fn header_bytes(self) -> usize {
+        match self {
+            Format::Legacy => 8,
+            Format::Checked => HEADER_BYTES,
+        }
+    }
+}
+
+/// What is wrong where decoding stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    #[error("the file header is cut short")]
+    FileHeaderCut,
+    #[error("unknown log format version {0} (this tickd reads versions 1 and 2)")]
+    UnknownVersion(u16),
+    #[error("a frame header cut short by the end of the file")]
+    HeaderCut,
+    #[error("a frame header whose checksum does not match, so its length cannot be trusted")]
+    HeaderChecksum,
+    #[error("a length field of {0} bytes, beyond any record")]
+    BadLength(u32),
+    #[error("a record that runs past the end of the file")]
+    BodyCut,
+    #[error("a record whose checksum does not match")]
+    BodyChecksum,
+    #[error("a record that passes its checksum but does not decode")]
+    Undecodable,
+}
 
 pub fn encode(record: &Record, out: &mut Vec<u8>) {
     frame_with(record.encoded_len(), out, |out| {
@@ -20,239 +86,203 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) {
     });
 }
 
-/// A timer as the log stores it (`records::Timer`), borrowed from wherever its owner keeps
-/// it. Registering, firing and snapshotting encode timers straight from the worker's own
-/// records this way: building a `records::Timer` first would allocate its namespace, key
-/// and payload anew for every record, which was a good part of the worker's time under
-/// batched registration.
-#[derive(Debug, Clone, Copy)]
-pub struct TimerFields<'a> {
-    pub id: u64,
-    pub namespace: &'a str,
-    pub key: &'a str,
-    pub deadline_unix_nanos: u64,
-    pub payload: &'a [u8],
-    pub repeat_nanos: u64,
-    pub ttl_nanos: u64,
-    pub fired_count: u64,
-}
-
-/// Field numbers of `records.proto`, for the records encoded by hand.
-mod field {
-    pub const RECORD_REGISTERED: u32 = 1;
-    pub const RECORD_FIRED: u32 = 4;
-    pub const FIRED_TIMER: u32 = 1;
-    pub const FIRED_UNIX: u32 = 2;
-    pub const FIRED_REARMED: u32 = 3;
-}
-
-impl TimerFields<'_> {
-    /// The scalar fields with their numbers; proto3 leaves zeros out.
-    fn scalars(&self) -> [(u32, u64); 5] {
-        [
-            (1, self.id),
-            (4, self.deadline_unix_nanos),
-            (6, self.repeat_nanos),
-            (7, self.ttl_nanos),
-            (8, self.fired_count),
-        ]
-    }
-
-    fn encoded_len(&self) -> usize {
-        uint64_fields_len(&self.scalars())
-            + length_delimited_len(2, self.namespace.len())
-            + length_delimited_len(3, self.key.len())
-            + length_delimited_len(5, self.payload.len())
-    }
-
-    /// The message body, fields in number order as prost writes them.
-    fn encode_raw(&self, out: &mut Vec<u8>) {
-        put_uint64(1, self.id, out);
-        put_length_delimited(2, self.namespace.as_bytes(), out);
-        put_length_delimited(3, self.key.as_bytes(), out);
-        put_uint64(4, self.deadline_unix_nanos, out);
-        put_length_delimited(5, self.payload, out);
-        put_uint64(6, self.repeat_nanos, out);
-        put_uint64(7, self.ttl_nanos, out);
-        put_uint64(8, self.fired_count, out);
-    }
-}
-
-/// Length of `uint64` fields, zeros left out as proto3 does.
-fn uint64_fields_len(fields: &[(u32, u64)]) -> usize {
-    fields
-        .iter()
-        .filter(|&&(_, value)| value != 0)
-        .map(|&(number, value)| uint64::encoded_len(number, &value))
-        .sum()
-}
-
-/// Writes a `uint64` field unless it is zero, as proto3 does.
-fn put_uint64(number: u32, value: u64, out: &mut Vec<u8>) {
-    if value != 0 {
-        uint64::encode(number, &value, out);
-    }
-}
-
-/// Length of an optional length-delimited field (absent when empty).
-fn length_delimited_len(number: u32, length: usize) -> usize {
-    if length == 0 {
-        return 0;
-    }
-    key_len(number) + encoded_len_varint(length as u64) + length
-}
-
-fn put_length_delimited(number: u32, bytes: &[u8], out: &mut Vec<u8>) {
-    if bytes.is_empty() {
-        return;
-    }
-    encode_key(number, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
-    out.extend_from_slice(bytes);
-}
-
-/// Frames `Record { registered: timer }`, byte for byte what [`encode`] makes of it.
-pub fn encode_registered(timer: &TimerFields, out: &mut Vec<u8>) {
-    let timer_len = timer.encoded_len();
-    let record_len =
-        key_len(field::RECORD_REGISTERED) + encoded_len_varint(timer_len as u64) + timer_len;
-    frame_with(record_len, out, |out| {
-        encode_key(field::RECORD_REGISTERED, WireType::LengthDelimited, out);
-        encode_varint(timer_len as u64, out);
-        timer.encode_raw(out);
-    });
-}
-
-/// Frames `Record { fired: Fired { timer, fired_unix_nanos, rearmed_deadline_unix_nanos } }`,
-/// byte for byte what [`encode`] makes of it.
-pub fn encode_fired(
-    timer: &TimerFields,
-    fired_unix_nanos: u64,
-    rearmed_deadline_unix_nanos: u64,
-    out: &mut Vec<u8>,
-) {
-    let timer_len = timer.encoded_len();
-    let scalars = [
-        (field::FIRED_UNIX, fired_unix_nanos),
-        (field::FIRED_REARMED, rearmed_deadline_unix_nanos),
-    ];
-    let fired_len = key_len(field::FIRED_TIMER)
-        + encoded_len_varint(timer_len as u64)
-        + timer_len
-        + uint64_fields_len(&scalars);
-    let record_len =
-        key_len(field::RECORD_FIRED) + encoded_len_varint(fired_len as u64) + fired_len;
-    frame_with(record_len, out, |out| {
-        encode_key(field::RECORD_FIRED, WireType::LengthDelimited, out);
-        encode_varint(fired_len as u64, out);
-        encode_key(field::FIRED_TIMER, WireType::LengthDelimited, out);
-        encode_varint(timer_len as u64, out);
-        timer.encode_raw(out);
-        for (number, value) in scalars {
-            put_uint64(number, value, out);
-        }
-    });
+/// Frames a record already encoded. Recovery re-frames the unsettled expirations it read
+/// this way, whatever format they were read in, because snapshots copy them verbatim.
+pub(crate) fn encode_body(body: &[u8], out: &mut Vec<u8>) {
+    frame_with(body.len(), out, |out| out.extend_from_slice(body));
 }
 
 /// Appends a frame whose record is `record_len` bytes written by `body`.
-fn frame_with(record_len: usize, out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+pub(crate) fn frame_with(record_len: usize, out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
     out.reserve(HEADER_BYTES + record_len);
     let start = out.len();
     out.extend_from_slice(&(record_len as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[0; 8]);
     body(out);
     debug_assert_eq!(out.len() - start - HEADER_BYTES, record_len);
-    let checksum = crc32fast::hash(&out[start + HEADER_BYTES..]);
-    out[start + 4..start + HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
+    let record_checksum = crc32fast::hash(&out[start + HEADER_BYTES..]);
+    out[start + 4..start + 8].copy_from_slice(&record_checksum.to_le_bytes());
+    let header_checksum = crc32fast::hash(&out[start..start + 8]);
+    out[start + 8..start + HEADER_BYTES].copy_from_slice(&header_checksum.to_le_bytes());
 }
 
-/// Why decoding stopped before the end of the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Damage {
-    /// The last frame runs past the end: a write cut short.
-    Truncated,
-    /// A frame's checksum does not match, or its record does not decode.
-    Corrupt,
-    /// A length field beyond any possible record.
-    BadLength,
+/// A file's format and where its first frame starts, from its first
+/// `FILE_HEADER.len()` bytes (fewer if the file is shorter).
+pub(crate) fn file_format(start: &[u8]) -> Result<(Format, usize), Damage> {
+    if start.len() >= FILE_HEADER.len() && start[..6] == FILE_HEADER[..6] {
+        let version = u16::from_le_bytes([start[6], start[7]]);
+        return match version {
+            2 => Ok((Format::Checked, FILE_HEADER.len())),
+            other => Err(Damage::UnknownVersion(other)),
+        };
+    }
+    if !start.is_empty() && start.len() < FILE_HEADER.len() && FILE_HEADER.starts_with(start) {
+        return Err(Damage::FileHeaderCut);
+    }
+    Ok((Format::Legacy, 0))
 }
 
-/// The outcome of decoding a buffer of frames.
+/// The record length and checksum of a frame header (`format.header_bytes()` long).
+pub(crate) fn parse_header(format: Format, header: &[u8]) -> Result<(usize, u32), Damage> {
+    let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+    if format == Format::Checked && crc32fast::hash(&header[..8]) != word(8) {
+        return Err(Damage::HeaderChecksum);
+    }
+    let length = word(0);
+    if length as usize > MAX_RECORD_BYTES {
+        return Err(Damage::BadLength(length));
+    }
+    Ok((length as usize, word(4)))
+}
+
+pub(crate) fn decode_body(body: &[u8], checksum: u32) -> Result<Record, Damage> {
+    if crc32fast::hash(body) != checksum {
+        return Err(Damage::BodyChecksum);
+    }
+    Record::decode(body).map_err(|_| Damage::Undecodable)
+}
+
+/// One frame from the start of `bytes`: the record and the bytes it used.
+fn decode_frame(format: Format, bytes: &[u8]) -> Result<(Record, usize), Damage> {
+    let header_bytes = format.header_bytes();
+    let header = bytes.get(..header_bytes).ok_or(Damage::HeaderCut)?;
+    let (length, checksum) = parse_header(format, header)?;
+    let body = bytes
+        .get(header_bytes..header_bytes + length)
+        .ok_or(Damage::BodyCut)?;
+    decode_body(body, checksum).map(|record| (record, header_bytes + length))
+}
+
+/// [`decode_frame`] from a reader with `remaining` bytes left in it: reads one frame into
+/// `frame` (header included). A length past `remaining` is found cut before any buffer is
+/// sized by it. The inner error is the damage; the outer one an I/O failure.
+pub(crate) fn read_frame(
+    format: Format,
+    reader: &mut impl Read,
+    remaining: u64,
+    frame: &mut Vec<u8>,
+) -> io::Result<Result<Record, Damage>> {
+    let header_bytes = format.header_bytes();
+    frame.clear();
+    frame.resize(header_bytes, 0);
+    if remaining < header_bytes as u64 || !read_fully(reader, frame)? {
+        return Ok(Err(Damage::HeaderCut));
+    }
+    let (length, checksum) = match parse_header(format, frame) {
+        Ok(parsed) => parsed,
+        Err(damage) => return Ok(Err(damage)),
+    };
+    if remaining < (header_bytes + length) as u64 {
+        return Ok(Err(Damage::BodyCut));
+    }
+    frame.resize(header_bytes + length, 0);
+    if !read_fully(reader, &mut frame[header_bytes..])? {
+        return Ok(Err(Damage::BodyCut));
+    }
+    Ok(decode_body(&frame[header_bytes..], checksum))
+}
+
+/// Like `read_exact`, but a short read at end of input is `false` instead of an error.
+fn read_fully(reader: &mut impl Read, buffer: &mut [u8]) -> io::Result<bool> {
+    match reader.read_exact(buffer) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether the damage at the start of `rest` (the bytes from the damaged frame to the end
+/// of the file) is a torn final record: what a crash in the middle of an append leaves,
+/// which recovery may drop from the newest segment. Anything else is damage.
+///
+/// Zero bytes at the very end are space the crash left unwritten (a file's size can reach
+/// the disk before its data, and unwritten blocks read as zeros), so they are set aside
+/// first. What remains is torn only if it is a strict prefix of one frame: a header cut
+/// short, or a header whose record runs past the end. In format 2 the header's checksum
+/// must hold, so a damaged length is never taken for a cut; in format 1 nothing checks the
+/// length, so the tail is torn only if no intact frame starts anywhere inside it.
+///
+/// The cost of setting zeros aside: a final record that is whole but corrupt, and whose
+/// last bytes happen to be zeros, is taken for one whose end was never written, and dropped.
+pub(crate) fn is_torn(format: Format, damage: Damage, rest: &[u8]) -> bool {
+    match damage {
+        Damage::FileHeaderCut => return true,
+        Damage::UnknownVersion(_) => return false,
+        _ => {}
+    }
+    let written = rest
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |last| last + 1);
+    let rest = &rest[..written];
+    let Some(header) = rest.get(..format.header_bytes()) else {
+        return true;
+    };
+    let Ok((length, _)) = parse_header(format, header) else {
+        return false;
+    };
+    if format.header_bytes() + length <= written {
+        return false;
+    }
+    match format {
+        Format::Checked => true,
+        Format::Legacy => !legacy_frame_follows(rest),
+    }
+}
+
+/// Whether an intact format-1 frame with a record in it starts anywhere in `bytes` after
+/// the first byte. Runs of zeros are not counted: in format 1 eight zero bytes decode as
+/// an empty record, which tickd never wrote.
+fn legacy_frame_follows(bytes: &[u8]) -> bool {
+    if bytes.len() > LEGACY_TAIL_SEARCH_BYTES {
+        return true;
+    }
+    (1..bytes.len()).any(|start| {
+        decode_frame(Format::Legacy, &bytes[start..]).is_ok_and(|(record, _)| record.kind.is_some())
+    })
+}
+
+/// The outcome of decoding a whole file's bytes.
 #[derive(Debug)]
 pub struct Decoded {
     pub records: Vec<Record>,
-    /// Bytes of intact frames from the start.
+    /// Bytes of file header and intact frames from the start.
     pub valid_bytes: usize,
-    /// Set when decoding stopped at a damaged frame at `valid_bytes`.
+    /// Set when decoding stopped at damage at `valid_bytes`.
     pub damage: Option<Damage>,
-    /// True when the damaged frame is the last thing in the buffer (nothing after its
-    /// declared end), which is what a crash in the middle of an append looks like.
-    pub damage_at_tail: bool,
+    /// The damage is a torn final record ([`is_torn`]).
+    pub torn: bool,
 }
 
-/// Decodes every intact frame from the start of `bytes`, stopping at the first damaged one.
+/// Decodes a file's bytes (header and frames, of either format), stopping at the first
+/// damage.
 pub fn decode_all(bytes: &[u8]) -> Decoded {
     let mut records = Vec::new();
-    let mut offset = 0;
+    let stopped = |records, offset: usize, format, damage| Decoded {
+        records,
+        valid_bytes: offset,
+        damage: Some(damage),
+        torn: is_torn(format, damage, &bytes[offset..]),
+    };
+    let (format, mut offset) = match file_format(&bytes[..bytes.len().min(FILE_HEADER.len())]) {
+        Ok(found) => found,
+        Err(damage) => return stopped(records, 0, Format::Checked, damage),
+    };
     while offset < bytes.len() {
-        match decode_one(&bytes[offset..]) {
+        match decode_frame(format, &bytes[offset..]) {
             Ok((record, used)) => {
                 records.push(record);
                 offset += used;
             }
-            Err((damage, declared_end)) => {
-                let tail = offset.saturating_add(declared_end) >= bytes.len()
-                    || bytes[offset..].iter().all(|&byte| byte == 0);
-                return Decoded {
-                    records,
-                    valid_bytes: offset,
-                    damage: Some(damage),
-                    damage_at_tail: tail,
-                };
-            }
+            Err(damage) => return stopped(records, offset, format, damage),
         }
     }
     Decoded {
         records,
         valid_bytes: offset,
         damage: None,
-        damage_at_tail: false,
+        torn: false,
     }
-}
-
-/// One frame: the record and the bytes it used, or the damage and the frame's declared
-/// length (header included).
-fn decode_one(bytes: &[u8]) -> Result<(Record, usize), (Damage, usize)> {
-    let Some(header) = bytes.get(..HEADER_BYTES) else {
-        return Err((Damage::Truncated, HEADER_BYTES));
-    };
-    let (length, checksum) = parse_header(header.try_into().expect("header length"))?;
-    let end = HEADER_BYTES + length;
-    let Some(body) = bytes.get(HEADER_BYTES..end) else {
-        return Err((Damage::Truncated, end));
-    };
-    decode_body(body, checksum)
-        .map(|record| (record, end))
-        .map_err(|damage| (damage, end))
-}
-
-/// The record length and checksum of a frame header.
-pub fn parse_header(header: &[u8; HEADER_BYTES]) -> Result<(usize, u32), (Damage, usize)> {
-    let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
-    let checksum = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    if length > MAX_RECORD_BYTES {
-        // The frame's true end is unknown: it counts as the tail only if nothing follows
-        // its header.
-        return Err((Damage::BadLength, HEADER_BYTES));
-    }
-    Ok((length, checksum))
-}
-
-pub fn decode_body(body: &[u8], checksum: u32) -> Result<Record, Damage> {
-    if crc32fast::hash(body) != checksum {
-        return Err(Damage::Corrupt);
-    }
-    Record::decode(body).map_err(|_| Damage::Corrupt)
 }
 
 #[cfg(test)]
@@ -266,129 +296,136 @@ mod tests {
         }
     }
 
-    #[test]
-    fn frames_round_trip() {
-        let mut bytes = Vec::new();
-        for id in 0..10 {
+    /// A format-2 file of `count` records, and where each frame starts.
+    fn file(count: u64) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = FILE_HEADER.to_vec();
+        let mut starts = Vec::new();
+        for id in 0..count {
+            starts.push(bytes.len());
             encode(&settled(id), &mut bytes);
         }
-        let decoded = decode_all(&bytes);
-        assert_eq!(decoded.records.len(), 10);
-        assert_eq!(decoded.records[7], settled(7));
-        assert_eq!(decoded.valid_bytes, bytes.len());
-        assert!(decoded.damage.is_none());
+        (bytes, starts)
+    }
+
+    /// The same records in format 1, as tickd wrote them before.
+    fn legacy_file(count: u64) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for id in 0..count {
+            starts.push(bytes.len());
+            let body = settled(id).encode_to_vec();
+            bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+            bytes.extend_from_slice(&body);
+        }
+        (bytes, starts)
     }
 
     #[test]
-    fn a_cut_last_frame_is_a_damaged_tail() {
-        let mut bytes = Vec::new();
-        encode(&settled(1), &mut bytes);
-        let first = bytes.len();
-        encode(&settled(2), &mut bytes);
+    fn frames_round_trip_in_both_formats() {
+        for (bytes, _) in [file(10), legacy_file(10)] {
+            let decoded = decode_all(&bytes);
+            assert_eq!(decoded.records.len(), 10);
+            assert_eq!(decoded.records[7], settled(7));
+            assert_eq!(decoded.valid_bytes, bytes.len());
+            assert!(decoded.damage.is_none());
+        }
+        assert!(
+            decode_all(&[]).damage.is_none(),
+            "an empty file holds nothing"
+        );
+    }
+
+    #[test]
+    fn a_cut_last_frame_is_torn() {
+        let (mut bytes, starts) = file(3);
         bytes.truncate(bytes.len() - 3);
         let decoded = decode_all(&bytes);
-        assert_eq!(decoded.records, vec![settled(1)]);
-        assert_eq!(decoded.valid_bytes, first);
-        assert_eq!(decoded.damage, Some(Damage::Truncated));
-        assert!(decoded.damage_at_tail);
+        assert_eq!(decoded.records, vec![settled(0), settled(1)]);
+        assert_eq!(decoded.valid_bytes, starts[2]);
+        assert_eq!(decoded.damage, Some(Damage::BodyCut));
+        assert!(decoded.torn);
+        bytes.truncate(starts[2] + 5);
+        assert_eq!(decode_all(&bytes).damage, Some(Damage::HeaderCut));
+        assert!(decode_all(&bytes).torn);
     }
 
     #[test]
-    fn a_flipped_byte_in_the_middle_is_corruption_not_a_tail() {
-        let mut bytes = Vec::new();
-        for id in 0..3 {
-            encode(&settled(id), &mut bytes);
-        }
-        let second = decode_all(&bytes).valid_bytes / 3;
-        bytes[second + HEADER_BYTES] ^= 0x55;
+    fn a_damaged_length_is_caught_by_the_header_checksum_not_taken_for_a_cut() {
+        let (mut bytes, starts) = file(20);
+        bytes[starts[9]..starts[9] + 4].copy_from_slice(&0x20_0000u32.to_le_bytes());
         let decoded = decode_all(&bytes);
-        assert_eq!(decoded.records, vec![settled(0)]);
-        assert_eq!(decoded.damage, Some(Damage::Corrupt));
-        assert!(!decoded.damage_at_tail);
-    }
-}
-
-/// The hand-written encoders against prost, over field values at the varint length
-/// boundaries and strings and payloads up to their limits.
-#[cfg(test)]
-mod hand_encoding_tests {
-    use super::*;
-    use crate::store::records::{record::Kind, Fired, Timer};
-    use proptest::prelude::*;
-
-    fn boundary_or_any() -> impl Strategy<Value = u64> {
-        prop_oneof![
-            Just(0u64),
-            Just(1),
-            Just(127),
-            Just(128),
-            Just(16_383),
-            Just(16_384),
-            Just(u64::MAX),
-            any::<u64>(),
-        ]
+        assert_eq!(decoded.records.len(), 9);
+        assert_eq!(decoded.valid_bytes, starts[9]);
+        assert_eq!(decoded.damage, Some(Damage::HeaderChecksum));
+        assert!(!decoded.torn);
+        // Even as the very last frame: its length cannot be believed.
+        bytes.truncate(starts[10]);
+        assert!(!decode_all(&bytes).torn);
     }
 
-    fn length(limit: usize) -> impl Strategy<Value = usize> {
-        prop_oneof![Just(0usize), Just(127), Just(128), Just(limit), 0..=limit]
+    #[test]
+    fn in_format_1_a_long_length_is_a_cut_only_if_no_frame_follows() {
+        let (mut bytes, starts) = legacy_file(20);
+        bytes[starts[9]..starts[9] + 4].copy_from_slice(&0x20_0000u32.to_le_bytes());
+        let decoded = decode_all(&bytes);
+        assert_eq!(decoded.valid_bytes, starts[9]);
+        assert_eq!(decoded.damage, Some(Damage::BodyCut));
+        assert!(!decoded.torn, "ten intact frames follow it");
+        bytes.truncate(starts[10]);
+        assert!(decode_all(&bytes).torn, "nothing follows it");
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 300,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
-
-        #[test]
-        fn registered_and_fired_frames_are_what_prost_writes(
-            numbers in prop::array::uniform7(boundary_or_any()),
-            namespace_len in length(300),
-            key_len in length(256),
-            payload_len in length(64 * 1024),
-        ) {
-            let [id, deadline, repeat, ttl, fired_count, fired_unix, rearmed] = numbers;
-            let namespace = "n".repeat(namespace_len);
-            let key = "k".repeat(key_len);
-            let payload = vec![0xab_u8; payload_len];
-            let fields = TimerFields {
-                id,
-                namespace: &namespace,
-                key: &key,
-                deadline_unix_nanos: deadline,
-                payload: &payload,
-                repeat_nanos: repeat,
-                ttl_nanos: ttl,
-                fired_count,
-            };
-            let timer = Timer {
-                id,
-                namespace: namespace.clone(),
-                key: key.clone(),
-                deadline_unix_nanos: deadline,
-                payload: bytes::Bytes::from(payload.clone()),
-                repeat_nanos: repeat,
-                ttl_nanos: ttl,
-                fired_count,
-            };
-            let registered = Record { kind: Some(Kind::Registered(timer.clone())) };
-            let fired = Record {
-                kind: Some(Kind::Fired(Fired {
-                    timer: Some(timer),
-                    fired_unix_nanos: fired_unix,
-                    rearmed_deadline_unix_nanos: rearmed,
-                })),
-            };
-            let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
-            encode_registered(&fields, &mut by_hand);
-            encode(&registered, &mut by_prost);
-            prop_assert_eq!(&by_hand, &by_prost);
-            prop_assert_eq!(decode_all(&by_hand).records, vec![registered]);
-            let (mut by_hand, mut by_prost) = (Vec::new(), Vec::new());
-            encode_fired(&fields, fired_unix, rearmed, &mut by_hand);
-            encode(&fired, &mut by_prost);
-            prop_assert_eq!(&by_hand, &by_prost);
-            prop_assert_eq!(decode_all(&by_hand).records, vec![fired]);
+    #[test]
+    fn a_flipped_byte_in_a_record_is_damage_even_in_the_last_one() {
+        for index in [1, 2] {
+            let (mut bytes, starts) = file(3);
+            bytes[starts[index] + HEADER_BYTES] ^= 0x55;
+            let decoded = decode_all(&bytes);
+            assert_eq!(decoded.valid_bytes, starts[index]);
+            assert_eq!(decoded.damage, Some(Damage::BodyChecksum));
+            assert!(!decoded.torn);
         }
+    }
+
+    #[test]
+    fn zeros_at_the_end_are_unwritten_space_but_not_before_other_bytes() {
+        let (mut bytes, starts) = file(3);
+        let whole = bytes.len();
+        // The last record's end never written: zeros up to and past its declared end.
+        bytes[starts[2] + HEADER_BYTES + 1..].fill(0);
+        bytes.extend_from_slice(&[0; 4096]);
+        let decoded = decode_all(&bytes);
+        assert_eq!(decoded.valid_bytes, starts[2]);
+        assert!(decoded.torn);
+        // Preallocated space after whole frames.
+        let (mut bytes, _) = file(3);
+        bytes.extend_from_slice(&[0; 100]);
+        let decoded = decode_all(&bytes);
+        assert_eq!((decoded.valid_bytes, decoded.torn), (whole, true));
+        // Zeros with something written after them are damage.
+        bytes.push(1);
+        assert!(!decode_all(&bytes).torn);
+        // No frame of format 2 is all zeros.
+        assert_eq!(
+            parse_header(Format::Checked, &[0; HEADER_BYTES]),
+            Err(Damage::HeaderChecksum)
+        );
+    }
+
+    #[test]
+    fn file_headers() {
+        assert_eq!(file_format(&FILE_HEADER), Ok((Format::Checked, 8)));
+        assert_eq!(file_format(&FILE_HEADER[..5]), Err(Damage::FileHeaderCut));
+        let mut future = FILE_HEADER;
+        future[6] = 3;
+        assert_eq!(file_format(&future), Err(Damage::UnknownVersion(3)));
+        let decoded = decode_all(&[&future[..], &file(2).0[8..]].concat());
+        assert_eq!((decoded.valid_bytes, decoded.torn), (0, false));
+        assert!(
+            decode_all(&FILE_HEADER[..3]).torn,
+            "a segment cut as it was created"
+        );
+        assert_eq!(file_format(&legacy_file(1).0[..8]), Ok((Format::Legacy, 0)));
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! Layout of the data directory: segments `<first-seq>.log` and snapshots
 //! `<seq>.snapshot`, where a snapshot numbered S holds the live state as of the start of
-//! segment S, so recovery loads the newest snapshot and replays segments S and later.
+//! segment S, so recovery loads the newest snapshot and replays segments S and later. Both
+//! are a file header and checksummed frames ([`frame`]); recovery checks every frame
+//! before it changes anything ([`scan`], [`recovery`]), and only the operator's
+//! `--recover-truncate` sets damage aside ([`repair`]).
 //!
 //! One thread ("tickd-store") owns the files. Appends queue up while it is writing or
 //! syncing and are then written and synced together (group commit), so concurrent callers
@@ -17,6 +20,9 @@
 
 pub mod frame;
 pub mod recovery;
+pub mod repair;
+pub mod scan;
+mod timer_fields;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -68,10 +74,10 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
-    #[error("{path}: corrupt record at byte offset {offset} ({damage:?}); refusing to start rather than lose what follows it")]
+    #[error("{path}: damaged log at byte offset {offset}: {damage}; refusing to start rather than lose what follows it. Every file is left as it was: `tickd check` reports the damage, and `--recover-truncate` starts from what precedes it, setting the rest aside")]
     Corrupt {
         path: PathBuf,
-        offset: usize,
+        offset: u64,
         damage: frame::Damage,
     },
 }
@@ -458,7 +464,9 @@ impl Writer {
         self.written_bytes = segment_length(&self.dir, self.segment_sequence, &self.segment)?;
         self.acknowledged_bytes = self.written_bytes;
         let path = snapshot_path(&self.dir, self.segment_sequence).with_extension("partial");
-        let file = File::create(&path).map_err(io_error(&path))?;
+        let mut file = File::create(&path).map_err(io_error(&path))?;
+        file.write_all(&frame::FILE_HEADER)
+            .map_err(io_error(&path))?;
         self.snapshot = Some((self.segment_sequence, file));
         Ok(())
     }
@@ -503,12 +511,15 @@ fn segment_length(dir: &Path, sequence: u64, segment: &File) -> Result<u64, Stor
     Ok(segment.metadata().map_err(io_error(&path))?.len())
 }
 
+/// A new segment, its file header written (and made durable by the first commit's sync).
 fn create_segment(dir: &Path, sequence: u64) -> Result<File, StoreError> {
     let path = segment_path(dir, sequence);
-    let file = OpenOptions::new()
-        .create(true)
+    let mut file = OpenOptions::new()
+        .create_new(true)
         .append(true)
         .open(&path)
+        .map_err(io_error(&path))?;
+    file.write_all(&frame::FILE_HEADER)
         .map_err(io_error(&path))?;
     sync_dir(dir)?;
     Ok(file)
@@ -526,7 +537,7 @@ fn remove_older_than(dir: &Path, sequence: u64) -> Result<usize, StoreError> {
     let mut removed = 0;
     for entry in fs::read_dir(dir).map_err(io_error(dir))? {
         let path = entry.map_err(io_error(dir))?.path();
-        if recovery::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
+        if scan::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
             fs::remove_file(&path).map_err(io_error(&path))?;
             removed += 1;
         }

@@ -1,0 +1,368 @@
+//! Reading a data directory without changing a byte of it: which files make up the state
+//! and in what order, every frame of them checked, and where reading stopped and why.
+//!
+//! Recovery ([`super::recovery`]), the operator's `--recover-truncate`
+//! ([`super::repair`]) and `tickd check` all read through here, so they agree on what is
+//! a torn append and what is damage.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use rustc_hash::FxHashMap;
+
+use super::frame::{self, Damage, Format, FILE_HEADER};
+use super::records::record::Kind;
+use super::records::{Fired, Record};
+use super::{io_error, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FileKind {
+    Segment,
+    Snapshot,
+    PartialSnapshot,
+}
+
+/// The sequence number and kind of a data-directory file, from its name. Files set aside
+/// by `--recover-truncate` have a further extension, so they are none of these.
+pub fn file_sequence(path: &Path) -> Option<(u64, FileKind)> {
+    let kind = match path.extension()?.to_str()? {
+        "log" => FileKind::Segment,
+        "snapshot" => FileKind::Snapshot,
+        "partial" => FileKind::PartialSnapshot,
+        _ => return None,
+    };
+    let sequence = path.file_stem()?.to_str()?.parse().ok()?;
+    Some((sequence, kind))
+}
+
+/// One file as read.
+#[derive(Debug)]
+pub struct FileScan {
+    pub path: PathBuf,
+    /// `None` when the file header itself is damaged.
+    pub format: Option<Format>,
+    pub bytes: u64,
+    /// Intact records read from it.
+    pub records: u64,
+}
+
+/// Where reading stopped before the end of a file.
+#[derive(Debug, Clone)]
+pub struct Stop {
+    pub path: PathBuf,
+    pub offset: u64,
+    pub damage: Damage,
+    /// A torn final record of the newest segment ([`frame::is_torn`]), which recovery drops
+    /// by itself; anything else stops start-up.
+    pub torn: bool,
+    /// Bytes from `offset` to the end of the file.
+    pub bytes_after: u64,
+}
+
+/// Fired expirations never settled, by (timer id, fired count): each framed in the current
+/// format, to be copied into the next snapshot, and decoded, to be delivered again.
+pub(crate) type Unsettled = FxHashMap<(u64, u64), (Vec<u8>, Fired)>;
+
+/// What reading a data directory found.
+pub struct Scan {
+    /// The files read, in replay order, up to the one where reading stopped.
+    pub files: Vec<FileScan>,
+    /// Files after the one where reading stopped, not read.
+    pub unread: Vec<PathBuf>,
+    /// Intact records replayed.
+    pub records: u64,
+    /// Set when reading stopped before the end of the files.
+    pub stop: Option<Stop>,
+    /// The newest snapshot's number, if any.
+    pub snapshot: Option<u64>,
+    pub(crate) unsettled: Unsettled,
+    pub(crate) snapshot_bytes: u64,
+    /// Files the newest snapshot replaces, and partial snapshots: deleted once recovery
+    /// has succeeded.
+    pub(crate) superseded: Vec<PathBuf>,
+    /// The highest file number in the directory (0 if none).
+    pub(crate) last_sequence: u64,
+}
+
+impl Scan {
+    /// Fired expirations never settled.
+    pub fn unsettled(&self) -> usize {
+        self.unsettled.len()
+    }
+}
+
+/// Reads the newest snapshot and every later segment in order, handing each intact record
+/// to `replay`, until the end or the first damage. Writes nothing.
+pub fn scan(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Scan, StoreError> {
+    let listing = list(dir)?;
+    // Reading, checksumming and decoding run on their own thread while this one applies
+    // the records: recovery takes the slower of the two, not their sum.
+    let (chunks, decoded) = mpsc::sync_channel::<Vec<Record>>(DECODED_CHUNKS_IN_FLIGHT);
+    let read = std::thread::scope(|scope| {
+        let decoder = std::thread::Builder::new()
+            .name("tickd-recovery".into())
+            .spawn_scoped(scope, || read_files(&listing.to_read, chunks))
+            .map_err(io_error(dir))?;
+        for chunk in decoded {
+            chunk.into_iter().for_each(&mut replay);
+        }
+        decoder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })?;
+    let unread = listing
+        .to_read
+        .into_iter()
+        .skip(read.files.len())
+        .map(|(path, _)| path)
+        .collect();
+    Ok(Scan {
+        files: read.files,
+        unread,
+        records: read.records,
+        stop: read.stop,
+        snapshot: listing.snapshot,
+        unsettled: read.unsettled,
+        snapshot_bytes: listing.snapshot_bytes,
+        superseded: listing.superseded,
+        last_sequence: listing.last_sequence,
+    })
+}
+
+/// The files of a data directory, as recovery uses them.
+struct Listing {
+    /// The newest snapshot, then every segment from its number on, each with whether it is
+    /// the newest segment (the only file an append can have been torn in).
+    to_read: Vec<(PathBuf, bool)>,
+    snapshot: Option<u64>,
+    snapshot_bytes: u64,
+    superseded: Vec<PathBuf>,
+    last_sequence: u64,
+}
+
+fn list(dir: &Path) -> Result<Listing, StoreError> {
+    let mut files: Vec<(u64, FileKind, PathBuf)> = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let path = entry.map_err(io_error(dir))?.path();
+        if let Some((sequence, kind)) = file_sequence(&path) {
+            files.push((sequence, kind, path));
+        }
+    }
+    files.sort();
+    let snapshot = files
+        .iter()
+        .rfind(|(_, kind, _)| *kind == FileKind::Snapshot)
+        .map(|(sequence, _, path)| (*sequence, path.clone()));
+    let first_segment = snapshot.as_ref().map_or(0, |(sequence, _)| *sequence);
+    let snapshot_bytes = match &snapshot {
+        Some((_, path)) => fs::metadata(path).map_err(io_error(path))?.len(),
+        None => 0,
+    };
+    let segments: Vec<&PathBuf> = files
+        .iter()
+        .filter(|(sequence, kind, _)| *kind == FileKind::Segment && *sequence >= first_segment)
+        .map(|(_, _, path)| path)
+        .collect();
+    let to_read = snapshot
+        .iter()
+        .map(|(_, path)| (path.clone(), false))
+        .chain(
+            segments
+                .iter()
+                .enumerate()
+                .map(|(index, path)| ((*path).clone(), index + 1 == segments.len())),
+        )
+        .collect();
+    let superseded = files
+        .iter()
+        .filter(|(sequence, kind, _)| {
+            *sequence < first_segment || *kind == FileKind::PartialSnapshot
+        })
+        .map(|(_, _, path)| path.clone())
+        .collect();
+    let last_sequence = files.iter().map(|(sequence, _, _)| *sequence).max();
+    Ok(Listing {
+        to_read,
+        snapshot: snapshot.map(|(sequence, _)| sequence),
+        snapshot_bytes,
+        superseded,
+        last_sequence: last_sequence.unwrap_or(0),
+    })
+}
+
+/// Decoded records handed from the decoding thread to the applying one, per chunk.
+const RECORDS_PER_CHUNK: usize = 4_096;
+/// Chunks decoded ahead of the one being applied.
+const DECODED_CHUNKS_IN_FLIGHT: usize = 8;
+
+/// What [`read_files`] found.
+struct Reading {
+    files: Vec<FileScan>,
+    records: u64,
+    stop: Option<Stop>,
+    unsettled: Unsettled,
+}
+
+/// Reads the files in order until the end or the first damage, sending their records in
+/// chunks. Stops early if the applying side has gone.
+fn read_files(
+    files: &[(PathBuf, bool)],
+    chunks: mpsc::SyncSender<Vec<Record>>,
+) -> Result<Reading, StoreError> {
+    let mut read = Reading {
+        files: Vec::with_capacity(files.len()),
+        records: 0,
+        stop: None,
+        unsettled: FxHashMap::default(),
+    };
+    let mut chunk = Vec::with_capacity(RECORDS_PER_CHUNK);
+    for (path, newest) in files {
+        let (file, stop) = read_file(path, *newest, &mut |record, body| {
+            track_unsettled(&mut read.unsettled, &record, body);
+            chunk.push(record);
+            if chunk.len() == RECORDS_PER_CHUNK {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(RECORDS_PER_CHUNK));
+                // A closed channel means the applying side is gone; its error wins.
+                let _ = chunks.send(full);
+            }
+        })?;
+        read.records += file.records;
+        read.files.push(file);
+        if stop.is_some() {
+            read.stop = stop;
+            break;
+        }
+    }
+    if !chunk.is_empty() {
+        let _ = chunks.send(chunk);
+    }
+    Ok(read)
+}
+
+fn track_unsettled(unsettled: &mut Unsettled, record: &Record, body: &[u8]) {
+    match &record.kind {
+        Some(Kind::Fired(fired)) => {
+            if let Some(timer) = &fired.timer {
+                let mut frame = Vec::new();
+                frame::encode_body(body, &mut frame);
+                unsettled.insert((timer.id, timer.fired_count), (frame, fired.clone()));
+            }
+        }
+        Some(Kind::Settled(settled)) => {
+            unsettled.remove(&(settled.id, settled.fired_count));
+        }
+        _ => {}
+    }
+}
+
+/// Streams the frames of one file into `apply` (with each record's bytes), stopping at the
+/// first damage.
+fn read_file(
+    path: &Path,
+    newest: bool,
+    apply: &mut impl FnMut(Record, &[u8]),
+) -> Result<(FileScan, Option<Stop>), StoreError> {
+    let file = File::open(path).map_err(io_error(path))?;
+    let length = file.metadata().map_err(io_error(path))?.len();
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut scanned = FileScan {
+        path: path.to_owned(),
+        format: None,
+        bytes: length,
+        records: 0,
+    };
+    let mut start = [0; FILE_HEADER.len()];
+    let started = read_up_to(&mut reader, &mut start).map_err(io_error(path))?;
+    let (format, offset) = match frame::file_format(&start[..started]) {
+        Ok(found) => found,
+        Err(damage) => {
+            let stop = stop_at(path, 0, Format::Checked, damage, newest, length)?;
+            return Ok((scanned, Some(stop)));
+        }
+    };
+    scanned.format = Some(format);
+    // A format-1 file has no header: what was read to look for one is its first frame's.
+    let mut input = (&start[offset..started]).chain(reader);
+    let mut offset = offset as u64;
+    let mut frame = Vec::new();
+    while offset < length {
+        match frame::read_frame(format, &mut input, length - offset, &mut frame)
+            .map_err(io_error(path))?
+        {
+            Ok(record) => {
+                apply(record, &frame[format.header_bytes()..]);
+                scanned.records += 1;
+                offset += frame.len() as u64;
+            }
+            Err(damage) => {
+                let stop = stop_at(path, offset, format, damage, newest, length)?;
+                return Ok((scanned, Some(stop)));
+            }
+        }
+    }
+    Ok((scanned, None))
+}
+
+/// Where reading stopped, and whether that is a torn append, which only the newest segment
+/// can end in.
+fn stop_at(
+    path: &Path,
+    offset: u64,
+    format: Format,
+    damage: Damage,
+    newest: bool,
+    length: u64,
+) -> Result<Stop, StoreError> {
+    let torn = newest && torn_tail(path, offset, format, damage).map_err(io_error(path))?;
+    Ok(Stop {
+        path: path.to_owned(),
+        offset,
+        damage,
+        torn,
+        bytes_after: length - offset,
+    })
+}
+
+/// [`frame::is_torn`] on the file's bytes from `offset`. Trailing zeros are found first,
+/// reading in chunks, so a long run of them (preallocated space) is not held in memory,
+/// nor is a written tail longer than any frame, which cannot be a torn one.
+fn torn_tail(path: &Path, offset: u64, format: Format, damage: Damage) -> io::Result<bool> {
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut written = 0u64;
+    let mut read = 0u64;
+    let mut buffer = vec![0; 1 << 20];
+    loop {
+        let count = file.read(&mut buffer)?;
+        if count == 0 {
+            break;
+        }
+        if let Some(last) = buffer[..count].iter().rposition(|&byte| byte != 0) {
+            written = read + last as u64 + 1;
+        }
+        read += count as u64;
+    }
+    if written > (format.header_bytes() + frame::MAX_RECORD_BYTES) as u64 {
+        return Ok(false);
+    }
+    let mut rest = vec![0; written as usize];
+    file.seek(SeekFrom::Start(offset))?;
+    file.read_exact(&mut rest)?;
+    Ok(frame::is_torn(format, damage, &rest))
+}
+
+/// Reads until `buffer` is full or the input ends; returns the bytes read.
+fn read_up_to(reader: &mut impl Read, buffer: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(count) => filled += count,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
+}
