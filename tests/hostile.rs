@@ -152,6 +152,21 @@ fn figure<'a>(figures: &'a [(String, String)], key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {key} in {figures:?}"))
 }
 
+/// A tickd process in memory (`--sync none`), a channel to it, and its RSS (KiB) before
+/// the test does anything.
+async fn daemon_in_memory() -> (Daemon, tonic::transport::Channel, u64) {
+    let mut command = tickd_command();
+    command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
+    let daemon = Daemon::start(command);
+    let rss_before = memory_kib(daemon.pid(), "VmRSS");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (daemon, channel, rss_before)
+}
+
 /// Kills the child when dropped, so a failing test leaves no client process behind.
 struct Reaped(Child);
 
@@ -277,15 +292,7 @@ async fn silent_idle_and_excess_connections_are_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_request_is_refused_from_its_header() {
-    let mut command = tickd_command();
-    command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
-    let daemon = Daemon::start(command);
-    let rss_before = memory_kib(daemon.pid(), "VmRSS");
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (daemon, channel, rss_before) = daemon_in_memory().await;
     let mut client = tickd::proto::timers_client::TimersClient::new(channel)
         .max_encoding_message_size(usize::MAX);
     // 3,000 timers of 64 KiB: 196 MB in one message.
@@ -368,15 +375,7 @@ async fn a_batch_answer_fits_a_default_grpcio_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_subscribe_streams_on_one_connection_are_refused_past_the_limit() {
-    let mut command = tickd_command();
-    command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
-    let daemon = Daemon::start(command);
-    let rss_before = memory_kib(daemon.pid(), "VmRSS");
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (daemon, channel, rss_before) = daemon_in_memory().await;
     let (mut accepted, mut refused) = (Vec::new(), 0);
     for round in 0..40 {
         let mut calls = tokio::task::JoinSet::new();

@@ -79,12 +79,16 @@ fn registered_ids(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-fn start(data: &Path, configure: impl FnOnce(&mut Command)) -> Daemon {
+fn command(data: &Path, configure: impl FnOnce(&mut Command)) -> Command {
     let mut command = tickd_command();
     command.arg("--data-dir").arg(data);
     command.args(["--metrics-listen", "127.0.0.1:0"]);
     configure(&mut command);
-    Daemon::start(command)
+    command
+}
+
+fn start(data: &Path, configure: impl FnOnce(&mut Command)) -> Daemon {
+    Daemon::start(command(data, configure))
 }
 
 async fn client_of(daemon: &Daemon) -> TimersClient<Channel> {
@@ -102,10 +106,13 @@ fn stop(mut daemon: Daemon) {
 
 /// Starts tickd on `data`, expecting it to refuse; returns its log.
 fn refused(data: &Path, configure: impl FnOnce(&mut Command)) -> String {
-    let mut daemon = start(data, configure);
-    let status = daemon.wait_for_exit(PATIENCE);
-    assert!(!status.success(), "refused: {}", daemon.log_text());
-    daemon.log_text()
+    let (status, log) = Daemon::refused(command(data, configure), PATIENCE);
+    assert!(!status.success(), "refused: {log}");
+    assert!(
+        !log.contains("tickd serving"),
+        "a refused start claimed to serve: {log}"
+    );
+    log
 }
 
 /// Registers `count` timers due in an hour, in batches, on a fresh daemon, then stops it.

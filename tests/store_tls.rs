@@ -145,16 +145,11 @@ async fn a_replica_starts_only_with_a_database_it_can_verify() {
     let fixture = Fixture::start(true).await;
     let url = fixture.url("localhost", "verify-full");
 
-    let mut refused = Daemon::start(fixture.replica(&url, &fixture.wrong_ca_file()));
-    let status = tokio::task::spawn_blocking(move || {
-        let status = refused.wait_for_exit(PATIENCE);
-        (refused, status)
-    })
-    .await
-    .expect("wait for exit");
-    let (refused, status) = status;
+    let refused = fixture.replica(&url, &fixture.wrong_ca_file());
+    let (status, log) = tokio::task::spawn_blocking(move || Daemon::refused(refused, PATIENCE))
+        .await
+        .expect("wait for exit");
     assert!(!status.success(), "{status}");
-    let log = refused.log_text();
     assert!(
         log.contains("tickd failed")
             && log.contains("(sslmode=verify-full)")

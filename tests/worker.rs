@@ -64,16 +64,8 @@ fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> impl FnMut(Vec<Handof
     }
 }
 
-fn names(batch: &[Expiration]) -> Vec<String> {
-    batch
-        .iter()
-        .map(|expiration| expiration.key.clone().unwrap())
-        .collect()
-}
-
-#[test]
-fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
-    let clock = ManualClock::starting_at_unix(1_700_000_000 * 1_000_000_000);
+/// A worker over a 1 ms-tick table on `clock`, and the batches of expirations it fires.
+fn start_worker(clock: &ManualClock) -> (Worker<TimerTable>, mpsc::Receiver<Vec<Expiration>>) {
     let table = TimerTable::new(
         TableConfig {
             tick: Duration::from_millis(1),
@@ -91,6 +83,20 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
         expirations_to(fired),
     )
     .unwrap();
+    (worker, batches)
+}
+
+fn names(batch: &[Expiration]) -> Vec<String> {
+    batch
+        .iter()
+        .map(|expiration| expiration.key.clone().unwrap())
+        .collect()
+}
+
+#[test]
+fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
+    let clock = ManualClock::starting_at_unix(1_700_000_000 * 1_000_000_000);
+    let (worker, batches) = start_worker(&clock);
     let handle = worker.handle();
     register(
         &handle,
@@ -151,23 +157,7 @@ fn a_repeating_timer_catches_up_on_one_clock() {
     const START: u64 = 1_700_000_000 * 1_000_000_000;
     const SECOND: u64 = 1_000 * MILLI;
     let clock = ManualClock::starting_at_unix(START);
-    let table = TimerTable::new(
-        TableConfig {
-            tick: Duration::from_millis(1),
-            max_pending: 1_000,
-            max_pending_per_namespace: 0,
-            max_namespaces: 0,
-        },
-        Metrics::new(),
-    );
-    let (fired, batches) = mpsc::channel();
-    let worker = Worker::spawn(
-        table,
-        clock.clone(),
-        WorkerConfig::default(),
-        expirations_to(fired),
-    )
-    .unwrap();
+    let (worker, batches) = start_worker(&clock);
     let handle = worker.handle();
     // Ten seconds in the past, every second; and the earliest deadline there is, every tick.
     let mut past = new_timer("past", 0);

@@ -62,6 +62,28 @@ impl Daemon {
         Daemon { child, addr, log }
     }
 
+    /// Spawns `command` for a start that must be refused: waits (at most `patience`) for
+    /// the process to exit by itself, and returns how it exited with everything it logged.
+    /// A refused start never logs "tickd serving", so [`Daemon::start`] would not return.
+    pub fn refused(mut command: Command, patience: Duration) -> (ExitStatus, String) {
+        let mut child = command.spawn().expect("spawn tickd");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        capture_lines(child.stdout.take().expect("stdout"), log.clone(), None);
+        capture_lines(child.stderr.take().expect("stderr"), log.clone(), None);
+        let mut daemon = Daemon {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log,
+        };
+        let status = daemon.wait_for_exit(patience);
+        // The output threads finish once the process has exited and its pipes closed.
+        let deadline = Instant::now() + patience;
+        while Arc::strong_count(&daemon.log) > 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (status, daemon.log_text())
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
