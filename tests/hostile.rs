@@ -259,6 +259,16 @@ async fn silent_idle_and_excess_connections_are_closed() {
     )
     .await;
 
+    // A preface and then no call: still a handshake, closed at the handshake timeout.
+    let mut no_call = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    no_call.write_all(PREFACE).await.unwrap();
+    let mut drained = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), no_call.read_to_end(&mut drained));
+    assert!(
+        matches!(read.await, Ok(Ok(_)) | Ok(Err(_))),
+        "a preface alone held the connection"
+    );
+
     // Idle after a call: closed, and the client's next call reconnects.
     let mut client = server.client().await;
     client.pending(PendingRequest::default()).await.unwrap();
@@ -533,5 +543,61 @@ async fn malformed_messages_are_invalid_argument() {
         0,
         "nothing malformed was registered"
     );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_refusals_reach_the_client() {
+    let server = TestServer::start_with(config(|config| {
+        config.max_request_bytes = 1_024;
+        config.max_watch_streams = 2;
+        config.sync = tickd::store::SyncMode::None;
+    }))
+    .await;
+    // A heartbeat over --max-request-bytes ends the KeepAlive call with that refusal.
+    let mut client = server.client().await;
+    let oversized = KeepAliveRequest {
+        sequence: 1,
+        timer: Some(TimerRef {
+            namespace: "n".repeat(2_000),
+            target: Some(timer_ref::Target::Id("1".into())),
+        }),
+        ttl: None,
+    };
+    let mut answers = client
+        .keep_alive(tokio_stream::iter(vec![oversized]))
+        .await
+        .unwrap()
+        .into_inner();
+    let refusal = loop {
+        match answers.message().await {
+            Ok(Some(answer)) => panic!("answered an oversized heartbeat: {answer:?}"),
+            Ok(None) => panic!("the KeepAlive call ended OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+    assert!(
+        refusal.message().contains("--max-request-bytes"),
+        "{refusal:?}"
+    );
+
+    // Health Watch streams hold a place each: the third is refused, naming the flag.
+    let mut health = HealthClient::new(server.channel().await);
+    let mut watching = Vec::new();
+    for _ in 0..2 {
+        let stream = health.watch(HealthCheckRequest::default()).await.unwrap();
+        watching.push(stream.into_inner());
+    }
+    let refusal = health
+        .watch(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+    assert!(
+        refusal.message().contains("--max-watch-streams"),
+        "{refusal:?}"
+    );
+    drop(watching);
     server.stop().await;
 }

@@ -331,7 +331,7 @@ impl proto::timers_server::Timers for TimersService {
         let responses = ReceiverStream::new(pending_answers).then(move |answer: PendingAnswer| {
             // The stream's place is given back when the response stream ends.
             let _permit = &permit;
-            async move { Ok(answer.resolve().await) }
+            answer.resolve()
         });
         Ok(Response::new(Box::pin(responses)))
     }
@@ -414,11 +414,15 @@ enum PendingAnswer {
         sequence: u64,
         status: Status,
     },
+    /// The request stream itself failed (a message over --max-request-bytes, bytes that do
+    /// not decode): the call ends with that status.
+    Ended(Status),
 }
 
 impl PendingAnswer {
-    async fn resolve(self) -> proto::KeepAliveResponse {
+    async fn resolve(self) -> Result<proto::KeepAliveResponse, Status> {
         let (sequence, outcome) = match self {
+            PendingAnswer::Ended(status) => return Err(status),
             PendingAnswer::Waiting { sequence, answer } => {
                 let outcome = match answer.await {
                     Ok(result) => result.map_err(status),
@@ -428,7 +432,7 @@ impl PendingAnswer {
             }
             PendingAnswer::Failed { sequence, status } => (sequence, Err(status)),
         };
-        match outcome {
+        Ok(match outcome {
             Ok(view) => proto::KeepAliveResponse {
                 sequence,
                 id: view.id.to_string(),
@@ -444,7 +448,7 @@ impl PendingAnswer {
                     message: status.message().to_owned(),
                 }),
             },
-        }
+        })
     }
 }
 
@@ -464,8 +468,13 @@ impl TimersService {
                 heartbeat = heartbeats.message() => heartbeat,
                 _ = shutdown.wait_for(|stopping| *stopping) => return,
             };
-            let Ok(Some(heartbeat)) = heartbeat else {
-                return;
+            let heartbeat = match heartbeat {
+                Ok(Some(heartbeat)) => heartbeat,
+                Ok(None) => return,
+                Err(status) => {
+                    let _ = answers.send(PendingAnswer::Ended(status)).await;
+                    return;
+                }
             };
             let pending = self.send_heartbeat(heartbeat, &grant);
             if answers.send(pending).await.is_err() {

@@ -26,7 +26,7 @@ async fn main() -> ExitCode {
     if let Some(Command::Check { dir }) = &config.command {
         return check(&config, dir);
     }
-    tickd::server::raise_open_file_limit(&config);
+    tickd::server::raise_open_file_limit();
     match serve(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

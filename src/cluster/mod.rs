@@ -390,9 +390,10 @@ impl Replica {
         self.ownership.rounds().unreachable_for(self.lease_renewal)
     }
 
-    /// False if the replica's wheel thread is gone (a panic).
+    /// False if the replica's wheel thread or one of its tasks (leases, loader, firing,
+    /// the dead trim) is gone: they end only when stopped, so otherwise by a panic.
     pub fn is_running(&self) -> bool {
-        self.worker.is_running()
+        self.worker.is_running() && self.tasks.iter().all(|task| !task.is_finished())
     }
 
     /// Ends every subscription stream (graceful shutdown begins). Their unacknowledged

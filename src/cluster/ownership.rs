@@ -53,8 +53,8 @@ impl LeaseRounds {
         self.last_success_ms.store(now, Ordering::Release);
     }
 
-    /// How long no round has succeeded, once that is longer than `renewal` (one missed
-    /// renewal: the database is unreachable, or too slow to keep leases).
+    /// How long no round has succeeded, once that is longer than two renewal periods (a
+    /// renewal missed: the database is unreachable, or too slow to keep leases).
     pub(crate) fn unreachable_for(&self, renewal: Duration) -> Option<Duration> {
         let last = Duration::from_millis(self.last_success_ms.load(Ordering::Acquire));
         let since = self.origin.elapsed().saturating_sub(last);

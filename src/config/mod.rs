@@ -25,6 +25,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|error| format!("invalid duration {text:?}: {error}"))
 }
 
+/// A connection timeout: more than zero (zero would close every connection at once) and
+/// at most 30 days (the clock arithmetic stays far from overflow).
+fn parse_connection_timeout(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() || duration > Duration::from_secs(30 * 24 * 3600) {
+        return Err(format!(
+            "{text:?}: give a duration above 0 and at most 30 days"
+        ));
+    }
+    Ok(duration)
+}
+
 fn parse_positive(text: &str) -> Result<usize, String> {
     text.parse::<usize>()
         .ok()
@@ -125,11 +137,11 @@ pub struct Config {
     #[arg(long, env = "TICKD_MAX_HANDSHAKING", default_value_t = 1_024, value_parser = parse_positive)]
     pub max_handshaking: usize,
     /// A connection that has not sent its HTTP/2 preface (or TLS hello) within this is closed.
-    #[arg(long, env = "TICKD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "TICKD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_connection_timeout)]
     pub handshake_timeout: Duration,
     /// A connection with no call open for this long is closed (a client reconnects when it
     /// needs to).
-    #[arg(long, env = "TICKD_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "TICKD_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_connection_timeout)]
     pub idle_timeout: Duration,
     /// HTTP/2 PING sent on a connection silent for this long; unanswered within
     /// --http2-keepalive-timeout, the connection is closed (a dead peer frees its streams).
@@ -168,6 +180,10 @@ pub struct Config {
         default_value_t = 100
     )]
     pub max_keepalive_streams_per_connection: usize,
+    /// grpc.health.v1 Watch and reflection streams open at most (they last as long as the
+    /// client likes); beyond it they are refused.
+    #[arg(long, env = "TICKD_MAX_WATCH_STREAMS", default_value_t = 1_024)]
+    pub max_watch_streams: usize,
     /// Observer Subscribe streams open at most: each costs a copy of every expiration of its
     /// namespace.
     #[arg(long, env = "TICKD_MAX_OBSERVERS", default_value_t = 64)]

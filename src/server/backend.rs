@@ -130,8 +130,9 @@ impl Backend {
         }
     }
 
-    /// Stops everything; returns the timers still pending in this process's wheel.
-    pub(super) async fn stop(self) -> usize {
+    /// Stops everything; returns the timers still pending in this process's wheel, or why
+    /// the stop did not end cleanly (the log failed on its last commits).
+    pub(super) async fn stop(self) -> Result<usize, &'static str> {
         match self {
             Backend::Local {
                 worker,
@@ -145,12 +146,16 @@ impl Backend {
                 // Every handle on the store must go before it can finish its last commit.
                 delivery.close().await;
                 if let Some((store, handle)) = store {
+                    let failed = handle.failure_flag();
                     drop(handle);
                     tokio::task::block_in_place(|| store.join());
+                    if failed.load(std::sync::atomic::Ordering::Acquire) {
+                        return Err("the log failed to write while stopping");
+                    }
                 }
-                pending_timers
+                Ok(pending_timers)
             }
-            Backend::Replicated(replica) => replica.stop().await,
+            Backend::Replicated(replica) => Ok(replica.stop().await),
         }
     }
 }

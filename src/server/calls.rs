@@ -3,6 +3,10 @@
 //! request message larger than `--max-request-bytes` from its 5-byte gRPC header, before
 //! any of its body is buffered.
 //!
+//! It also bounds the long-lived streams of the standard services (health `Watch`,
+//! reflection), which the API's own stream limits do not see: each holds a place among
+//! `--max-watch-streams` for as long as its response lasts.
+//!
 //! tonic can refuse an oversized message too, but with OUT_OF_RANGE and a message that
 //! names no flag; checking here lets the client read which limit it hit, as it can for
 //! every other limit.
@@ -13,6 +17,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic::transport::server::TlsConnectInfo;
@@ -23,9 +28,21 @@ use super::connections::{ConnectionInfo, ConnectionState};
 /// Bytes of the gRPC message header: a compression flag and a big-endian length.
 const MESSAGE_HEADER_BYTES: usize = 5;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct CallLayer {
-    pub max_request_bytes: usize,
+    max_request_bytes: usize,
+    watch_streams: Arc<Semaphore>,
+    max_watch_streams: usize,
+}
+
+impl CallLayer {
+    pub(crate) fn new(max_request_bytes: usize, max_watch_streams: usize) -> Self {
+        Self {
+            max_request_bytes,
+            watch_streams: Arc::new(Semaphore::new(max_watch_streams)),
+            max_watch_streams,
+        }
+    }
 }
 
 impl<S> tower::Layer<S> for CallLayer {
@@ -33,7 +50,7 @@ impl<S> tower::Layer<S> for CallLayer {
     fn layer(&self, inner: S) -> CallService<S> {
         CallService {
             inner,
-            max_request_bytes: self.max_request_bytes,
+            limits: self.clone(),
         }
     }
 }
@@ -41,13 +58,19 @@ impl<S> tower::Layer<S> for CallLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct CallService<S> {
     inner: S,
-    max_request_bytes: usize,
+    limits: CallLayer,
+}
+
+/// The standard services' methods that stream for as long as the client likes.
+fn is_watch_stream(path: &str) -> bool {
+    path == "/grpc.health.v1.Health/Watch" || path.starts_with("/grpc.reflection.")
 }
 
 impl<S> tower::Service<Request<Body>> for CallService<S>
 where
     S: tower::Service<Request<Body>, Response = Response<Body>>,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
 {
     type Response = Response<Body>;
     type Error = S::Error;
@@ -59,15 +82,32 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let watch_permit = match is_watch_stream(request.uri().path()) {
+            false => None,
+            true => match self.limits.watch_streams.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    let refusal = Status::resource_exhausted(format!(
+                        "{} health Watch and reflection streams are open, the limit (--max-watch-streams)",
+                        self.limits.max_watch_streams
+                    ));
+                    return Box::pin(std::future::ready(Ok(refusal.into_http())));
+                }
+            },
+        };
         let connection = connection_of(&request);
         let (mut parts, body) = request.into_parts();
-        let call = connection.map(|state| {
-            parts.extensions.insert(state.streams.clone());
-            CallGuard::new(state)
-        });
+        let call = CallGuard {
+            connection: connection.map(|state| {
+                parts.extensions.insert(state.streams.clone());
+                state.call_started();
+                state
+            }),
+            _watch_permit: watch_permit,
+        };
         let body = Body::new(SizeLimitedBody {
             inner: body,
-            limit: self.max_request_bytes,
+            limit: self.limits.max_request_bytes,
             header: [0; MESSAGE_HEADER_BYTES],
             header_filled: 0,
             body_left: 0,
@@ -75,15 +115,12 @@ where
         let response = self.inner.call(Request::from_parts(parts, body));
         Box::pin(async move {
             let response = response.await?;
-            Ok(match call {
-                Some(call) => response.map(|body| {
-                    Body::new(TrackedBody {
-                        inner: body,
-                        _call: call,
-                    })
-                }),
-                None => response,
-            })
+            Ok(response.map(|body| {
+                Body::new(TrackedBody {
+                    inner: body,
+                    _call: call,
+                })
+            }))
         })
     }
 }
@@ -101,19 +138,18 @@ fn connection_of<B>(request: &Request<B>) -> Option<Arc<ConnectionState>> {
         .map(|info| info.state.clone())
 }
 
-/// A call in progress on its connection, from its headers to the end of its response.
-struct CallGuard(Arc<ConnectionState>);
-
-impl CallGuard {
-    fn new(state: Arc<ConnectionState>) -> Self {
-        state.call_started();
-        Self(state)
-    }
+/// A call in progress, from its headers to the end of its response: counted on its
+/// connection, and holding its place if it is a watch stream.
+struct CallGuard {
+    connection: Option<Arc<ConnectionState>>,
+    _watch_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.0.call_ended();
+        if let Some(connection) = &self.connection {
+            connection.call_ended();
+        }
     }
 }
 

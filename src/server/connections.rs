@@ -42,6 +42,9 @@ use crate::metrics::Metrics;
 /// the first bytes of a TLS ClientHello, which is longer.
 const PREFACE_BYTES: usize = 24;
 
+/// Bytes received this recently keep a connection open past its idle deadline.
+const READ_GRACE: Duration = Duration::from_secs(1);
+
 /// How long the accept loop pauses when the process is out of descriptors or memory.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -78,23 +81,26 @@ impl Accept for UnixListener {
 
 /// The connections of `listener` that completed their preface, for tonic's
 /// `serve_with_incoming`. The accept task ends when tonic drops the stream.
+/// `open` counts the connections of every listener: `--max-connections` is one budget
+/// of file descriptors for them all.
 pub(crate) fn incoming<L: Accept>(
     listener: L,
     limits: ConnectionLimits,
+    open: Arc<AtomicUsize>,
     metrics: Arc<Metrics>,
 ) -> ReceiverStream<io::Result<Connection<L::Stream>>> {
     let (ready, incoming) = mpsc::channel(64);
-    tokio::spawn(accept_loop(listener, limits, metrics, ready));
+    tokio::spawn(accept_loop(listener, limits, open, metrics, ready));
     ReceiverStream::new(incoming)
 }
 
 async fn accept_loop<L: Accept>(
     listener: L,
     limits: ConnectionLimits,
+    open: Arc<AtomicUsize>,
     metrics: Arc<Metrics>,
     ready: mpsc::Sender<io::Result<Connection<L::Stream>>>,
 ) {
-    let open = Arc::new(AtomicUsize::new(0));
     let handshaking = Arc::new(Handshaking::default());
     let mut last_warning: Option<Instant> = None;
     loop {
@@ -125,7 +131,9 @@ async fn accept_loop<L: Accept>(
         }
         let slot = Slot::take(&open, &metrics);
         if let Some(oldest) = handshaking.evict_beyond(limits.max_handshaking) {
-            oldest.abort();
+            if let Some(task) = oldest {
+                task.abort();
+            }
             metrics.connections.closed(CloseReason::Evicted);
         }
         let (metrics, ready) = (metrics.clone(), ready.clone());
@@ -152,8 +160,11 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             return;
         }
     }
-    drop(entry);
-    let connection = Connection::new(stream, preface, slot, limits.idle_timeout, metrics);
+    if !entry.leave() {
+        // Evicted while finishing its preface: the evictor counted it closed.
+        return;
+    }
+    let connection = Connection::new(stream, preface, slot, &limits, metrics);
     let _ = ready.send(Ok(connection)).await;
 }
 
@@ -167,29 +178,37 @@ fn is_resource_exhaustion(error: &io::Error) -> bool {
 #[derive(Default)]
 struct Handshaking {
     next_id: AtomicU64,
-    waiting: Mutex<BTreeMap<u64, AbortHandle>>,
+    waiting: Mutex<BTreeMap<u64, Option<AbortHandle>>>,
 }
 
 impl Handshaking {
-    /// Runs a handshake task, registered as waiting until it ends. The lock is held while
-    /// spawning so that a task that ends at once finds its entry to remove.
+    /// Runs a handshake task, registered as waiting until it ends. The entry is made
+    /// before the task exists, so that a task that ends at once finds it to remove; no
+    /// lock is held while spawning.
     fn spawn<F>(self: &Arc<Self>, handshake: impl FnOnce(HandshakeEntry) -> F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, None);
         let entry = HandshakeEntry {
             id,
             handshaking: self.clone(),
         };
-        let mut waiting = self.waiting.lock().expect("handshaking lock");
-        let task = tokio::spawn(handshake(entry));
-        waiting.insert(id, task.abort_handle());
+        let task = tokio::spawn(handshake(entry)).abort_handle();
+        if let Some(waiting) = self.lock().get_mut(&id) {
+            *waiting = Some(task);
+        }
     }
 
-    /// The oldest waiting connection, removed, if `limit` are already waiting.
-    fn evict_beyond(&self, limit: usize) -> Option<AbortHandle> {
-        let mut waiting = self.waiting.lock().expect("handshaking lock");
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Option<AbortHandle>>> {
+        self.waiting.lock().expect("handshaking lock")
+    }
+
+    /// The oldest waiting connection's task, removed from the list, if `limit` are already
+    /// waiting. (A task not yet registered finds itself evicted when its preface is in.)
+    fn evict_beyond(&self, limit: usize) -> Option<Option<AbortHandle>> {
+        let mut waiting = self.lock();
         (waiting.len() >= limit)
             .then(|| waiting.pop_first().map(|(_, task)| task))
             .flatten()
@@ -202,13 +221,17 @@ struct HandshakeEntry {
     handshaking: Arc<Handshaking>,
 }
 
+impl HandshakeEntry {
+    /// Leaves the waiting list; false if the connection was evicted meanwhile. Whoever
+    /// removes the entry decides: the evictor, or the handshake that finished first.
+    fn leave(&self) -> bool {
+        self.handshaking.lock().remove(&self.id).is_some()
+    }
+}
+
 impl Drop for HandshakeEntry {
     fn drop(&mut self) {
-        self.handshaking
-            .waiting
-            .lock()
-            .expect("handshaking lock")
-            .remove(&self.id);
+        self.leave();
     }
 }
 
@@ -245,6 +268,10 @@ pub(crate) struct ConnectionInfo {
 
 pub(crate) struct ConnectionState {
     opened: Instant,
+    /// Until its first call, a connection is still in its handshake (TLS, HTTP/2 settings):
+    /// `--handshake-timeout` bounds it, not `--idle-timeout`.
+    handshake_timeout: Duration,
+    any_call: std::sync::atomic::AtomicBool,
     calls_open: AtomicUsize,
     /// Milliseconds after `opened` at which the last call ended.
     idle_since_ms: AtomicU64,
@@ -252,9 +279,11 @@ pub(crate) struct ConnectionState {
 }
 
 impl ConnectionState {
-    fn new() -> Self {
+    fn new(handshake_timeout: Duration) -> Self {
         Self {
             opened: Instant::now(),
+            handshake_timeout,
+            any_call: std::sync::atomic::AtomicBool::new(false),
             calls_open: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
             streams: Arc::default(),
@@ -262,6 +291,7 @@ impl ConnectionState {
     }
 
     pub(crate) fn call_started(&self) {
+        self.any_call.store(true, Ordering::Release);
         self.calls_open.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -276,6 +306,9 @@ impl ConnectionState {
         if self.calls_open.load(Ordering::Acquire) > 0 {
             return None;
         }
+        if !self.any_call.load(Ordering::Acquire) {
+            return Some(self.opened + self.handshake_timeout.min(timeout));
+        }
         let idle_since = Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire));
         Some(self.opened + idle_since + timeout)
     }
@@ -289,6 +322,9 @@ pub(crate) struct Connection<S> {
     replayed: usize,
     idle_timeout: Duration,
     idle_timer: Pin<Box<Sleep>>,
+    /// When bytes last arrived. A request read but not yet counted as a call (hyper counts
+    /// it once its task first runs) must not find its connection closed under it.
+    last_read: Instant,
     info: ConnectionInfo,
     metrics: Arc<Metrics>,
     _slot: Slot,
@@ -299,17 +335,19 @@ impl<S> Connection<S> {
         stream: S,
         preface: [u8; PREFACE_BYTES],
         slot: Slot,
-        idle_timeout: Duration,
+        limits: &ConnectionLimits,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let state = ConnectionState::new();
-        let first_deadline = state.opened + idle_timeout;
+        let idle_timeout = limits.idle_timeout;
+        let state = ConnectionState::new(limits.handshake_timeout);
+        let first_deadline = state.opened + limits.handshake_timeout.min(idle_timeout);
         Self {
             stream,
             preface,
             replayed: 0,
             idle_timeout,
             idle_timer: Box::pin(tokio::time::sleep_until(first_deadline.into())),
+            last_read: Instant::now(),
             info: ConnectionInfo {
                 state: Arc::new(state),
             },
@@ -323,8 +361,12 @@ impl<S> Connection<S> {
     fn poll_idle(&mut self, context: &mut Context<'_>) -> bool {
         while self.idle_timer.as_mut().poll(context).is_ready() {
             let now = Instant::now();
+            let quiet_since = self.last_read + READ_GRACE;
             match self.info.state.idle_deadline(self.idle_timeout) {
-                Some(deadline) if deadline <= now => return true,
+                Some(deadline) if deadline <= now && quiet_since <= now => return true,
+                Some(deadline) if deadline <= now => {
+                    self.idle_timer.as_mut().reset(quiet_since.into())
+                }
                 Some(deadline) => self.idle_timer.as_mut().reset(deadline.into()),
                 None => self
                     .idle_timer
@@ -358,7 +400,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Connection<S> {
                 "no call for --idle-timeout",
             )));
         }
-        Pin::new(&mut this.stream).poll_read(context, buf)
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(context, buf);
+        if buf.filled().len() > filled {
+            this.last_read = Instant::now();
+        }
+        read
     }
 }
 

@@ -11,7 +11,10 @@ mod connections;
 
 use std::future::Future;
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::Duration;
+
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
@@ -139,22 +142,23 @@ pub async fn run(
             stopped(metrics_stopped),
         ));
     }
+    let call_layer = CallLayer::new(config.max_request_bytes, config.max_watch_streams);
     // Past the limit, calls are refused at once with RESOURCE_EXHAUSTED instead of queueing.
     let overload = tower::ServiceBuilder::new()
-        .layer(CallLayer {
-            max_request_bytes: config.max_request_bytes,
-        })
+        .layer(call_layer.clone())
         .layer(RpcMetricsLayer::new(metrics.clone()))
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.max_concurrent_calls,
         ));
     let connection_limits = ConnectionLimits {
-        max_connections: config.max_connections,
+        max_connections: connection_budget(config),
         max_handshaking: config.max_handshaking,
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,
     };
+    // One budget for the connections of every listener.
+    let open_connections = Arc::new(AtomicUsize::new(0));
     let router = |tls: Option<ServerTlsConfig>| -> Result<_, ServerError> {
         let mut builder = http2_server(config);
         if let Some(tls) = tls {
@@ -167,7 +171,12 @@ pub async fn run(
             .add_service(timers.clone()))
     };
     let tcp = router(tls)?.serve_with_incoming_shutdown(
-        connections::incoming(listeners.grpc, connection_limits, metrics.clone()),
+        connections::incoming(
+            listeners.grpc,
+            connection_limits,
+            open_connections.clone(),
+            metrics.clone(),
+        ),
         stopped(stop_signal.clone()),
     );
     // The Unix socket is local and guarded by its file mode: no TLS there.
@@ -177,7 +186,12 @@ pub async fn run(
             Some(unix_listener) => {
                 unix_router
                     .serve_with_incoming_shutdown(
-                        connections::incoming(unix_listener, connection_limits, metrics.clone()),
+                        connections::incoming(
+                            unix_listener,
+                            connection_limits,
+                            open_connections.clone(),
+                            metrics.clone(),
+                        ),
                         stopped(stop_signal.clone()),
                     )
                     .await
@@ -186,16 +200,19 @@ pub async fn run(
         }
     };
     let health_only = http2_server(config)
-        .layer(CallLayer {
-            max_request_bytes: config.max_request_bytes,
-        })
+        .layer(call_layer)
         .add_service(health.clone());
     let probes = async {
         match listeners.health {
             Some(health_listener) => {
                 health_only
                     .serve_with_incoming_shutdown(
-                        connections::incoming(health_listener, connection_limits, metrics.clone()),
+                        connections::incoming(
+                            health_listener,
+                            connection_limits,
+                            open_connections.clone(),
+                            metrics.clone(),
+                        ),
                         stopped(stop_signal.clone()),
                     )
                     .await
@@ -233,11 +250,12 @@ pub async fn run(
             true
         }
     };
-    let pending_timers = backend.stop().await;
+    let stopped = backend.stop().await;
     let _ = stop_metrics.send(true);
     if let Some(reason) = failure {
         return Err(ServerError::Failed(reason));
     }
+    let pending_timers = stopped.map_err(ServerError::Failed)?;
     info!(pending_timers, "tickd stopped");
     Ok(Stopped {
         pending_timers,
@@ -357,23 +375,38 @@ fn http2_server(config: &Config) -> Server {
         .http2_max_pending_accept_reset_streams(Some(100))
 }
 
+/// Descriptors kept for everything but connections: the log's segments, snapshots and
+/// directory, listeners, the database's connections, the runtime.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// `--max-connections`, lowered if need be so that connections alone can never take the
+/// descriptors the log needs: running out there would stop tickd (see fail-stop).
+fn connection_budget(config: &Config) -> usize {
+    let Ok((soft_limit, _)) = rlimit::getrlimit(rlimit::Resource::NOFILE) else {
+        return config.max_connections;
+    };
+    let available = soft_limit.saturating_sub(RESERVED_DESCRIPTORS);
+    let budget = usize::try_from(available).unwrap_or(usize::MAX);
+    if budget < config.max_connections {
+        warn!(
+            max_connections = config.max_connections,
+            open_file_limit = soft_limit,
+            budget,
+            "--max-connections lowered to what the open file limit leaves"
+        );
+    }
+    config.max_connections.min(budget).max(1)
+}
+
 /// Raises the soft limit on open files to the hard limit, so that `--max-connections` is
 /// what bounds connections, not a soft default of 1,024.
-pub fn raise_open_file_limit(config: &Config) {
+pub fn raise_open_file_limit() {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => {
             info!(
                 open_file_limit = limit,
                 "raised the open file limit to the hard limit"
             );
-            let wanted = (config.max_connections + config.max_handshaking) as u64 + 256;
-            if limit < wanted {
-                warn!(
-                    open_file_limit = limit,
-                    max_connections = config.max_connections,
-                    "the open file limit is below --max-connections: accept will back off when it runs out"
-                );
-            }
         }
         Err(error) => warn!(%error, "could not raise the open file limit"),
     }

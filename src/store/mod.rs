@@ -181,6 +181,11 @@ impl StoreHandle {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// The same answer, readable after every handle is gone (the store's last commit).
+    pub fn failure_flag(&self) -> Arc<AtomicBool> {
+        self.failed.clone()
+    }
+
     /// Appends a batch; its callbacks run once it is on disk (per the sync mode). If the
     /// store has stopped, nothing runs: the callers' reply channels close, which they report
     /// as unavailable.
@@ -306,7 +311,7 @@ impl Writer {
         failed_flag: Arc<AtomicBool>,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
-        let length = segment_length(&dir, sequence, &segment)?;
+        let length = frame::FILE_HEADER.len() as u64;
         Ok(Self {
             dir,
             sync,
@@ -459,9 +464,11 @@ impl Writer {
         let closing = segment_path(&self.dir, self.segment_sequence);
         self.segment.sync_data().map_err(io_error(&closing))?;
         self.unsynced = false;
+        let segment = create_segment(&self.dir, self.segment_sequence + 1)?;
         self.segment_sequence += 1;
-        self.segment = create_segment(&self.dir, self.segment_sequence)?;
-        self.written_bytes = segment_length(&self.dir, self.segment_sequence, &self.segment)?;
+        self.segment = segment;
+        // A new segment holds its header only (create_segment made it, new).
+        self.written_bytes = frame::FILE_HEADER.len() as u64;
         self.acknowledged_bytes = self.written_bytes;
         let path = snapshot_path(&self.dir, self.segment_sequence).with_extension("partial");
         let mut file = File::create(&path).map_err(io_error(&path))?;
@@ -503,12 +510,6 @@ impl Writer {
         );
         Ok(())
     }
-}
-
-/// The length of a segment just created (its header, if the format has one).
-fn segment_length(dir: &Path, sequence: u64, segment: &File) -> Result<u64, StoreError> {
-    let path = segment_path(dir, sequence);
-    Ok(segment.metadata().map_err(io_error(&path))?.len())
 }
 
 /// A new segment, its file header written (and made durable by the first commit's sync).
