@@ -98,10 +98,9 @@ where
         let connection = connection_of(&request);
         let (mut parts, body) = request.into_parts();
         let call = CallGuard {
-            connection: connection.map(|state| {
+            connection: connection.inspect(|state| {
                 parts.extensions.insert(state.streams.clone());
                 state.call_started();
-                state
             }),
             _watch_permit: watch_permit,
         };
