@@ -569,12 +569,10 @@ async fn stream_refusals_reach_the_client() {
         .await
         .unwrap()
         .into_inner();
-    let refusal = loop {
-        match answers.message().await {
-            Ok(Some(answer)) => panic!("answered an oversized heartbeat: {answer:?}"),
-            Ok(None) => panic!("the KeepAlive call ended OK"),
-            Err(status) => break status,
-        }
+    let refusal = match answers.message().await {
+        Ok(Some(answer)) => panic!("answered an oversized heartbeat: {answer:?}"),
+        Ok(None) => panic!("the KeepAlive call ended OK"),
+        Err(status) => status,
     };
     assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
     assert!(
