@@ -15,12 +15,12 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
+use common::raw_codec::RawCodec;
 use common::tooling::{polyglot_python, repo, skip_polyglot};
 use common::*;
 use support::daemon::{tickd_command, Daemon};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{health_check_response::ServingStatus, HealthCheckRequest};
@@ -472,41 +472,6 @@ async fn grpcio_heartbeat_floods_meet_flow_control_not_goaway() {
     daemon.assert_running();
 }
 
-/// Sends raw bytes as a request message and decodes nothing: to send what no generated
-/// client would.
-#[derive(Clone, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Bytes, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        buf.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
-        Ok(Some(buf.copy_to_bytes(buf.remaining())))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_messages_are_invalid_argument() {
     let server = TestServer::start().await;
@@ -596,6 +561,22 @@ async fn stream_refusals_reach_the_client() {
         refusal.message().contains("--max-watch-streams"),
         "{refusal:?}"
     );
-    drop(watching);
-    server.stop().await;
+    // At shutdown the watch streams end, instead of holding the drain to its timeout.
+    let stopped = server.stop().await;
+    assert!(
+        !stopped.drain_timed_out,
+        "open Watch streams held the drain open"
+    );
+    for mut stream in watching {
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => break,
+                Err(status) => {
+                    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                    break;
+                }
+            }
+        }
+    }
 }

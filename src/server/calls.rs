@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic::transport::server::TlsConnectInfo;
@@ -33,14 +33,22 @@ pub(crate) struct CallLayer {
     max_request_bytes: usize,
     watch_streams: Arc<Semaphore>,
     max_watch_streams: usize,
+    /// Turns true when the drain begins: watch streams then end (health `Watch` would
+    /// otherwise hold the drain open to its timeout).
+    stopping: watch::Receiver<bool>,
 }
 
 impl CallLayer {
-    pub(crate) fn new(max_request_bytes: usize, max_watch_streams: usize) -> Self {
+    pub(crate) fn new(
+        max_request_bytes: usize,
+        max_watch_streams: usize,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
         Self {
             max_request_bytes,
             watch_streams: Arc::new(Semaphore::new(max_watch_streams)),
             max_watch_streams,
+            stopping,
         }
     }
 }
@@ -82,7 +90,8 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let watch_permit = match is_watch_stream(request.uri().path()) {
+        let watching = is_watch_stream(request.uri().path());
+        let watch_permit = match watching {
             false => None,
             true => match self.limits.watch_streams.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
@@ -111,6 +120,12 @@ where
             header_filled: 0,
             body_left: 0,
         });
+        let drain = watching.then(|| {
+            let mut stopping = self.limits.stopping.clone();
+            Box::pin(async move {
+                let _ = stopping.wait_for(|stopping| *stopping).await;
+            }) as Drain
+        });
         let response = self.inner.call(Request::from_parts(parts, body));
         Box::pin(async move {
             let response = response.await?;
@@ -118,6 +133,7 @@ where
                 Body::new(TrackedBody {
                     inner: body,
                     _call: call,
+                    drain,
                 })
             }))
         })
@@ -153,9 +169,14 @@ impl Drop for CallGuard {
 }
 
 /// A response body that keeps its call counted until the body is gone.
+/// For a watch stream, resolves when the drain begins.
+type Drain = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 struct TrackedBody {
     inner: Body,
     _call: CallGuard,
+    /// Some for a watch stream until the drain ends it (with UNAVAILABLE in its trailers).
+    drain: Option<Drain>,
 }
 
 impl HttpBody for TrackedBody {
@@ -166,11 +187,21 @@ impl HttpBody for TrackedBody {
         self: Pin<&mut Self>,
         context: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(context)
+        let this = self.get_mut();
+        if let Some(drain) = &mut this.drain {
+            if drain.as_mut().poll(context).is_ready() {
+                this.drain = None;
+                this.inner = Body::empty();
+                let mut trailers = tonic::codegen::http::HeaderMap::new();
+                let _ = Status::unavailable("tickd is shutting down").add_header(&mut trailers);
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            }
+        }
+        Pin::new(&mut this.inner).poll_frame(context)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.drain.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

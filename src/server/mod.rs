@@ -142,7 +142,11 @@ pub async fn run(
             stopped(metrics_stopped),
         ));
     }
-    let call_layer = CallLayer::new(config.max_request_bytes, config.max_watch_streams);
+    let call_layer = CallLayer::new(
+        config.max_request_bytes,
+        config.max_watch_streams,
+        stop_signal.clone(),
+    );
     // Past the limit, calls are refused at once with RESOURCE_EXHAUSTED instead of queueing.
     let overload = tower::ServiceBuilder::new()
         .layer(call_layer.clone())

@@ -16,6 +16,7 @@ use tickd::proto::timers_client::TimersClient;
 use tickd::server::Stopped;
 
 pub mod metrics;
+pub mod raw_codec;
 pub mod tooling;
 
 pub use proto::*;
