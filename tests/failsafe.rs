@@ -16,8 +16,7 @@ use common::*;
 use support::daemon::Daemon;
 use support::postgres::Postgres;
 use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::{health_check_response::ServingStatus, HealthCheckRequest};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 /// tickd as the other daemon tests start it, with its metrics on a port of its own.
 fn tickd_command() -> Command {
@@ -36,21 +35,6 @@ async fn channel(addr: SocketAddr) -> Channel {
         .connect()
         .await
         .expect("connect")
-}
-
-/// The health of `service` ("" for the whole server), or None if tickd does not answer.
-async fn health(addr: SocketAddr, service: &str) -> Option<ServingStatus> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .ok()?;
-    let request = HealthCheckRequest {
-        service: service.into(),
-    };
-    let answer = HealthClient::new(channel).check(request).await.ok()?;
-    Some(answer.into_inner().status())
 }
 
 /// Polls health until `service` reports `wanted` (or tickd stops answering, for

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::metrics::{scrape, scrape_until, Scrape};
 use common::raw_codec::RawCodec;
 use common::tooling::{polyglot_python, repo, skip_polyglot};
 use common::*;
@@ -66,54 +67,16 @@ fn metrics_addr(daemon: &Daemon) -> SocketAddr {
         .expect("metrics address in the log")
 }
 
-async fn scrape(addr: SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("metrics");
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: tickd\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
-}
-
-/// The value of one metric line (`name{labels} value`), 0 if absent.
-fn metric(scrape: &str, series: &str) -> f64 {
+/// Scrapes until `series` reaches `at_least` (an event the server reports), and checks
+/// that it did.
+async fn await_metric(addr: SocketAddr, series: &str, at_least: f64) -> Scrape {
+    let reached = |scrape: &Scrape| scrape.get(series).unwrap_or(0.0) >= at_least;
+    let scrape = scrape_until(addr, reached).await;
+    assert!(
+        reached(&scrape),
+        "{series} never reached {at_least}:\n{scrape:#?}"
+    );
     scrape
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// Polls /metrics until `series` reaches `at_least` (an event the server reports, awaited
-/// with a generous deadline so a broken server fails instead of hanging).
-async fn await_metric(addr: SocketAddr, series: &str, at_least: f64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = scrape(addr).await;
-        if metric(&text, series) >= at_least {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{series} never reached {at_least}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn health(addr: SocketAddr) -> Result<ServingStatus, tonic::Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
-    let answer = HealthClient::new(channel)
-        .check(HealthCheckRequest::default())
-        .await?
-        .into_inner();
-    Ok(answer.status())
 }
 
 fn python_script(args: &[&str]) -> Command {
@@ -207,7 +170,7 @@ async fn idle_connections_by_the_thousand_never_keep_a_client_out() {
 
     // While they sit there, a new client is served and tickd stays nearly idle.
     let started = Instant::now();
-    assert_eq!(health(daemon.addr).await.unwrap(), ServingStatus::Serving);
+    assert_eq!(health(daemon.addr, "").await, Some(ServingStatus::Serving));
     let answered_in = started.elapsed();
     let (ticks_before, window_start) = (cpu_ticks(daemon.pid()), Instant::now());
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -222,17 +185,12 @@ async fn idle_connections_by_the_thousand_never_keep_a_client_out() {
         core_share < 0.5,
         "tickd spins with idle sockets: {core_share:.2} of a core"
     );
-    let text = scrape(metrics_addr(&daemon)).await;
+    let scrape = scrape(metrics_addr(&daemon)).await;
+    let evicted = "tickd_connections_closed_by_server_total{reason=\"Evicted\"}";
+    assert!(scrape.value(evicted) > 0.0, "{scrape:#?}");
     assert!(
-        metric(
-            &text,
-            "tickd_connections_closed_by_server_total{reason=\"Evicted\"}"
-        ) > 0.0,
-        "{text}"
-    );
-    assert!(
-        metric(&text, "tickd_connections_open") <= 1_024.0 + 1.0,
-        "{text}"
+        scrape.value("tickd_connections_open") <= 1_024.0 + 1.0,
+        "{scrape:#?}"
     );
     holder.0.stdin.take();
     daemon.assert_running();

@@ -175,15 +175,6 @@ impl DeliveryHandle {
         !self.sender.is_closed()
     }
 
-    /// A sink for the worker thread: hands each fired batch to the delivery task.
-    pub fn fired_sink(&self) -> impl FnMut(Vec<Handoff>) + Send + 'static {
-        let sender = self.sender.clone();
-        move |batch| {
-            // After shutdown nobody is left to deliver to; the batch is dropped with the task.
-            let _ = sender.send(Request::Fired(batch));
-        }
-    }
-
     pub fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, DeliveryStopped> {
         let id = self.next_subscriber_id.fetch_add(1, Ordering::Relaxed);
         let capacity = options

@@ -334,7 +334,8 @@ fn serving_status(serving: bool) -> ServingStatus {
     }
 }
 
-async fn stopped(mut stop_signal: watch::Receiver<bool>) {
+/// Resolves once the drain begins.
+pub(super) async fn stopped(mut stop_signal: watch::Receiver<bool>) {
     let _ = stop_signal.wait_for(|stopping| *stopping).await;
 }
 

@@ -268,3 +268,24 @@ pub async fn pending_with_dead(
         .expect("pending")
         .into_inner()
 }
+
+/// The health of `service` ("" for the whole server), or None if tickd does not answer.
+pub async fn health(
+    addr: SocketAddr,
+    service: &str,
+) -> Option<tonic_health::pb::health_check_response::ServingStatus> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .ok()?;
+    let request = tonic_health::pb::HealthCheckRequest {
+        service: service.into(),
+    };
+    let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(request)
+        .await
+        .ok()?;
+    Some(answer.into_inner().status())
+}
