@@ -18,6 +18,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod delivery;
+pub mod domain;
 mod faults;
 pub mod metrics;
 pub(crate) mod namespaces;

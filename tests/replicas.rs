@@ -1594,7 +1594,7 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
     );
     // Before the trim as after it, Pending counts and lists what the trim keeps: the
     // newest two of each namespace, oldest first; an empty namespace, every namespace's.
-    let listed = |dead: tickd::delivery::DeadList| {
+    let listed = |dead: tickd::domain::DeadList| {
         let ids: Vec<u64> = dead.dead.iter().map(|dead| dead.expiration.id.0).collect();
         (dead.count, ids)
     };

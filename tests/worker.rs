@@ -4,12 +4,11 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use tickd::domain::{Due, Expiration, NewTimer, Target, TimerRef, TimerView};
 use tickd::metrics::Metrics;
 use tickd::worker::clock::ManualClock;
-use tickd::worker::table::{
-    Command, Due, Expiration, Handoff, NewTimer, TableConfig, Target, TimerRef, TimerTable,
-    TimerView,
-};
+use tickd::worker::command::Command;
+use tickd::worker::table::{Handoff, TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Status};
 
-use crate::worker::table::TimerError;
+use crate::domain::TimerError;
 
 /// What a caller may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]

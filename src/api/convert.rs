@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost_types::{Duration as ProtoDuration, Timestamp};
 
-use crate::delivery::queue::{Dead, Delivered};
+use crate::domain::{Dead, Delivered};
+use crate::domain::{Due, Expiration, NewTimer, Target, TimerError, TimerRef, TimerView};
 use crate::proto;
-use crate::worker::table::{Due, Expiration, NewTimer, Target, TimerError, TimerRef, TimerView};
 
 /// Bounds on what one request may ask for.
 #[derive(Debug, Clone, Copy)]
@@ -304,7 +304,7 @@ pub fn parse_delivery_id(text: &str) -> Option<u64> {
 }
 
 pub fn item_error(error: &TimerError) -> proto::Error {
-    let status = super::status(error.clone());
+    let status = tonic::Status::from(error.clone());
     proto::Error {
         code: status.code() as i32,
         message: status.message().to_owned(),

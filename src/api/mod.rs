@@ -1,57 +1,29 @@
-//! The tonic service: validates each request, turns it into a worker command or a
-//! delivery request, and maps every refusal to a gRPC status. No timer logic lives here.
+//! The tonic service: validates each request, checks the caller may use its namespace,
+//! asks the backend, and turns the answer into the response. No timer logic lives here,
+//! and nothing here knows which backend answers: it holds one [`Timers`] and one
+//! [`Expirations`] (see [`crate::domain`]). Refusals become statuses in [`status`].
 
 pub mod auth;
-pub mod backend;
 pub mod codec;
 pub mod convert;
+mod keepalive;
+mod status;
 pub mod streams;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::delivery::SubscribeOptions;
+use crate::domain::{Expirations, PendingQuery, SubscribeOptions, TimerError, TimerRef, Timers};
 use crate::proto;
-use crate::worker::table::{Command, PendingQuery, TimerError};
-use crate::worker::SendError;
 use auth::{grant_of, Grant};
-use backend::{Deliveries, Timers};
 use convert::Limits;
+use keepalive::{PendingAnswer, KEEPALIVE_IN_FLIGHT};
 use streams::{ConnectionStreams, StreamKind, StreamLimits};
-
-pub fn status(error: TimerError) -> Status {
-    let message = error.to_string();
-    match error {
-        TimerError::InvalidArgument { .. } => Status::invalid_argument(message),
-        TimerError::NotFound(_) => Status::not_found(message),
-        TimerError::ResourceExhausted(_) => Status::resource_exhausted(message),
-        TimerError::FailedPrecondition(_) => Status::failed_precondition(message),
-        TimerError::Unavailable(_) => Status::unavailable(message),
-        TimerError::PermissionDenied(_) => Status::permission_denied(message),
-    }
-}
-
-fn worker_status(error: SendError) -> Status {
-    match error {
-        SendError::Full { .. } => Status::resource_exhausted(error.to_string()),
-        SendError::Stopped => Status::unavailable(error.to_string()),
-    }
-}
-
-fn stopped() -> Status {
-    Status::unavailable("tickd is unavailable: shutting down, or its log failed (see its log)")
-}
-
-/// Heartbeats a KeepAlive stream may have waiting on the worker at once. Generous, so that
-/// the stream is read as fast as heartbeats arrive even while a group commit is under way:
-/// HTTP/2 (the h2 crate) ends a connection whose peer has many small DATA frames waiting
-/// unread. Past it, reading pauses and flow control slows the client (see
-/// `server::http2_settings`).
-const KEEPALIVE_IN_FLIGHT: usize = 4_096;
 
 /// Pending answers stay under 4 MiB, the receive limit of most gRPC clients: timers are
 /// listed up to this many bytes (payloads and fields), then dead expirations up to the
@@ -61,8 +33,8 @@ const PENDING_RESPONSE_BYTES: usize = 3 * 1024 * 1024 + 512 * 1024;
 
 #[derive(Clone)]
 pub struct TimersService {
-    worker: Timers,
-    delivery: Deliveries,
+    timers: Arc<dyn Timers>,
+    expirations: Arc<dyn Expirations>,
     limits: Limits,
     streams: StreamLimits,
     shutdown: watch::Receiver<bool>,
@@ -70,15 +42,15 @@ pub struct TimersService {
 
 impl TimersService {
     pub fn new(
-        worker: Timers,
-        delivery: Deliveries,
+        timers: Arc<dyn Timers>,
+        expirations: Arc<dyn Expirations>,
         limits: Limits,
         streams: streams::StreamLimitsConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
-            worker,
-            delivery,
+            timers,
+            expirations,
             limits,
             streams: StreamLimits::new(streams),
             shutdown,
@@ -90,30 +62,16 @@ impl TimersService {
         &self,
         grant: &Grant,
         reference: Option<proto::TimerRef>,
-    ) -> Result<crate::worker::table::TimerRef, TimerError> {
+    ) -> Result<TimerRef, TimerError> {
         let timer = self.limits.timer_ref(reference)?;
         grant.check(Some(&timer.namespace))?;
         Ok(timer)
     }
-
-    /// Sends one command built around a reply channel and waits for the answer.
-    async fn ask<T>(
-        &self,
-        command: impl FnOnce(oneshot::Sender<T>) -> Command,
-    ) -> Result<T, Status> {
-        let (reply, answer) = oneshot::channel();
-        self.worker
-            .try_send(command(reply))
-            .map_err(worker_status)?;
-        answer.await.map_err(|_| stopped())
-    }
 }
 
 /// The stream counters of the connection a request came on (see `server::calls`).
-fn connection_streams<T>(request: &Request<T>) -> Option<&std::sync::Arc<ConnectionStreams>> {
-    request
-        .extensions()
-        .get::<std::sync::Arc<ConnectionStreams>>()
+fn connection_streams<T>(request: &Request<T>) -> Option<&Arc<ConnectionStreams>> {
+    request.extensions().get::<Arc<ConnectionStreams>>()
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -128,16 +86,15 @@ impl proto::timers_server::Timers for TimersService {
         let spec = request
             .into_inner()
             .timer
-            .ok_or_else(|| status(TimerError::invalid("timer", "is required")))?;
-        let timer = self.limits.new_timer(spec).map_err(status)?;
-        grant.check(Some(&timer.namespace)).map_err(status)?;
-        let mut results = self
-            .ask(|reply| Command::Register {
-                timers: vec![timer],
-                reply,
-            })
-            .await?;
-        let registered = results.pop().ok_or_else(stopped)?.map_err(status)?;
+            .ok_or_else(|| TimerError::invalid("timer", "is required"))?;
+        let timer = self.limits.new_timer(spec)?;
+        grant.check(Some(&timer.namespace))?;
+        let registered = self
+            .timers
+            .register(vec![timer])
+            .await?
+            .pop()
+            .ok_or_else(|| TimerError::Unavailable("no answer".into()))??;
         Ok(Response::new(proto::NewTimeoutResponse {
             timer: Some(convert::registered_timer(registered.timer)),
             created: registered.created,
@@ -171,13 +128,7 @@ impl proto::timers_server::Timers for TimersService {
             .filter_map(|item| item.as_ref().ok())
             .cloned()
             .collect();
-        let mut registered = self
-            .ask(|reply| Command::Register {
-                timers: valid,
-                reply,
-            })
-            .await?
-            .into_iter();
+        let mut registered = self.timers.register(valid).await?.into_iter();
         let results = validated
             .into_iter()
             .map(|item| {
@@ -210,13 +161,8 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<proto::CancelRequest>,
     ) -> Result<Response<proto::CancelResponse>, Status> {
         let grant = grant_of(&request);
-        let timer = self
-            .authorized_ref(&grant, request.into_inner().timer)
-            .map_err(status)?;
-        let cancelled = self
-            .ask(|reply| Command::Cancel { timer, reply })
-            .await?
-            .map_err(status)?;
+        let timer = self.authorized_ref(&grant, request.into_inner().timer)?;
+        let cancelled = self.timers.cancel(timer).await?;
         Ok(Response::new(proto::CancelResponse { cancelled }))
     }
 
@@ -228,12 +174,12 @@ impl proto::timers_server::Timers for TimersService {
         let request = request.into_inner();
         let namespace = match request.namespace.as_str() {
             "" => None,
-            name => Some(self.limits.namespace(name).map_err(status)?),
+            name => Some(self.limits.namespace(name)?),
         };
-        grant.check(namespace.as_deref()).map_err(status)?;
+        grant.check(namespace.as_deref())?;
         let after = match request.page_token.as_str() {
             "" => None,
-            token => Some(token.parse().map_err(status)?),
+            token => Some(token.parse::<crate::domain::PageToken>()?),
         };
         let query = PendingQuery {
             namespace: namespace.clone(),
@@ -241,12 +187,9 @@ impl proto::timers_server::Timers for TimersService {
             max_bytes: PENDING_TIMER_BYTES,
             after,
         };
-        let page = self
-            .ask(|reply| Command::Pending { query, reply })
-            .await?
-            .map_err(status)?;
+        let page = self.timers.pending(query).await?;
         // With no namespace (a caller allowed every one), every namespace's dead.
-        let dead = self.delivery.dead(namespace).await?;
+        let dead = self.expirations.dead(namespace).await?;
         let timers: Vec<proto::Timer> = page.timers.into_iter().map(convert::timer).collect();
         let mut budget = PENDING_RESPONSE_BYTES.saturating_sub(
             timers
@@ -283,13 +226,8 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
         let grant = grant_of(&request);
-        let timer = self
-            .authorized_ref(&grant, request.into_inner().timer)
-            .map_err(status)?;
-        let view = self
-            .ask(|reply| Command::Get { timer, reply })
-            .await?
-            .map_err(status)?;
+        let timer = self.authorized_ref(&grant, request.into_inner().timer)?;
+        let view = self.timers.get(timer).await?;
         Ok(Response::new(proto::GetResponse {
             timer: Some(convert::timer(view)),
         }))
@@ -301,15 +239,9 @@ impl proto::timers_server::Timers for TimersService {
     ) -> Result<Response<proto::TouchResponse>, Status> {
         let grant = grant_of(&request);
         let request = request.into_inner();
-        let timer = self.authorized_ref(&grant, request.timer).map_err(status)?;
-        let ttl = self
-            .limits
-            .optional_ttl(request.ttl.as_ref())
-            .map_err(status)?;
-        let view = self
-            .ask(|reply| Command::Touch { timer, ttl, reply })
-            .await?
-            .map_err(status)?;
+        let timer = self.authorized_ref(&grant, request.timer)?;
+        let ttl = self.limits.optional_ttl(request.ttl.as_ref())?;
+        let view = self.timers.touch(timer, ttl).await?;
         Ok(Response::new(proto::TouchResponse {
             timer: Some(convert::timer(view)),
         }))
@@ -345,15 +277,11 @@ impl proto::timers_server::Timers for TimersService {
         let grant = grant_of(&request);
         let connection = connection_streams(&request).cloned();
         let request = request.into_inner();
-        let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
-        grant.check(Some(&namespace)).map_err(status)?;
+        let namespace = self.limits.namespace(&request.namespace)?;
+        grant.check(Some(&namespace))?;
         let ack_timeout = match &request.ack_timeout {
-            Some(timeout) => Some(
-                self.limits
-                    .duration("ack_timeout", timeout)
-                    .map_err(status)?,
-            )
-            .filter(|timeout| !timeout.is_zero()),
+            Some(timeout) => Some(self.limits.duration("ack_timeout", timeout)?)
+                .filter(|timeout| !timeout.is_zero()),
             None => None,
         };
         let options = SubscribeOptions {
@@ -368,7 +296,7 @@ impl proto::timers_server::Timers for TimersService {
             false => StreamKind::Subscribe,
         };
         let permit = self.streams.acquire(kind, connection.as_ref())?;
-        let subscription = self.delivery.subscribe(options)?;
+        let subscription = self.expirations.subscribe(options)?;
         let stream = subscription.map(move |delivered| {
             // The stream's place is given back when the stream ends.
             let _permit = &permit;
@@ -385,8 +313,8 @@ impl proto::timers_server::Timers for TimersService {
     ) -> Result<Response<proto::AckResponse>, Status> {
         let grant = grant_of(&request);
         let request = request.into_inner();
-        let namespace = self.limits.namespace(&request.namespace).map_err(status)?;
-        grant.check(Some(&namespace)).map_err(status)?;
+        let namespace = self.limits.namespace(&request.namespace)?;
+        grant.check(Some(&namespace))?;
         let mut unknown = Vec::new();
         let mut delivery_ids = Vec::with_capacity(request.delivery_ids.len());
         for text in request.delivery_ids {
@@ -395,118 +323,11 @@ impl proto::timers_server::Timers for TimersService {
                 None => unknown.push(text),
             }
         }
-        let outcome = self.delivery.ack(namespace, delivery_ids).await?;
+        let outcome = self.expirations.ack(namespace, delivery_ids).await?;
         unknown.extend(outcome.unknown.into_iter().map(convert::delivery_id));
         Ok(Response::new(proto::AckResponse {
             acknowledged: outcome.acknowledged,
             unknown,
         }))
-    }
-}
-
-/// One heartbeat on its way through the worker, answered in arrival order.
-enum PendingAnswer {
-    Waiting {
-        sequence: u64,
-        answer: oneshot::Receiver<Result<crate::worker::table::TimerView, TimerError>>,
-    },
-    Failed {
-        sequence: u64,
-        status: Status,
-    },
-    /// The request stream itself failed (a message over --max-request-bytes, bytes that do
-    /// not decode): the call ends with that status.
-    Ended(Status),
-}
-
-impl PendingAnswer {
-    async fn resolve(self) -> Result<proto::KeepAliveResponse, Status> {
-        let (sequence, outcome) = match self {
-            PendingAnswer::Ended(status) => return Err(status),
-            PendingAnswer::Waiting { sequence, answer } => {
-                let outcome = match answer.await {
-                    Ok(result) => result.map_err(status),
-                    Err(_) => Err(stopped()),
-                };
-                (sequence, outcome)
-            }
-            PendingAnswer::Failed { sequence, status } => (sequence, Err(status)),
-        };
-        Ok(match outcome {
-            Ok(view) => proto::KeepAliveResponse {
-                sequence,
-                id: view.id.to_string(),
-                deadline: Some(convert::timestamp(view.deadline_unix)),
-                error: None,
-            },
-            Err(status) => proto::KeepAliveResponse {
-                sequence,
-                id: String::new(),
-                deadline: None,
-                error: Some(proto::Error {
-                    code: status.code() as i32,
-                    message: status.message().to_owned(),
-                }),
-            },
-        })
-    }
-}
-
-impl TimersService {
-    /// Reads heartbeats and hands each to the worker without waiting for the previous one's
-    /// answer; the answers are awaited in order on the response side. Ends with the client's
-    /// stream or at shutdown.
-    async fn forward_heartbeats(
-        self,
-        mut heartbeats: Streaming<proto::KeepAliveRequest>,
-        grant: Grant,
-        answers: mpsc::Sender<PendingAnswer>,
-    ) {
-        let mut shutdown = self.shutdown.clone();
-        loop {
-            let heartbeat = tokio::select! {
-                heartbeat = heartbeats.message() => heartbeat,
-                _ = shutdown.wait_for(|stopping| *stopping) => return,
-            };
-            let heartbeat = match heartbeat {
-                Ok(Some(heartbeat)) => heartbeat,
-                Ok(None) => return,
-                Err(status) => {
-                    let _ = answers.send(PendingAnswer::Ended(status)).await;
-                    return;
-                }
-            };
-            let pending = self.send_heartbeat(heartbeat, &grant);
-            if answers.send(pending).await.is_err() {
-                return;
-            }
-        }
-    }
-
-    fn send_heartbeat(&self, heartbeat: proto::KeepAliveRequest, grant: &Grant) -> PendingAnswer {
-        let sequence = heartbeat.sequence;
-        let command = self
-            .authorized_ref(grant, heartbeat.timer)
-            .and_then(|timer| {
-                let ttl = self.limits.optional_ttl(heartbeat.ttl.as_ref())?;
-                Ok((timer, ttl))
-            });
-        let (timer, ttl) = match command {
-            Ok(command) => command,
-            Err(error) => {
-                return PendingAnswer::Failed {
-                    sequence,
-                    status: status(error),
-                }
-            }
-        };
-        let (reply, answer) = oneshot::channel();
-        match self.worker.try_send(Command::Touch { timer, ttl, reply }) {
-            Ok(()) => PendingAnswer::Waiting { sequence, answer },
-            Err(error) => PendingAnswer::Failed {
-                sequence,
-                status: worker_status(error),
-            },
-        }
     }
 }

@@ -33,15 +33,17 @@ use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::Row;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+
 use tracing::{debug, warn};
 
 use super::loader::FIRED_CHANNEL;
 use super::{ClusterError, Connections, Shared};
-use crate::delivery::queue::{Dead, Delivered};
-use crate::delivery::{AckOutcome, DeadList, DeliveryConfig, SubscribeOptions};
+use crate::delivery::DeliveryConfig;
+use crate::domain::{
+    AckOutcome, Answer, Dead, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
+    SubscribeOptions, TimerError, TimerId,
+};
 use crate::metrics::Metrics;
-use crate::worker::table::{Expiration, TimerError, TimerId};
 
 /// How often a subscriber looks for expirations it was not woken for: redeliveries, and
 /// room made by acks on other replicas.
@@ -99,8 +101,6 @@ const OBSERVER_TTL: Duration = Duration::from_secs(10);
 /// then takes what several firings (on several replicas) produced, instead of one query
 /// per firing per subscriber.
 const GATHER: Duration = Duration::from_millis(5);
-
-pub type DeliveryStream = Pin<Box<dyn Stream<Item = Delivered> + Send>>;
 
 /// Per-namespace wake-ups for subscriber tasks.
 #[derive(Clone, Default)]
@@ -726,5 +726,22 @@ mod tests {
             assert_eq!(split_delivery_id(delivery_id(seq, attempt)), (seq, attempt));
         }
         assert_ne!(delivery_id(7, 1), delivery_id(7, 2));
+    }
+}
+
+/// The replicated backend's expirations, seen as the API's [`Expirations`].
+impl Expirations for ClusterDeliveries {
+    fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+        ClusterDeliveries::subscribe(self, options)
+    }
+
+    fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {
+        let deliveries = self.clone();
+        Box::pin(async move { ClusterDeliveries::ack(&deliveries, namespace, delivery_ids).await })
+    }
+
+    fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
+        let deliveries = self.clone();
+        Box::pin(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
     }
 }

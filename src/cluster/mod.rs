@@ -2,7 +2,7 @@
 //!
 //! The database is the store and the coordination point; no replica talks to another.
 //! A timer's life here:
-//! - **born** in [`commands`]: a row in `tickd_timers`, in partition `id % partitions`,
+//! - **born** in [`timers`]: a row in `tickd_timers`, in partition `id % partitions`,
 //!   committed before the RPC is answered; if it is due within the load horizon, a
 //!   `NOTIFY tickd_due` in the same statement tells its partition's owner at once;
 //! - **waits** in the owner's [`schedule`] (a wheel on the worker thread), loaded by
@@ -18,7 +18,6 @@
 //! balances partitions across the live replicas. Every connection to the database is opened
 //! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
 
-pub mod commands;
 pub mod database;
 pub mod delivery;
 pub mod firing;
@@ -26,6 +25,7 @@ pub mod loader;
 pub mod ownership;
 pub mod schedule;
 pub mod schema;
+pub mod timers;
 pub mod tls;
 
 use std::sync::{Arc, Mutex};
@@ -83,7 +83,7 @@ pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
 }
 
 /// The API sees a database failure as UNAVAILABLE: the call may be retried.
-impl From<ClusterError> for crate::worker::table::TimerError {
+impl From<ClusterError> for crate::domain::TimerError {
     fn from(error: ClusterError) -> Self {
         Self::Unavailable(format!("the store database failed: {error}"))
     }
@@ -289,7 +289,7 @@ pub struct DueRow<'a> {
 
 /// A running replica: the handles the API uses, and what [`Replica::stop`] winds down.
 pub struct Replica {
-    pub commands: commands::ClusterCommands,
+    pub timers: timers::ClusterTimers,
     pub deliveries: delivery::ClusterDeliveries,
     worker: Worker<Schedule>,
     ownership: ownership::Ownership,
@@ -372,7 +372,7 @@ impl Replica {
             "replica joined the cluster"
         );
         Ok(Self {
-            commands: commands::ClusterCommands::new(connections, shared, metrics),
+            timers: timers::ClusterTimers::new(connections, shared, metrics),
             deliveries,
             worker,
             ownership,

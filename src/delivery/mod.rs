@@ -31,10 +31,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::domain::{
+    AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
+    SubscribeOptions, TimerError,
+};
 use crate::metrics::Metrics;
 use crate::store::StoreHandle;
-use crate::worker::table::{Expiration, Handoff};
-use queue::{Dead, Delivered};
+use crate::worker::table::Handoff;
 
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryConfig {
@@ -67,28 +70,6 @@ impl Default for DeliveryConfig {
             max_attempts: 5,
         }
     }
-}
-
-#[derive(Debug, Clone)]
-pub struct SubscribeOptions {
-    pub namespace: String,
-    pub observer: bool,
-    pub ack_timeout: Option<Duration>,
-    pub max_unacked: Option<usize>,
-    pub auto_ack: bool,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AckOutcome {
-    pub acknowledged: u32,
-    pub unknown: Vec<u64>,
-}
-
-/// The dead expirations kept, oldest first; `count` is how many are listed.
-#[derive(Debug, Clone, Default)]
-pub struct DeadList {
-    pub count: u64,
-    pub dead: Vec<Dead>,
 }
 
 enum Request {
@@ -266,5 +247,29 @@ impl Drop for Subscription {
             namespace: self.namespace.clone(),
             id: self.id,
         });
+    }
+}
+
+impl From<DeliveryStopped> for TimerError {
+    fn from(_: DeliveryStopped) -> Self {
+        TimerError::Unavailable(crate::worker::STOPPED.into())
+    }
+}
+
+/// The local backend's expirations: the delivery task, seen as the API's [`Expirations`].
+impl Expirations for DeliveryHandle {
+    fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+        let subscription = DeliveryHandle::subscribe(self, options)?;
+        Ok(Box::pin(subscription))
+    }
+
+    fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {
+        let delivery = self.clone();
+        Box::pin(async move { Ok(DeliveryHandle::ack(&delivery, namespace, delivery_ids).await?) })
+    }
+
+    fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
+        let delivery = self.clone();
+        Box::pin(async move { Ok(DeliveryHandle::dead(&delivery, namespace).await?) })
     }
 }

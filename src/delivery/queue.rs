@@ -11,25 +11,8 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
+use crate::domain::{Dead, Delivered, Expiration};
 use crate::wheel::Handle;
-use crate::worker::table::Expiration;
-
-/// One delivery of an expiration to one subscriber, as the stream carries it.
-#[derive(Debug, Clone)]
-pub struct Delivered {
-    pub delivery_id: u64,
-    pub expiration: Arc<Expiration>,
-    /// 1 for the first delivery.
-    pub attempt: u32,
-}
-
-/// An expiration that used up its delivery attempts (or found the buffer full).
-#[derive(Debug, Clone)]
-pub struct Dead {
-    pub expiration: Arc<Expiration>,
-    pub attempts: u32,
-    pub reason: &'static str,
-}
 
 /// A dead expiration kept in its namespace's list, numbered in the order expirations died
 /// across every namespace (see [`super::budget::Budget`]).

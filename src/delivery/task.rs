@@ -15,13 +15,14 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::budget::Budget;
-use super::queue::{Buried, Dead, Delivered, InFlight, NamespaceQueue, Subscriber, Waiting};
-use super::{AckOutcome, DeadList, DeliveryConfig, Request, SubscribeOptions};
+use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
+use super::{DeliveryConfig, Request};
+use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, SubscribeOptions};
 use crate::metrics::Metrics;
 use crate::store::records::{record::Kind, Record, Settled};
 use crate::store::{Batch, StoreHandle};
 use crate::wheel::Wheel;
-use crate::worker::table::{Expiration, Handoff};
+use crate::worker::table::Handoff;
 
 /// The task's state.
 pub(super) struct Delivery {

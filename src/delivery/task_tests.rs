@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::worker::table::TimerId;
+use crate::domain::TimerId;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
     Expiration {

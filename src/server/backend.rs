@@ -7,16 +7,17 @@ use std::time::Duration;
 use tracing::info;
 
 use super::ServerError;
-use crate::api::backend::{Deliveries, Timers};
 use crate::cluster::{ClusterConfig, Replica};
 use crate::config::Config;
 use crate::delivery::DeliveryHandle;
+use crate::domain::Expiration;
+use crate::domain::{Expirations, Timers};
 use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreHandle, SyncMode};
 use crate::worker::clock::{Clock, SystemClock};
 use crate::worker::journal::Journal;
-use crate::worker::table::{Expiration, Handoff, TimerTable};
-use crate::worker::Worker;
+use crate::worker::table::{Handoff, TimerTable};
+use crate::worker::{LocalTimers, Worker};
 
 /// What the health watch makes of the backend.
 pub(super) enum Health {
@@ -72,17 +73,19 @@ impl Backend {
         Ok(Backend::Replicated(Box::new(replica)))
     }
 
-    pub(super) fn timers(&self) -> Timers {
+    /// What answers the API: the one place that knows there are two backends.
+    pub(super) fn api(&self) -> (Arc<dyn Timers>, Arc<dyn Expirations>) {
         match self {
-            Backend::Local { worker, .. } => Timers::Local(worker.handle()),
-            Backend::Replicated(replica) => Timers::Replicated(replica.commands.clone()),
-        }
-    }
-
-    pub(super) fn deliveries(&self) -> Deliveries {
-        match self {
-            Backend::Local { delivery, .. } => Deliveries::Local(delivery.clone()),
-            Backend::Replicated(replica) => Deliveries::Replicated(replica.deliveries.clone()),
+            Backend::Local {
+                worker, delivery, ..
+            } => (
+                Arc::new(LocalTimers::new(worker.handle())),
+                Arc::new(delivery.clone()),
+            ),
+            Backend::Replicated(replica) => (
+                Arc::new(replica.timers.clone()),
+                Arc::new(replica.deliveries.clone()),
+            ),
         }
     }
 
@@ -188,7 +191,7 @@ fn recover(
     ));
     let recovered = unsettled
         .into_iter()
-        .filter_map(Expiration::recovered)
+        .filter_map(crate::worker::table::recovered_expiration)
         .collect();
     info!(
         data_dir = %config.data_dir.display(),

@@ -117,9 +117,10 @@ pub async fn run(
         min_repeat: config.tick,
         ..Limits::default()
     };
+    let (timers, expirations) = backend.api();
     let timers = TimersServer::new(TimersService::new(
-        backend.timers(),
-        backend.deliveries(),
+        timers,
+        expirations,
         limits,
         config.stream_limits(),
         stop_signal.clone(),

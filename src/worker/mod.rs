@@ -10,11 +10,16 @@
 //! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
 
 pub mod clock;
+pub mod command;
 pub mod journal;
 pub mod lanes;
+mod local;
 pub(crate) mod namespaces;
 mod page;
 pub mod table;
+
+pub use local::LocalTimers;
+pub(crate) use local::STOPPED;
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 
-use super::table::TimerError;
+use crate::domain::TimerError;
 use crate::metrics::Metrics;
 
 /// How long a namespace stays empty before it is forgotten.
@@ -143,7 +143,7 @@ impl Namespaces {
 
     /// A number never given before, whose lower half is never `ALL_NAMESPACES`.
     fn take_number(&mut self) -> u64 {
-        if self.next_number as u32 == super::page::ALL_NAMESPACES {
+        if self.next_number as u32 == crate::domain::ALL_NAMESPACES {
             self.next_number = self.next_number.wrapping_add(1);
         }
         let number = self.next_number;
@@ -285,7 +285,7 @@ mod tests {
         namespaces.intern("a", Admission::Restored).unwrap();
         namespaces.intern("b", Admission::Restored).unwrap();
         assert_eq!(metrics.namespaces.len(), 2);
-        namespaces.next_number = u64::from(super::super::page::ALL_NAMESPACES);
+        namespaces.next_number = u64::from(crate::domain::ALL_NAMESPACES);
         let c = namespaces.intern("c", Admission::Restored).unwrap();
         assert_eq!(namespaces[c].number, 1 << 32);
     }

@@ -1,12 +1,13 @@
-//! The API's commands answered from the shared database: the replicated counterpart of
-//! the worker's [`crate::worker::table::TimerTable`], with the same [`Command`]s, answers
-//! and errors, so the API cannot tell which store is behind it.
+//! The replicated backend's timers: [`Timers`] answered from the shared database, with
+//! the same answers and errors as the worker's table, so the API cannot tell which store
+//! is behind it.
 //!
 //! Each command runs on its own task as single statements on the shared connections. A
 //! registration or heartbeat that moves a deadline inside the load horizon announces it
 //! on `tickd_due` in the same statement, so the partition's owner loads it when (and only
 //! if) it commits.
 
+use std::future::{ready, Future};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +19,13 @@ use tokio_postgres::Row;
 
 use super::loader::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
-use crate::metrics::Metrics;
-use crate::worker::table::{
-    Command, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
-    TimerId, TimerRef, TimerView, ALL_NAMESPACES,
+use crate::domain::{
+    Answer, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
+    TimerId, TimerRef, TimerView, Timers, ALL_NAMESPACES,
 };
-use crate::worker::SendError;
+use crate::metrics::Metrics;
 
-/// Commands in progress at once; beyond it the API sheds load (RESOURCE_EXHAUSTED).
+/// Calls in progress at once; beyond it the API sheds load (RESOURCE_EXHAUSTED).
 const MAX_IN_FLIGHT: usize = 4_096;
 
 /// The columns a [`TimerView`] is read from, in [`view_of`]'s order.
@@ -37,7 +37,7 @@ const VIEW_COLUMNS: &str =
 const ID_BLOCK: u64 = 1_000;
 
 #[derive(Clone)]
-pub struct ClusterCommands {
+pub struct ClusterTimers {
     connections: Connections,
     shared: Shared,
     metrics: Arc<Metrics>,
@@ -51,7 +51,7 @@ struct IdBlock {
     end: u64,
 }
 
-impl ClusterCommands {
+impl ClusterTimers {
     pub fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
         Self {
             connections,
@@ -62,41 +62,27 @@ impl ClusterCommands {
         }
     }
 
-    /// Like the worker's `try_send`: never waits; the answer comes on the command's channel.
-    pub fn try_send(&self, command: Command) -> Result<(), SendError> {
-        let permit = self
-            .in_flight
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| SendError::Full {
-                capacity: MAX_IN_FLIGHT,
-            })?;
-        let commands = self.clone();
-        tokio::spawn(async move {
-            commands.answer(command).await;
+    /// Runs one call on a task of its own, within [`MAX_IN_FLIGHT`]: the call is under way
+    /// (or refused) when this returns, as [`Timers`] promises.
+    fn spawn<T, F>(&self, call: impl FnOnce(Self) -> F) -> Answer<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, TimerError>> + Send + 'static,
+    {
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Box::pin(ready(Err(TimerError::ResourceExhausted(format!(
+                "this replica has {MAX_IN_FLIGHT} calls in progress on the database, \
+                 the most it takes at once; retry later"
+            )))));
+        };
+        let call = tokio::spawn(call(self.clone()));
+        Box::pin(async move {
+            let answer = call
+                .await
+                .unwrap_or_else(|_| Err(TimerError::Unavailable("the replica stopped".into())));
             drop(permit);
-        });
-        Ok(())
-    }
-
-    async fn answer(&self, command: Command) {
-        match command {
-            Command::Register { timers, reply } => {
-                let _ = reply.send(self.register(timers).await);
-            }
-            Command::Cancel { timer, reply } => {
-                let _ = reply.send(self.cancel(&timer).await);
-            }
-            Command::Get { timer, reply } => {
-                let _ = reply.send(self.get(&timer).await);
-            }
-            Command::Touch { timer, ttl, reply } => {
-                let _ = reply.send(self.touch(&timer, ttl).await);
-            }
-            Command::Pending { query, reply } => {
-                let _ = reply.send(self.pending(query).await);
-            }
-        }
+            answer
+        })
     }
 
     async fn register(&self, timers: Vec<NewTimer>) -> Vec<Result<Registered, TimerError>> {
@@ -482,5 +468,27 @@ fn not_found(timer: &TimerRef) -> TimerError {
             "no pending timer with key {key:?} in namespace {:?}",
             timer.namespace
         )),
+    }
+}
+
+impl Timers for ClusterTimers {
+    fn register(&self, timers: Vec<NewTimer>) -> Answer<Vec<Result<Registered, TimerError>>> {
+        self.spawn(|replica| async move { Ok(replica.register(timers).await) })
+    }
+
+    fn cancel(&self, timer: TimerRef) -> Answer<bool> {
+        self.spawn(|replica| async move { replica.cancel(&timer).await })
+    }
+
+    fn get(&self, timer: TimerRef) -> Answer<TimerView> {
+        self.spawn(|replica| async move { replica.get(&timer).await })
+    }
+
+    fn touch(&self, timer: TimerRef, ttl: Option<Duration>) -> Answer<TimerView> {
+        self.spawn(move |replica| async move { replica.touch(&timer, ttl).await })
+    }
+
+    fn pending(&self, query: PendingQuery) -> Answer<PendingPage> {
+        self.spawn(|replica| async move { replica.pending(query).await })
     }
 }

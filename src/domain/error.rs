@@ -1,0 +1,30 @@
+//! The one error every backend answers with: why a call, or one item of a batch, was
+//! refused. Each variant is a gRPC status code (the mapping is `api::status`); the text is
+//! the status message, so it names the field or the limit involved.
+
+/// Why a command (or one item of a batch) was refused. The API maps each variant to a
+/// gRPC status code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimerError {
+    #[error("{field}: {reason}")]
+    InvalidArgument { field: &'static str, reason: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+}
+
+impl TimerError {
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

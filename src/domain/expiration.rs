@@ -1,0 +1,74 @@
+//! Expirations as they leave a backend: one firing of a timer, a delivery of it to a
+//! subscriber, a dead one, and the answers of Ack and of the dead listing.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_stream::Stream;
+
+use super::TimerId;
+
+/// One firing of a timer, on its way to delivery.
+#[derive(Debug, Clone)]
+pub struct Expiration {
+    pub id: TimerId,
+    pub namespace: Arc<str>,
+    pub key: Option<String>,
+    pub payload: Bytes,
+    pub deadline_unix: u64,
+    pub fired_unix: u64,
+    pub repeat: Option<Duration>,
+    pub ttl: Option<Duration>,
+    /// Counts this firing: 1 for the first.
+    pub fired_count: u64,
+    /// The deadline passed while the server was down.
+    pub late: bool,
+}
+
+/// One delivery of an expiration to one subscriber, as the stream carries it.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub delivery_id: u64,
+    pub expiration: Arc<Expiration>,
+    /// 1 for the first delivery.
+    pub attempt: u32,
+}
+
+/// An expiration that used up its delivery attempts (or found the buffer full).
+#[derive(Debug, Clone)]
+pub struct Dead {
+    pub expiration: Arc<Expiration>,
+    pub attempts: u32,
+    pub reason: &'static str,
+}
+
+/// A subscriber's stream of deliveries. Dropping it hands its unacknowledged deliveries
+/// back for redelivery.
+pub type DeliveryStream = Pin<Box<dyn Stream<Item = Delivered> + Send>>;
+
+/// What a Subscribe call asks for, validated.
+#[derive(Debug, Clone)]
+pub struct SubscribeOptions {
+    pub namespace: String,
+    pub observer: bool,
+    pub ack_timeout: Option<Duration>,
+    pub max_unacked: Option<usize>,
+    pub auto_ack: bool,
+}
+
+/// The answer to an Ack: how many were settled, and the delivery ids that were not
+/// awaiting an ack (already settled, redelivered since, or never given).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    pub acknowledged: u32,
+    pub unknown: Vec<u64>,
+}
+
+/// The dead expirations kept, oldest first; `count` is how many are listed.
+#[derive(Debug, Clone, Default)]
+pub struct DeadList {
+    pub count: u64,
+    pub dead: Vec<Dead>,
+}

@@ -1,0 +1,54 @@
+//! The crate's vocabulary and the seam between the API and whatever holds the timers.
+//!
+//! The API validates requests into these types and asks one [`Timers`] and one
+//! [`Expirations`]; it never learns which backend answers. Two implement them: the local
+//! one (the worker thread's table in `worker::local`, the delivery task in
+//! `delivery::expirations`) and the replicated one (`cluster::timers`,
+//! `cluster::delivery`). `server::backend` chooses, in one place.
+//!
+//! Both traits answer with [`TimerError`], whatever failed underneath (a full queue, a
+//! stopped task, an unreachable database), so the API maps one error type to gRPC.
+
+mod error;
+mod expiration;
+mod page;
+mod timer;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub use error::TimerError;
+pub use expiration::{
+    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, SubscribeOptions,
+};
+pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
+pub use timer::{Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
+
+/// An answer on its way. The request behind it was already handed over (or refused) when
+/// the call returned it: awaiting only waits. KeepAlive relies on this to send a stream's
+/// heartbeats one after another without waiting for each answer.
+pub type Answer<T> = Pin<Box<dyn Future<Output = Result<T, TimerError>> + Send + 'static>>;
+
+/// What the API asks of the timers: register, cancel, look up, heartbeat, list.
+///
+/// Every mutation is durable (per the backend's sync mode) before its answer arrives.
+pub trait Timers: Send + Sync + 'static {
+    /// Registers a batch; each item is answered on its own (a refused one changes
+    /// nothing). The outer error refuses the whole batch (a full queue, a stopped backend).
+    fn register(&self, timers: Vec<NewTimer>) -> Answer<Vec<Result<Registered, TimerError>>>;
+    /// True if a pending timer was cancelled; false if none was pending by that reference.
+    fn cancel(&self, timer: TimerRef) -> Answer<bool>;
+    fn get(&self, timer: TimerRef) -> Answer<TimerView>;
+    /// Moves a lease's deadline one ttl (the given one, which then becomes its ttl) ahead.
+    fn touch(&self, timer: TimerRef, ttl: Option<Duration>) -> Answer<TimerView>;
+    fn pending(&self, query: PendingQuery) -> Answer<PendingPage>;
+}
+
+/// What the API asks of delivery: streams of expirations, their acks, the dead ones.
+pub trait Expirations: Send + Sync + 'static {
+    fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError>;
+    fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome>;
+    /// The dead expirations kept in a namespace, or (None) in every namespace.
+    fn dead(&self, namespace: Option<String>) -> Answer<DeadList>;
+}

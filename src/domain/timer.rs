@@ -1,0 +1,94 @@
+//! Timers as the API and every backend speak of them: what a client registers, how it
+//! names one, and how one is shown back.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::TimerError;
+
+/// The server-assigned id of a timer, shown to clients as 16 hex digits (a string, so no
+/// language loses precision on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerId(pub u64);
+
+impl fmt::Display for TimerId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{:016x}", self.0)
+    }
+}
+
+impl FromStr for TimerId {
+    type Err = TimerError;
+    fn from_str(text: &str) -> Result<Self, TimerError> {
+        let well_formed = text.len() == 16 && text.bytes().all(|byte| byte.is_ascii_hexdigit());
+        match u64::from_str_radix(text, 16) {
+            Ok(raw) if well_formed => Ok(TimerId(raw)),
+            _ => Err(TimerError::invalid("id", "must be 16 hexadecimal digits")),
+        }
+    }
+}
+
+/// When a new timer is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    After(Duration),
+    /// Nanoseconds since the Unix epoch.
+    AtUnix(u64),
+}
+
+/// A validated registration.
+#[derive(Debug, Clone)]
+pub struct NewTimer {
+    pub namespace: String,
+    pub key: Option<String>,
+    pub due: Due,
+    pub payload: Bytes,
+    pub repeat: Option<Duration>,
+    pub ttl: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Id(TimerId),
+    Key(String),
+}
+
+/// A validated reference to one timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerRef {
+    pub namespace: String,
+    pub target: Target,
+}
+
+/// A pending timer as reported to clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerView {
+    pub id: TimerId,
+    pub namespace: Arc<str>,
+    pub key: Option<String>,
+    pub deadline_unix: u64,
+    pub payload: Bytes,
+    pub repeat: Option<Duration>,
+    pub ttl: Option<Duration>,
+    pub remaining: Duration,
+    pub fired_count: u64,
+}
+
+impl TimerView {
+    /// About what this timer takes in a listing on the wire: its variable-length fields
+    /// plus a generous allowance for the fixed ones.
+    pub fn listed_bytes(&self) -> usize {
+        self.payload.len() + self.namespace.len() + self.key.as_ref().map_or(0, String::len) + 96
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub timer: TimerView,
+    /// False when the key already existed and the existing timer is returned.
+    pub created: bool,
+}

@@ -1,0 +1,39 @@
+//! What the API's local backend asks of the worker thread: one message per call, each
+//! carrying the channel its answer goes back on. Only `worker::local` builds them, and only
+//! the table reads them.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::domain::{
+    NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
+};
+
+type Reply<T> = oneshot::Sender<T>;
+
+/// What the API asks of the worker. Each carries the channel its answer goes back on.
+#[derive(Debug)]
+pub enum Command {
+    Register {
+        timers: Vec<NewTimer>,
+        reply: Reply<Vec<Result<Registered, TimerError>>>,
+    },
+    Cancel {
+        timer: TimerRef,
+        reply: Reply<Result<bool, TimerError>>,
+    },
+    Get {
+        timer: TimerRef,
+        reply: Reply<Result<TimerView, TimerError>>,
+    },
+    Touch {
+        timer: TimerRef,
+        ttl: Option<Duration>,
+        reply: Reply<Result<TimerView, TimerError>>,
+    },
+    Pending {
+        query: PendingQuery,
+        reply: Reply<Result<PendingPage, TimerError>>,
+    },
+}

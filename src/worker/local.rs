@@ -1,0 +1,94 @@
+//! The local backend's timers: [`crate::domain::Timers`] answered by the worker thread's
+//! table. Each call becomes one [`Command`] with a reply channel; the command is queued
+//! before the call returns (never waiting: a full queue is refused at once, which the API
+//! turns into load shedding), and the returned answer only waits for the reply.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::command::Command;
+use super::{SendError, WorkerHandle};
+use crate::domain::{
+    Answer, NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
+    Timers,
+};
+
+/// The worker's command queue, seen as the API's [`Timers`].
+#[derive(Clone)]
+pub struct LocalTimers {
+    worker: WorkerHandle<Command>,
+}
+
+impl LocalTimers {
+    pub fn new(worker: WorkerHandle<Command>) -> Self {
+        Self { worker }
+    }
+
+    /// Queues the command built around a reply channel, or refuses it at once.
+    fn submit<R>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<R>) -> Command,
+    ) -> Result<oneshot::Receiver<R>, TimerError> {
+        let (reply, answer) = oneshot::channel();
+        self.worker.try_send(command(reply))?;
+        Ok(answer)
+    }
+
+    /// Queues a command whose reply is the answer itself.
+    fn ask<T: Send + 'static>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Answer<T> {
+        let answer = self.submit(command);
+        Box::pin(async move { answer?.await.map_err(|_| SendError::Stopped.into()) })
+    }
+
+    /// Queues a command whose reply is an answer or a refusal.
+    fn ask_fallible<T: Send + 'static>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<Result<T, TimerError>>) -> Command,
+    ) -> Answer<T> {
+        let answer = self.submit(command);
+        Box::pin(async move {
+            answer?
+                .await
+                .unwrap_or_else(|_| Err(SendError::Stopped.into()))
+        })
+    }
+}
+
+impl From<SendError> for TimerError {
+    fn from(error: SendError) -> Self {
+        match error {
+            SendError::Full { .. } => TimerError::ResourceExhausted(error.to_string()),
+            SendError::Stopped => TimerError::Unavailable(STOPPED.into()),
+        }
+    }
+}
+
+/// Why a call finds no worker: it stopped for shutdown, or because the log failed.
+pub(crate) const STOPPED: &str =
+    "tickd is unavailable: shutting down, or its log failed (see its log)";
+
+impl Timers for LocalTimers {
+    fn register(&self, timers: Vec<NewTimer>) -> Answer<Vec<Result<Registered, TimerError>>> {
+        self.ask(|reply| Command::Register { timers, reply })
+    }
+
+    fn cancel(&self, timer: TimerRef) -> Answer<bool> {
+        self.ask_fallible(|reply| Command::Cancel { timer, reply })
+    }
+
+    fn get(&self, timer: TimerRef) -> Answer<TimerView> {
+        self.ask_fallible(|reply| Command::Get { timer, reply })
+    }
+
+    fn touch(&self, timer: TimerRef, ttl: Option<Duration>) -> Answer<TimerView> {
+        self.ask_fallible(|reply| Command::Touch { timer, ttl, reply })
+    }
+
+    fn pending(&self, query: PendingQuery) -> Answer<PendingPage> {
+        self.ask_fallible(|reply| Command::Pending { query, reply })
+    }
+}

@@ -1,0 +1,155 @@
+//! Start-up and snapshots: the table rebuilt from the log's records, and the snapshot
+//! streamed out of the wheel a chunk at a time while the worker keeps firing.
+
+use tracing::warn;
+
+use super::record::{timer_fields, OptionalNanos, TimerRecord};
+use super::{TimerTable, SCAN_POSITIONS};
+use crate::store::records::{self as durable, record::Kind, Record};
+use crate::wheel::Handle;
+use crate::worker::clock::Now;
+use crate::worker::namespaces::Admission;
+
+impl TimerTable {
+    /// Applies one record from the store at start-up. Replay is idempotent per timer, so a
+    /// record already reflected in a (fuzzy) snapshot changes nothing.
+    pub fn replay(&mut self, record: Record, now: Now) {
+        match record.kind {
+            Some(Kind::Registered(timer)) => self.restore(timer, now),
+            Some(Kind::Cancelled(cancelled)) => {
+                if let Some(handle) = self.find(&cancelled.namespace, cancelled.id) {
+                    let record = self.wheel.cancel(handle).expect("indexed handles are live");
+                    self.unindex(&record, now);
+                }
+            }
+            Some(Kind::Touched(touched)) => {
+                let current = self.find(&touched.namespace, touched.id).filter(|&handle| {
+                    // A snapshot may already hold a later firing of a repeating timer; a
+                    // heartbeat from before that firing must not move it back.
+                    self.wheel
+                        .get(handle)
+                        .is_some_and(|(_, record)| record.fired_count <= touched.fired_count)
+                });
+                if let Some(handle) = current {
+                    self.move_deadline(handle, touched.deadline_unix_nanos, now);
+                    if touched.ttl_nanos > 0 {
+                        if let Some((_, record)) = self.wheel.get_mut(handle) {
+                            record.ttl = OptionalNanos(touched.ttl_nanos);
+                        }
+                    }
+                }
+            }
+            Some(Kind::Fired(fired)) => self.replay_fired(fired, now),
+            Some(Kind::Settled(_)) | None => {}
+            Some(Kind::NextId(next_id)) => self.next_id = self.next_id.max(next_id),
+        }
+    }
+
+    fn find(&self, namespace: &str, id: u64) -> Option<Handle> {
+        let namespace = self.namespaces.slot(namespace)?;
+        self.handle_in(namespace, id)
+    }
+
+    /// The pending timer with this id, if it belongs to this namespace.
+    pub(super) fn handle_in(&self, namespace: u32, id: u64) -> Option<Handle> {
+        let handle = self.handles.get(id)?;
+        let (_, record) = self.wheel.get(handle)?;
+        (record.namespace == namespace).then_some(handle)
+    }
+
+    fn replay_fired(&mut self, fired: durable::Fired, now: Now) {
+        let Some(timer) = fired.timer else {
+            return;
+        };
+        let Some(handle) = self.find(&timer.namespace, timer.id) else {
+            return;
+        };
+        let (_, record) = self
+            .wheel
+            .get_mut(handle)
+            .expect("indexed handles are live");
+        if record.fired_count >= timer.fired_count {
+            return;
+        }
+        record.fired_count = timer.fired_count;
+        match fired.rearmed_deadline_unix_nanos {
+            0 => {
+                let record = self.wheel.cancel(handle).expect("indexed handles are live");
+                self.unindex(&record, now);
+            }
+            rearmed => self.move_deadline(handle, rearmed, now),
+        }
+    }
+
+    fn move_deadline(&mut self, handle: Handle, deadline_unix: u64, now: Now) {
+        if let Some((_, record)) = self.wheel.get_mut(handle) {
+            record.deadline_unix = deadline_unix;
+            record.late = deadline_unix < now.unix;
+        }
+        self.wheel
+            .reschedule(handle, now.monotonic_at(deadline_unix));
+    }
+
+    /// Puts a whole timer back (replacing an older copy of it).
+    fn restore(&mut self, timer: durable::Timer, now: Now) {
+        if let Some(handle) = self.find(&timer.namespace, timer.id) {
+            let record = self.wheel.cancel(handle).expect("indexed handles are live");
+            self.unindex(&record, now);
+        }
+        let namespace = self
+            .namespaces
+            .intern(&timer.namespace, Admission::Restored)
+            .expect("restoring is never refused");
+        let (key_and_payload, key_len) = TimerRecord::pack(Some(&timer.key), &timer.payload);
+        let record = TimerRecord {
+            id: timer.id,
+            namespace,
+            key_and_payload,
+            key_len,
+            deadline_unix: timer.deadline_unix_nanos,
+            repeat: OptionalNanos(timer.repeat_nanos),
+            ttl: OptionalNanos(timer.ttl_nanos),
+            fired_count: timer.fired_count,
+            late: timer.deadline_unix_nanos < now.unix,
+        };
+        self.next_id = self.next_id.max(timer.id + 1);
+        // Recovery restores what was accepted before, even past a since-lowered limit (and
+        // through the overlap a fuzzy snapshot's replay can briefly have).
+        let (id, deadline) = (timer.id, now.monotonic_at(timer.deadline_unix_nanos));
+        match self.wheel.readmit(deadline, record) {
+            Ok(handle) => self.index(handle),
+            Err(full) => {
+                warn!(id, error = %full, "timer not restored: no index space left");
+                self.namespaces.queue_if_empty(namespace, now.monotonic);
+            }
+        }
+    }
+
+    /// Streams the next chunk of a snapshot in progress, if any: up to a chunk of timers
+    /// from the storage position where the last chunk ended.
+    pub(super) fn continue_snapshot(&mut self) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        let Some(start) = journal.snapshot_cursor() else {
+            return;
+        };
+        let size = journal.snapshot_chunk_size();
+        let mut timers = Vec::with_capacity(size);
+        let mut resume_at = None;
+        for (position, timer) in self.wheel.positions_from(start).take(SCAN_POSITIONS) {
+            if timers.len() == size {
+                resume_at = Some(position);
+                break;
+            }
+            resume_at = position.checked_add(1);
+            if let Some((_, _, record)) = timer {
+                timers.push(timer_fields(&self.namespaces, record));
+            }
+        }
+        let more =
+            resume_at.filter(|&position| self.wheel.positions_from(position).next().is_some());
+        let journal = self.journal.as_mut().expect("checked above");
+        journal.write_snapshot_chunk(timers, more);
+    }
+}
