@@ -1561,7 +1561,8 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
 /// observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_acknowledged_expirations_are_trimmed() {
-    use tickd::cluster::delivery::{ClusterDeliveries, Wakeups};
+    use tickd::cluster::delivery::ClusterDeliveries;
+    use tickd::cluster::Wakeups;
     use tickd::delivery::DeliveryConfig;
 
     let postgres = Postgres::start().await;

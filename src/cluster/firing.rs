@@ -121,7 +121,7 @@ impl Firing {
                     () = tokio::time::sleep(RETRY_DELAY) => {}
                     // Stopping with the database unreachable: the timers are still in their
                     // rows, for whoever takes the partitions over.
-                    () = super::until_stopped(&mut stopping) => return,
+                    () = super::shared::until_stopped(&mut stopping) => return,
                 }
             }
         }

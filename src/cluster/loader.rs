@@ -19,12 +19,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, Client, Notification};
 use tracing::{info, warn};
 
-use super::delivery::Wakeups;
+use super::notifications::{parse_due, Wakeups, DUE_CHANNEL, FIRED_CHANNEL};
 use super::schedule::{DueTimer, ScheduleCommand};
-use super::{ClusterError, Database, DueRow, Shared};
-
-pub const DUE_CHANNEL: &str = "tickd_due";
-pub const FIRED_CHANNEL: &str = "tickd_fired";
+use super::{ClusterError, Database, Shared};
 
 /// A watermark below every deadline (a deadline already past when given may be stored as
 /// 0), so a scan from it misses none.
@@ -71,7 +68,7 @@ impl Loader {
         loop {
             let listening = tokio::select! {
                 listening = self.listen() => listening,
-                () = super::until_stopped(&mut stopping) => return,
+                () = super::shared::until_stopped(&mut stopping) => return,
             };
             match listening {
                 Ok(listening) => {
@@ -85,7 +82,7 @@ impl Loader {
             }
             tokio::select! {
                 () = tokio::time::sleep(RECONNECT_DELAY) => {}
-                () = super::until_stopped(&mut stopping) => return,
+                () = super::shared::until_stopped(&mut stopping) => return,
             }
         }
     }
@@ -150,7 +147,7 @@ impl Loader {
                     let partitions = self.shared.owned.partitions();
                     self.scan(&listening.client, &partitions, true).await
                 }
-                () = super::until_stopped(stopping) => return true,
+                () = super::shared::until_stopped(stopping) => return true,
             };
             if let Err(error) = scanned {
                 warn!(replica = %self.shared.replica_id, %error, "scanning for due timers failed");
@@ -225,44 +222,5 @@ impl Loader {
             let _ = self.shared.schedule.send(ScheduleCommand::Load(timers));
         }
         Ok(())
-    }
-}
-
-/// The payload of a `tickd_due` notification: `partition deadline version id namespace`
-/// (the namespace last: it may contain spaces, never control characters).
-pub fn due_payload_sql() -> &'static str {
-    "partition::TEXT || ' ' || deadline::TEXT || ' ' || version::TEXT || ' ' || id::TEXT \
-     || ' ' || namespace"
-}
-
-fn parse_due(payload: &str) -> Option<DueRow<'_>> {
-    let mut fields = payload.splitn(5, ' ');
-    Some(DueRow {
-        partition: fields.next()?.parse().ok()?,
-        deadline_unix: fields.next()?.parse().ok()?,
-        version: fields.next()?.parse().ok()?,
-        id: fields.next()?.parse().ok()?,
-        namespace: fields.next()?,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_due_payload_keeps_spaces_in_the_namespace() {
-        assert_eq!(
-            parse_due("3 1700000000000000000 7 42 billing eu"),
-            Some(DueRow {
-                partition: 3,
-                deadline_unix: 1_700_000_000_000_000_000,
-                version: 7,
-                id: 42,
-                namespace: "billing eu"
-            })
-        );
-        assert_eq!(parse_due("3 x 0 42 ns"), None);
-        assert_eq!(parse_due("3 1 0"), None);
     }
 }

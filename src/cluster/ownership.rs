@@ -93,7 +93,7 @@ impl Ownership {
             }
             tokio::select! {
                 () = tokio::time::sleep(period) => {}
-                () = super::until_stopped(&mut stopping) => return,
+                () = super::shared::until_stopped(&mut stopping) => return,
             }
         }
     }

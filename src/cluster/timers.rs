@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::loader::{due_payload_sql, DUE_CHANNEL};
+use super::notifications::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
 use crate::domain::{
     Answer, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,

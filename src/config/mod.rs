@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::api::streams::StreamLimitsConfig;
+use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 use crate::store::SyncMode;
@@ -223,7 +224,7 @@ pub struct Config {
     /// disable, prefer (the default), require, verify-ca or verify-full, as in libpq. The
     /// value is never shown (here or in logs): it may hold a password.
     #[arg(long, env = "TICKD_STORE", hide_env_values = true)]
-    pub store: Option<crate::cluster::StoreUrl>,
+    pub store: Option<StoreUrl>,
     /// PEM CA bundle the store database's certificate must chain to (or `sslrootcert=` in
     /// the --store URL): needed by sslmode=verify-ca and verify-full, and checked under
     /// prefer and require too when given.
@@ -254,6 +255,35 @@ impl Config {
     /// environment variables still apply).
     pub fn defaults() -> Self {
         Self::parse_from(["tickd"])
+    }
+
+    /// The replicated mode's settings, for the store database at `url`.
+    pub fn cluster(&self, url: &str) -> Result<ClusterConfig, ClusterError> {
+        if self.max_pending_per_namespace > 0 {
+            return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
+        }
+        if self.lease_ttl < Duration::from_secs(1) || self.load_horizon < Duration::from_secs(1) {
+            return Err(ClusterError::InvalidConfig(format!(
+                "--lease-ttl ({:?}) and --load-horizon ({:?}) must be at least 1s",
+                self.lease_ttl, self.load_horizon
+            )));
+        }
+        let replica_id = self
+            .replica_id
+            .clone()
+            .unwrap_or_else(crate::cluster::default_replica_id);
+        Ok(ClusterConfig {
+            database: Database::new(url, self.store_ca_file.as_deref())?,
+            replica_id,
+            partitions: self.partitions,
+            lease_ttl: self.lease_ttl,
+            load_horizon: self.load_horizon,
+            connections: self.store_connections,
+            tick: self.tick,
+            max_pending: self.max_pending,
+            worker_queue: self.worker_queue,
+            delivery: self.delivery(),
+        })
     }
 
     pub fn table(&self) -> TableConfig {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::info;
 
 use super::ServerError;
-use crate::cluster::{ClusterConfig, Replica};
+use crate::cluster::Replica;
 use crate::config::Config;
 use crate::delivery::DeliveryHandle;
 use crate::domain::Expiration;
@@ -68,7 +68,7 @@ impl Backend {
         url: &str,
         metrics: &Arc<Metrics>,
     ) -> Result<Self, ServerError> {
-        let cluster_config = ClusterConfig::from_config(config, url)?;
+        let cluster_config = config.cluster(url)?;
         let replica = Replica::start(cluster_config, metrics.clone()).await?;
         Ok(Backend::Replicated(Box::new(replica)))
     }

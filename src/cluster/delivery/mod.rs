@@ -1,0 +1,308 @@
+//! Delivery from the shared database: subscribers on any replica share a namespace's
+//! expirations, with the single node's guarantees.
+//!
+//! An expiration is a row of `tickd_expirations` from the moment it fires until it is
+//! acknowledged. A subscriber's task claims rows for it (`FOR UPDATE SKIP LOCKED`, so two
+//! subscribers never claim the same row) up to its `max_unacked`, stamping each claim with
+//! the subscriber's name, the attempt number and the ack deadline. An Ack, on any replica,
+//! marks the row acknowledged if that same attempt's deadline has not passed. A claim whose
+//! deadline passed is claimed again by any subscriber, with the next attempt number: that
+//! is redelivery, and it also covers a replica that died holding claims. A subscriber that
+//! leaves hands its claims back at once. After `max_attempts` the row stays as dead and is
+//! listed by Pending.
+//!
+//! Observers take no part: each follows the namespace's rows in `seq` order and streams a
+//! copy of each. While a namespace has an observer (registered in `tickd_observers`), an
+//! ack marks its rows acknowledged instead of deleting them, so that the observer sees
+//! them too; a trim every [`TRIM_INTERVAL`] deletes them after [`ACKED_RETENTION`], and
+//! the dead beyond `--max-dead`. Namespaces nobody observes pay nothing for this. Copies are best-effort, as on one node: one whose firing committed
+//! after a later-numbered one (two replicas firing at once) can be passed over.
+//!
+//! Subscribers and observers wake on `tickd_fired` (sent by the firing statement), on acks
+//! made on this replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a
+//! redelivery is.
+
+mod observer;
+mod subscriber;
+mod trim;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rustc_hash::FxHashSet;
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::Row;
+
+use crate::cluster::notifications::Wakeups;
+use crate::cluster::{ClusterError, Connections, Shared};
+use crate::delivery::DeliveryConfig;
+use crate::domain::{
+    AckOutcome, Answer, Dead, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
+    SubscribeOptions, TimerError, TimerId,
+};
+use crate::metrics::Metrics;
+
+/// How often a subscriber looks for expirations it was not woken for: redeliveries, and
+/// room made by acks on other replicas.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The columns an [`Expiration`] is read from, in [`expiration_of`]'s order.
+const EXPIRATION_COLUMNS: &str =
+    "seq, attempts, namespace, timer_id, key, payload, deadline, fired_at, \
+     repeat_nanos, ttl_nanos, fired_count, late";
+
+/// Settles the deliveries (`$2` seqs, `$3` attempts) of namespace `$1` whose claim is still
+/// live: deletes them, or, while the namespace has a live observer, marks them
+/// acknowledged so that the observer can still copy them.
+const ACK: &str = "
+WITH settled AS (
+    SELECT e.seq FROM tickd_expirations e
+    JOIN unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
+      ON e.seq = a.seq AND e.attempts = a.attempts
+    WHERE e.namespace = $1 AND e.acked_at IS NULL AND e.claimed_by IS NOT NULL
+      AND e.claim_until > clock_timestamp()
+),
+observed AS (
+    SELECT EXISTS (SELECT 1 FROM tickd_observers
+                   WHERE namespace = $1 AND alive_until > clock_timestamp()) AS yes
+),
+kept AS (
+    UPDATE tickd_expirations SET acked_at = clock_timestamp(), claimed_by = NULL, claim_until = NULL
+    WHERE seq IN (SELECT seq FROM settled) AND (SELECT yes FROM observed)
+    RETURNING seq, attempts
+),
+gone AS (
+    DELETE FROM tickd_expirations
+    WHERE seq IN (SELECT seq FROM settled) AND NOT (SELECT yes FROM observed)
+    RETURNING seq, attempts
+)
+SELECT seq, attempts FROM kept UNION ALL SELECT seq, attempts FROM gone";
+
+/// How long a woken subscriber lets notifications gather before it claims: one claim
+/// then takes what several firings (on several replicas) produced, instead of one query
+/// per firing per subscriber.
+const GATHER: Duration = Duration::from_millis(5);
+
+#[derive(Clone)]
+pub struct ClusterDeliveries {
+    connections: Connections,
+    metrics: Arc<Metrics>,
+    shared: Shared,
+    config: DeliveryConfig,
+    wakeups: Wakeups,
+    stopping: watch::Receiver<bool>,
+    next_subscriber: Arc<AtomicU64>,
+    /// Tells this process's subscribers from those of an earlier one with the same
+    /// replica id, whose claims are not theirs.
+    incarnation: u64,
+}
+
+impl ClusterDeliveries {
+    pub fn new(
+        connections: Connections,
+        metrics: Arc<Metrics>,
+        shared: Shared,
+        config: DeliveryConfig,
+        wakeups: Wakeups,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            connections,
+            metrics,
+            shared,
+            config,
+            wakeups,
+            stopping,
+            next_subscriber: Arc::new(AtomicU64::new(1)),
+            incarnation: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos() as u64),
+        }
+    }
+
+    /// `replica/incarnation/number`: what a subscriber's claims (or an observer's
+    /// registration) are stamped with, unique across replicas and restarts.
+    fn next_name(&self) -> String {
+        let number = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        format!("{}/{}/{number}", self.shared.replica_id, self.incarnation)
+    }
+
+    pub fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+        if options.observer {
+            return Ok(self.observe(options.namespace));
+        }
+        let max_unacked = options
+            .max_unacked
+            .unwrap_or(self.config.default_max_unacked)
+            .clamp(1, self.config.max_unacked_limit);
+        Ok(self.claim_for(options, max_unacked))
+    }
+
+    pub async fn ack(
+        &self,
+        namespace: String,
+        delivery_ids: Vec<u64>,
+    ) -> Result<AckOutcome, TimerError> {
+        let (seqs, attempts): (Vec<i64>, Vec<i32>) =
+            delivery_ids.iter().map(|&id| split_delivery_id(id)).unzip();
+        let rows = self
+            .connections
+            .client()
+            .await?
+            .query(ACK, &[&namespace, &seqs, &attempts])
+            .await
+            .map_err(ClusterError::query("acknowledging"))?;
+        let acknowledged: FxHashSet<u64> = rows
+            .iter()
+            .map(|row| delivery_id(row.get(0), row.get(1)))
+            .collect();
+        // Room for this replica's subscribers of the namespace.
+        self.wakeups.wake(&namespace);
+        Ok(AckOutcome {
+            acknowledged: acknowledged.len() as u32,
+            unknown: delivery_ids
+                .into_iter()
+                .filter(|id| !acknowledged.contains(id))
+                .collect(),
+        })
+    }
+
+    /// The dead expirations kept, oldest first, of one namespace or (None) of every one:
+    /// the newest `--max-dead` of each namespace, which is what the trim keeps (older ones
+    /// it has yet to delete are neither counted nor listed), so `count` is what is listed.
+    pub async fn dead(&self, namespace: Option<String>) -> Result<DeadList, TimerError> {
+        let client = self.connections.client().await?;
+        let max_attempts = self.config.max_attempts as i32;
+        let dead_capacity = self.config.dead_capacity as i64;
+        let mut parameters: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            vec![&max_attempts, &dead_capacity];
+        // Two statements rather than `$3 IS NULL OR ...`, so that one namespace's listing
+        // keeps using the namespace index.
+        let in_namespace = match &namespace {
+            Some(namespace) => {
+                parameters.push(namespace);
+                "namespace = $3 AND"
+            }
+            None => "",
+        };
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {EXPIRATION_COLUMNS} FROM (
+                         SELECT {EXPIRATION_COLUMNS}, row_number() OVER (
+                             PARTITION BY namespace ORDER BY seq DESC) AS newer
+                         FROM tickd_expirations
+                         WHERE {in_namespace} attempts >= $1 AND acked_at IS NULL
+                           AND (claim_until IS NULL OR claim_until < clock_timestamp())
+                     ) dead
+                     WHERE newer <= $2 ORDER BY seq"
+                ),
+                &parameters,
+            )
+            .await
+            .map_err(ClusterError::query("listing dead expirations"))?;
+        Ok(DeadList {
+            count: rows.len() as u64,
+            dead: rows
+                .iter()
+                .map(|row| Dead {
+                    expiration: Arc::new(expiration_of(row)),
+                    attempts: row.get::<_, i32>(1) as u32,
+                    reason: "max delivery attempts reached without an ack",
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Why a subscriber's or observer's task goes on.
+#[derive(Debug, PartialEq, Eq)]
+enum Woke {
+    /// Time to look at the database again.
+    ToLook,
+    /// The client went away.
+    StreamClosed,
+    /// The replica is stopping or draining.
+    Stopping,
+}
+
+/// Waits for a `tickd_fired` wake-up (then lets more gather for [`GATHER`]), the poll
+/// interval, the client leaving, or the replica stopping.
+async fn next_look(
+    woken: Pin<&mut tokio::sync::futures::Notified<'_>>,
+    sender: &mpsc::Sender<Delivered>,
+    stopping: &mut watch::Receiver<bool>,
+) -> Woke {
+    tokio::select! {
+        () = woken => {
+            tokio::time::sleep(GATHER).await;
+            Woke::ToLook
+        }
+        () = tokio::time::sleep(POLL_INTERVAL) => Woke::ToLook,
+        () = sender.closed() => Woke::StreamClosed,
+        () = crate::cluster::shared::until_stopped(stopping) => Woke::Stopping,
+    }
+}
+
+/// Delivery ids name one attempt of one expiration, so an ack of an attempt whose deadline
+/// passed (and was delivered again) is told apart from an ack of the current one.
+fn delivery_id(seq: i64, attempt: i32) -> u64 {
+    ((seq as u64) << 16) | u64::from(attempt as u16)
+}
+
+fn split_delivery_id(delivery_id: u64) -> (i64, i32) {
+    ((delivery_id >> 16) as i64, (delivery_id & 0xffff) as i32)
+}
+
+/// Reads [`EXPIRATION_COLUMNS`].
+fn expiration_of(row: &Row) -> Expiration {
+    Expiration {
+        namespace: Arc::from(row.get::<_, &str>(2)),
+        id: TimerId(row.get::<_, i64>(3) as u64),
+        key: row.get(4),
+        payload: Bytes::copy_from_slice(row.get::<_, &[u8]>(5)),
+        deadline_unix: row.get::<_, i64>(6) as u64,
+        fired_unix: row.get::<_, i64>(7) as u64,
+        repeat: row
+            .get::<_, Option<i64>>(8)
+            .map(|nanos| Duration::from_nanos(nanos as u64)),
+        ttl: row
+            .get::<_, Option<i64>>(9)
+            .map(|nanos| Duration::from_nanos(nanos as u64)),
+        fired_count: row.get::<_, i64>(10) as u64,
+        late: row.get(11),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delivery_id_carries_its_expiration_and_attempt() {
+        for (seq, attempt) in [(1, 1), (123_456_789, 5), ((1 << 47) - 1, 65_535)] {
+            assert_eq!(split_delivery_id(delivery_id(seq, attempt)), (seq, attempt));
+        }
+        assert_ne!(delivery_id(7, 1), delivery_id(7, 2));
+    }
+}
+
+/// The replicated backend's expirations, seen as the API's [`Expirations`].
+impl Expirations for ClusterDeliveries {
+    fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+        ClusterDeliveries::subscribe(self, options)
+    }
+
+    fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {
+        let deliveries = self.clone();
+        Box::pin(async move { ClusterDeliveries::ack(&deliveries, namespace, delivery_ids).await })
+    }
+
+    fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
+        let deliveries = self.clone();
+        Box::pin(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
+    }
+}

@@ -1,0 +1,200 @@
+//! A subscriber's task: claims its namespace's expirations for one stream while the stream
+//! has room, marks them acknowledged at once with auto-ack, and hands its claims back when
+//! the stream ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::Row;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{debug, warn};
+
+use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
+use crate::cluster::notifications::FIRED_CHANNEL;
+use crate::cluster::ClusterError;
+use crate::domain::{Delivered, DeliveryStream, SubscribeOptions};
+
+/// Claimable rows of namespace `$1` with attempts left (`$2`): never claimed, or claimed
+/// and not acknowledged in time. Oldest first, skipping rows another claim is taking; at
+/// most `$3` (room in the stream), and no more than take subscriber `$4` to `$6`
+/// unacknowledged claims.
+const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
+     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL
+       AND (claim_until IS NULL OR claim_until < clock_timestamp())
+     ORDER BY seq
+     LIMIT GREATEST(0, LEAST($3, $6 - (
+         SELECT count(*) FROM tickd_expirations
+         WHERE claimed_by = $4 AND claim_until > clock_timestamp())))
+     FOR UPDATE SKIP LOCKED";
+
+impl ClusterDeliveries {
+    /// Starts the task that claims expirations for one subscriber; its stream.
+    pub(super) fn claim_for(
+        &self,
+        options: SubscribeOptions,
+        max_unacked: usize,
+    ) -> DeliveryStream {
+        let (sender, receiver) = mpsc::channel(max_unacked);
+        let subscriber = Subscriber {
+            name: self.next_name(),
+            namespace: options.namespace.clone(),
+            ack_timeout: options
+                .ack_timeout
+                .unwrap_or(self.config.default_ack_timeout),
+            max_unacked,
+            auto_ack: options.auto_ack,
+            max_attempts: self.config.max_attempts,
+            sender,
+            deliveries: self.clone(),
+        };
+        tokio::spawn(subscriber.run(self.stopping.clone()));
+        Box::pin(ReceiverStream::new(receiver))
+    }
+}
+
+/// One subscriber's task: claims expirations for it while it has room, until its stream
+/// is dropped or the replica stops.
+struct Subscriber {
+    /// From [`ClusterDeliveries::next_name`]: what its claims are stamped with.
+    name: String,
+    namespace: String,
+    ack_timeout: Duration,
+    max_unacked: usize,
+    auto_ack: bool,
+    max_attempts: u32,
+    sender: mpsc::Sender<Delivered>,
+    deliveries: ClusterDeliveries,
+}
+
+impl Subscriber {
+    async fn run(self, mut stopping: watch::Receiver<bool>) {
+        let notify = self.deliveries.wakeups.of(&self.namespace);
+        loop {
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Err(error) = self.claim_while_room().await {
+                warn!(subscriber = %self.name, %error, "claiming expirations failed");
+            }
+            match next_look(woken, &self.sender, &mut stopping).await {
+                Woke::ToLook => {}
+                Woke::StreamClosed => break,
+                // The replica is draining: the claims stay, so acks of deliveries the
+                // client already has still succeed; the rest return at their deadline.
+                Woke::Stopping => return,
+            }
+        }
+        self.hand_back().await;
+    }
+
+    async fn claim_while_room(&self) -> Result<(), ClusterError> {
+        loop {
+            // The unacknowledged limit is applied by the claim itself.
+            let room = self.sender.capacity();
+            if room == 0 {
+                return Ok(());
+            }
+            let started = std::time::Instant::now();
+            let claimed = self.claim(room).await?;
+            debug!(subscriber = %self.name, room, claimed = claimed.len(), elapsed_us = started.elapsed().as_micros() as u64, "claimed");
+            let exhausted = claimed.len() < room;
+            let mut sent = Vec::with_capacity(claimed.len());
+            let mut stream_open = true;
+            for delivered in claimed {
+                let delivery_id = delivered.delivery_id;
+                // Room was checked; a full or closed stream leaves the claim to expire.
+                if self.sender.try_send(delivered).is_err() {
+                    stream_open = false;
+                    break;
+                }
+                sent.push(delivery_id);
+            }
+            if self.auto_ack && !sent.is_empty() {
+                // Settled once handed to the stream, as on one node; what could not be
+                // handed over stays claimed and comes back at its deadline.
+                self.deliveries
+                    .ack(self.namespace.clone(), sent)
+                    .await
+                    .map_err(|error| ClusterError::Settle(error.to_string()))?;
+            }
+            if exhausted || !stream_open {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Claims up to `room` rows until the ack deadline.
+    async fn claim(&self, room: usize) -> Result<Vec<Delivered>, ClusterError> {
+        let statement = format!(
+            "UPDATE tickd_expirations
+             SET claimed_by = $4, attempts = attempts + 1,
+                 claim_until = clock_timestamp() + $5::INT8 * INTERVAL '1 millisecond'
+             WHERE seq IN ({CLAIMABLE})
+             RETURNING {EXPIRATION_COLUMNS}"
+        );
+        let max_attempts = self.max_attempts as i32;
+        let ack_timeout = self.ack_timeout.as_millis() as i64;
+        let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &self.namespace,
+            &max_attempts,
+            &(room as i64),
+            &self.name,
+            &ack_timeout,
+            &(self.max_unacked as i64),
+        ];
+        let mut rows = self
+            .deliveries
+            .connections
+            .client()
+            .await?
+            .query(&statement, &parameters[..])
+            .await
+            .map_err(ClusterError::query("claiming expirations"))?;
+        rows.sort_by_key(|row| row.get::<_, i64>(0));
+        self.count(&rows);
+        let delivered = rows.iter().map(|row| {
+            let attempt = row.get::<_, i32>(1);
+            Delivered {
+                delivery_id: delivery_id(row.get(0), attempt),
+                expiration: Arc::new(expiration_of(row)),
+                attempt: attempt as u32,
+            }
+        });
+        Ok(delivered.collect())
+    }
+
+    fn count(&self, rows: &[Row]) {
+        let metrics = &self.deliveries.metrics;
+        for row in rows {
+            match row.get::<_, i32>(1) {
+                1 => metrics.expirations_delivered.inc(),
+                _ => metrics.expirations_redelivered.inc(),
+            };
+        }
+    }
+
+    /// Unacknowledged claims go back at once (next attempt), for any subscriber to take.
+    async fn hand_back(&self) {
+        if let Err(error) = self.try_hand_back().await {
+            warn!(subscriber = %self.name, %error, "handing back deliveries failed; they return at their ack deadline");
+        }
+    }
+
+    async fn try_hand_back(&self) -> Result<(), ClusterError> {
+        self.deliveries
+            .connections
+            .client()
+            .await?
+            .query(
+                "WITH released AS (
+                    UPDATE tickd_expirations SET claimed_by = NULL, claim_until = NULL
+                    WHERE claimed_by = $1 RETURNING namespace)
+                 SELECT pg_notify($2, namespace)::TEXT FROM (SELECT DISTINCT namespace FROM released) n",
+                &[&self.name, &FIRED_CHANNEL],
+            )
+            .await
+            .map_err(ClusterError::query("handing back deliveries"))?;
+        Ok(())
+    }
+}

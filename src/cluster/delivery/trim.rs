@@ -1,0 +1,88 @@
+//! What keeps `tickd_expirations` bounded: every replica deletes, on a period, the
+//! acknowledged rows past their retention, lapsed observers, and each namespace's dead
+//! rows beyond `--max-dead`. The deletes are idempotent, so replicas need not agree who.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::ClusterDeliveries;
+use crate::cluster::ClusterError;
+
+/// How often acknowledged expirations past their retention, and the oldest dead ones
+/// beyond `--max-dead` per namespace, are deleted.
+const TRIM_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long an acknowledged expiration stays for observers to copy.
+const ACKED_RETENTION: Duration = Duration::from_secs(30);
+
+impl ClusterDeliveries {
+    /// Keeps at most `dead_capacity` dead expirations per namespace, the newest, as the
+    /// single node does; runs until the replica stops. Every replica runs it: the deletes
+    /// are idempotent.
+    pub async fn trim_dead(self, mut stopping: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(TRIM_INTERVAL) => {}
+                () = crate::cluster::shared::until_stopped(&mut stopping) => return,
+            }
+            match self.trim_dead_once().await {
+                Ok(0) => {}
+                Ok(dropped) => warn!(dropped, "dead expirations over --max-dead dropped"),
+                Err(error) => warn!(%error, "trimming dead expirations failed"),
+            }
+            if let Err(error) = self.forget_acknowledged_once().await {
+                warn!(%error, "deleting acknowledged expirations failed");
+            }
+        }
+    }
+}
+
+impl ClusterDeliveries {
+    /// Deletes the expirations acknowledged more than [`ACKED_RETENTION`] ago, and the
+    /// registrations of observers that stopped renewing.
+    pub async fn forget_acknowledged_once(&self) -> Result<u64, ClusterError> {
+        let client = self.connections.client().await?;
+        client
+            .execute(
+                "DELETE FROM tickd_observers WHERE alive_until < clock_timestamp()",
+                &[],
+            )
+            .await
+            .map_err(ClusterError::query("deleting lapsed observers"))?;
+        client
+            .execute(
+                "DELETE FROM tickd_expirations
+                 WHERE acked_at < clock_timestamp() - $1::INT8 * INTERVAL '1 millisecond'",
+                &[&(ACKED_RETENTION.as_millis() as i64)],
+            )
+            .await
+            .map_err(ClusterError::query("deleting acknowledged expirations"))
+    }
+
+    /// Deletes each namespace's dead expirations beyond the newest `dead_capacity`;
+    /// returns how many.
+    pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
+        self.connections
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM tickd_expirations WHERE seq IN (
+                    SELECT seq FROM (
+                        SELECT seq,
+                               row_number() OVER (PARTITION BY namespace ORDER BY seq DESC) AS newer
+                        FROM tickd_expirations
+                        WHERE attempts >= $1 AND acked_at IS NULL
+                          AND (claim_until IS NULL OR claim_until < clock_timestamp())
+                    ) dead
+                    WHERE newer > $2)",
+                &[
+                    &(self.config.max_attempts as i32),
+                    &(self.config.dead_capacity as i64),
+                ],
+            )
+            .await
+            .map_err(ClusterError::query("trimming dead expirations"))
+    }
+}

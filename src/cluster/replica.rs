@@ -1,0 +1,176 @@
+//! A replica's life: what it reads from the configuration, how it starts (schema, wheel
+//! thread, connections, the tasks of [`super::ownership`], [`super::loader`],
+//! [`super::firing`] and the dead trim) and how it stops, handing its partitions back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+use super::delivery::ClusterDeliveries;
+use super::notifications::Wakeups;
+use super::schedule::Schedule;
+use super::shared::{Owned, Shared};
+use super::timers::ClusterTimers;
+use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, Database};
+use crate::delivery::DeliveryConfig;
+use crate::metrics::Metrics;
+use crate::worker::clock::SystemClock;
+use crate::worker::Worker;
+
+/// What the replicated mode reads from the configuration.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub database: Database,
+    pub replica_id: String,
+    /// Used only if this replica creates the schema.
+    pub partitions: u32,
+    pub lease_ttl: Duration,
+    pub load_horizon: Duration,
+    pub connections: u32,
+    pub tick: Duration,
+    pub max_pending: usize,
+    pub worker_queue: usize,
+    pub delivery: DeliveryConfig,
+}
+
+/// Host name and process id: unique among live replicas, and readable in the lease table.
+pub(crate) fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "tickd".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A running replica: the handles the API uses, and what [`Replica::stop`] winds down.
+pub struct Replica {
+    pub timers: ClusterTimers,
+    pub deliveries: ClusterDeliveries,
+    worker: Worker<Schedule>,
+    ownership: ownership::Ownership,
+    stop: watch::Sender<bool>,
+    end_subscriptions: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// A third of the lease ttl: how often leases are renewed.
+    lease_renewal: std::time::Duration,
+}
+
+impl Replica {
+    /// Connects, migrates the schema, joins the cluster and starts taking partitions.
+    pub async fn start(config: ClusterConfig, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
+        let database = &config.database;
+        let mut setup = database.connect().await?;
+        let partitions = schema::migrate(&mut setup, config.partitions).await?;
+        let encrypted = Database::encrypted(&setup).await;
+        drop(setup);
+        if encrypted == Some(false) && database.ssl_mode() == tls::SslMode::Prefer {
+            warn!(store = %database, "store connection not encrypted: the database offers no tls");
+        }
+        let clock = SystemClock::new();
+        let (fired_sender, fired) = mpsc::unbounded_channel();
+        let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64);
+        let worker_config = crate::worker::WorkerConfig {
+            queue_capacity: config.worker_queue,
+            busy_seconds: Some(metrics.worker_busy_seconds.clone()),
+            ..Default::default()
+        };
+        let worker = Worker::spawn(schedule, clock, worker_config, move |batch| {
+            let _ = fired_sender.send(batch);
+        })
+        .map_err(ClusterError::Worker)?;
+        let shared = Shared {
+            replica_id: Arc::from(config.replica_id.as_str()),
+            partitions,
+            lease_ttl: config.lease_ttl,
+            load_horizon: config.load_horizon,
+            owned: Owned::default(),
+            schedule: worker.handle(),
+            clock,
+        };
+        let (stop, stopping) = watch::channel(false);
+        let (end_subscriptions, subscriptions_ending) = watch::channel(false);
+        let connections = Connections::open(database, config.connections).await?;
+        // Claims and acks on connections of their own: never queued behind registrations.
+        let delivery_connections = Connections::open(database, 2).await?;
+        let wakeups = Wakeups::default();
+        let (acquired_sender, acquired) = mpsc::unbounded_channel();
+        let ownership = ownership::Ownership::new(
+            Connections::open(database, 1).await?,
+            shared.clone(),
+            acquired_sender,
+            metrics.partitions_owned.clone(),
+        );
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(ownership.clone().run(stopping.clone())));
+        let loader = loader::Loader::connect(database, shared.clone(), wakeups.clone()).await?;
+        tasks.push(tokio::spawn(loader.run(acquired, stopping.clone())));
+        let firing = firing::Firing::new(
+            Connections::open(database, 1).await?,
+            shared.clone(),
+            metrics.clone(),
+        );
+        tasks.push(tokio::spawn(firing.run(fired, stopping.clone())));
+        let deliveries = ClusterDeliveries::new(
+            delivery_connections,
+            metrics.clone(),
+            shared.clone(),
+            config.delivery,
+            wakeups,
+            subscriptions_ending,
+        );
+        tasks.push(tokio::spawn(deliveries.clone().trim_dead(stopping)));
+        info!(
+            replica = %config.replica_id,
+            partitions,
+            store = %database,
+            store_tls = %encrypted.map_or("unknown", |on| if on { "on" } else { "off" }),
+            "replica joined the cluster"
+        );
+        Ok(Self {
+            timers: ClusterTimers::new(connections, shared, metrics),
+            deliveries,
+            worker,
+            ownership,
+            stop,
+            end_subscriptions,
+            tasks,
+            lease_renewal: config.lease_ttl / 3,
+        })
+    }
+
+    /// How long this replica has been unable to renew its leases, once that is longer
+    /// than one renewal period: its database is unreachable (or too slow), and it should
+    /// not be sent calls until it is back.
+    pub fn database_unreachable_for(&self) -> Option<std::time::Duration> {
+        self.ownership.rounds().unreachable_for(self.lease_renewal)
+    }
+
+    /// False if the replica's wheel thread or one of its tasks (leases, loader, firing,
+    /// the dead trim) is gone: they end only when stopped, so otherwise by a panic.
+    pub fn is_running(&self) -> bool {
+        self.worker.is_running() && self.tasks.iter().all(|task| !task.is_finished())
+    }
+
+    /// Ends every subscription stream (graceful shutdown begins). Their unacknowledged
+    /// deliveries stay claimed until their ack deadline, so that acks of deliveries the
+    /// clients already hold still succeed during the drain; after it any subscriber, on
+    /// any replica, takes them.
+    pub fn end_subscriptions(&self) {
+        let _ = self.end_subscriptions.send(true);
+    }
+
+    /// Ends subscriptions and background work, then hands every partition back so that
+    /// the other replicas take them over at once rather than after the lease runs out.
+    pub async fn stop(self) -> usize {
+        self.end_subscriptions();
+        let _ = self.stop.send(true);
+        // A wheel thread that panicked held only a cache of the database: nothing is lost.
+        let schedule = tokio::task::block_in_place(|| self.worker.try_stop());
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.ownership.leave().await;
+        schedule.map_or(0, |schedule| schedule.len())
+    }
+}
