@@ -1,17 +1,19 @@
 //! tickd: a timer service built on a hierarchical hashed timing wheel.
 //!
 //! The life of a timer, following the data one way through the modules:
-//! - [`api`] validates a gRPC request and turns it into a [`worker::table::Command`];
-//! - [`worker`] runs the dedicated thread that owns the [`wheel`] and every timer's state;
-//!   it applies commands in batches, sleeps until the next due slot, and hands fired
-//!   timers out in batches;
+//! - [`api`] validates a gRPC request into the [`domain`]'s types and asks the backend,
+//!   which it knows only as the [`domain::Timers`] and [`domain::Expirations`] traits;
+//! - [`worker`] runs the dedicated thread that owns the [`wheel`] and every timer's state
+//!   ([`worker::local`] is the local backend's way in); it applies commands in batches,
+//!   sleeps until the next due slot, and hands fired timers out in batches;
+//! - [`store`] writes every change to the log before it is answered;
 //! - [`delivery`] queues fired timers per namespace and streams them to subscribers.
 //!
-//! With `--store postgres://...`, [`cluster`] takes the place of the worker's table, the
-//! local log and the delivery queues: timers live in a shared database, and each replica's
-//! wheel holds only what its partitions need to fire soon.
+//! With `--store postgres://...`, [`cluster`] is the backend instead of the worker's table,
+//! the local log and the delivery queues: timers live in a shared database, and each
+//! replica's wheel holds only what its partitions need to fire soon.
 //!
-//! [`server::run`] wires these together behind a listener.
+//! [`server::run`] chooses the backend, in one place, and wires it behind a listener.
 #![forbid(unsafe_code)]
 
 pub mod api;

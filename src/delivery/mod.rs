@@ -252,7 +252,7 @@ impl Drop for Subscription {
 
 impl From<DeliveryStopped> for TimerError {
     fn from(_: DeliveryStopped) -> Self {
-        TimerError::Unavailable(crate::worker::STOPPED.into())
+        TimerError::stopped()
     }
 }
 

@@ -21,6 +21,14 @@ pub enum TimerError {
 }
 
 impl TimerError {
+    /// The backend is gone: shutting down, or a part failed (its log, a thread) and tickd
+    /// is on its way out. Retrying on another replica (or after a restart) is right.
+    pub fn stopped() -> Self {
+        Self::Unavailable(
+            "tickd is unavailable: shutting down, or its log failed (see its log)".into(),
+        )
+    }
+
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             field,

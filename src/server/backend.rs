@@ -16,8 +16,9 @@ use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreHandle, SyncMode};
 use crate::worker::clock::{Clock, SystemClock};
 use crate::worker::journal::Journal;
+use crate::worker::local::LocalTimers;
 use crate::worker::table::{Handoff, TimerTable};
-use crate::worker::{LocalTimers, Worker};
+use crate::worker::Worker;
 
 /// What the health watch makes of the backend.
 pub(super) enum Health {

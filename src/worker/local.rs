@@ -62,14 +62,10 @@ impl From<SendError> for TimerError {
     fn from(error: SendError) -> Self {
         match error {
             SendError::Full { .. } => TimerError::ResourceExhausted(error.to_string()),
-            SendError::Stopped => TimerError::Unavailable(STOPPED.into()),
+            SendError::Stopped => TimerError::stopped(),
         }
     }
 }
-
-/// Why a call finds no worker: it stopped for shutdown, or because the log failed.
-pub(crate) const STOPPED: &str =
-    "tickd is unavailable: shutting down, or its log failed (see its log)";
 
 impl Timers for LocalTimers {
     fn register(&self, timers: Vec<NewTimer>) -> Answer<Vec<Result<Registered, TimerError>>> {

@@ -13,13 +13,10 @@ pub mod clock;
 pub mod command;
 pub mod journal;
 pub mod lanes;
-mod local;
+pub mod local;
 pub(crate) mod namespaces;
 mod page;
 pub mod table;
-
-pub use local::LocalTimers;
-pub(crate) use local::STOPPED;
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
