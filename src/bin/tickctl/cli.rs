@@ -1,9 +1,13 @@
-//! The command line of `tickctl`: global connection flags and one subcommand per task.
+//! The top of `tickctl`'s command line: the global flags (connection, `--namespace`,
+//! `--output`) around one subcommand, and the value parsers the flags share (durations, RFC 3339
+//! times). Each subcommand's own flags live with it in `cmd/`.
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, ValueEnum};
+
+use crate::cmd::Command;
+use crate::connection::Connection;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -14,9 +18,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
                   Exit codes: 0 ok, 1 the server refused the request (the gRPC code is named),\n\
                   2 bad usage, 3 tickd could not be reached."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
-    pub connection: Connection,
+    pub(crate) connection: Connection,
 
     /// Namespace of the timers (empty: the default namespace; for `pending`, every namespace).
     #[arg(
@@ -27,7 +31,7 @@ pub struct Cli {
         default_value = "",
         hide_default_value = true
     )]
-    pub namespace: String,
+    pub(crate) namespace: String,
 
     /// Output format.
     #[arg(
@@ -38,247 +42,27 @@ pub struct Cli {
         value_enum,
         default_value_t = Output::Text
     )]
-    pub output: Output,
+    pub(crate) output: Output,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
-#[derive(Debug, Args)]
-pub struct Connection {
-    /// tickd's gRPC endpoint: `HOST:PORT`, `http://HOST:PORT`, `https://HOST:PORT` or `unix:PATH`.
-    #[arg(
-        long,
-        global = true,
-        env = "TICKCTL_ENDPOINT",
-        default_value = "http://127.0.0.1:50051"
-    )]
-    pub endpoint: String,
-
-    /// Bearer token sent with every call (`authorization: Bearer TOKEN`).
-    #[arg(
-        long,
-        global = true,
-        env = "TICKCTL_TOKEN",
-        conflicts_with = "token_file",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
-
-    /// Read the bearer token from this file (surrounding whitespace is ignored).
-    #[arg(long, global = true, env = "TICKCTL_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
-
-    /// PEM CA bundle to verify tickd's certificate with; turns TLS on (as does `https://`).
-    #[arg(long, global = true, env = "TICKCTL_TLS_CA", value_name = "PEM")]
-    pub tls_ca: Option<PathBuf>,
-
-    /// PEM client certificate, for tickd servers that require mutual TLS.
-    #[arg(
-        long,
-        global = true,
-        env = "TICKCTL_TLS_CERT",
-        value_name = "PEM",
-        requires = "tls_key"
-    )]
-    pub tls_cert: Option<PathBuf>,
-
-    /// PEM private key of --tls-cert.
-    #[arg(
-        long,
-        global = true,
-        env = "TICKCTL_TLS_KEY",
-        value_name = "PEM",
-        requires = "tls_cert"
-    )]
-    pub tls_key: Option<PathBuf>,
-
-    /// Name to verify tickd's certificate against (default: the endpoint's host).
-    #[arg(
-        long,
-        global = true,
-        env = "TICKCTL_TLS_SERVER_NAME",
-        value_name = "NAME"
-    )]
-    pub tls_server_name: Option<String>,
-
-    /// Connection timeout, and deadline of each unary call.
-    #[arg(long, global = true, env = "TICKCTL_TIMEOUT", default_value = "10s", value_parser = duration)]
-    pub timeout: Duration,
-}
-
+/// How results are printed: text for people, JSON for scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Text,
     Json,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Register a timer (NewTimeout); prints its id.
-    Add(AddArgs),
-    /// Register many timers in one call (NewTimeouts) from JSON lines; prints one result per line.
-    AddBatch(AddBatchArgs),
-    /// Cancel a pending timer; says whether it was still pending.
-    Cancel(TargetArgs),
-    /// Show one pending timer and the time it has left.
-    Get(TargetArgs),
-    /// Count and list pending timers (and dead expirations of a namespace).
-    Pending(PendingArgs),
-    /// Heartbeat a lease once: push its deadline to now + its ttl (or --ttl).
-    Touch(TouchArgs),
-    /// Keep leases alive over one KeepAlive stream, heartbeating every ttl/3 until Ctrl-C.
-    Keepalive(KeepaliveArgs),
-    /// Observe a namespace: print every expiration as it fires, without acknowledging.
-    Watch(WatchArgs),
-    /// Take expirations as a sharing subscriber, print and acknowledge each.
-    Consume(ConsumeArgs),
-    /// Acknowledge deliveries by their delivery ids.
-    Ack(AckArgs),
-    /// Ask tickd's standard gRPC health service whether it is serving.
-    Health(HealthArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct AddArgs {
-    /// Fire after this delay.
-    #[arg(long, value_parser = duration, conflicts_with = "deadline")]
-    pub delay: Option<Duration>,
-    /// Fire at this time: RFC 3339, e.g. 2030-01-02T03:04:05Z or 2030-01-02T04:04:05+01:00.
-    #[arg(long, value_parser = rfc3339)]
-    pub deadline: Option<SystemTime>,
-    /// Payload given on the command line.
-    #[arg(long, conflicts_with = "payload_file")]
-    pub payload: Option<String>,
-    /// Read the payload from this file (`-`: standard input).
-    #[arg(long, value_name = "FILE")]
-    pub payload_file: Option<PathBuf>,
-    /// Client key, unique within the namespace: adding an existing key returns that timer.
-    #[arg(long)]
-    pub key: Option<String>,
-    /// Re-arm every interval after each firing.
-    #[arg(long, value_parser = duration)]
-    pub repeat: Option<Duration>,
-    /// Make the timer a lease: heartbeats (touch, keepalive) push its deadline to now + ttl.
-    #[arg(long, value_parser = duration)]
-    pub ttl: Option<Duration>,
-}
-
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Each non-empty input line is one JSON object with any of the fields\n\
-  namespace, key, delay, deadline, payload, repeat, ttl (durations and deadline as strings,\n\
-  e.g. {\"key\": \"order-42\", \"delay\": \"30m\", \"payload\": \"close order 42\"}).\n\
-  A missing namespace means --namespace."
-)]
-pub struct AddBatchArgs {
-    /// File of JSON lines (`-`: standard input).
-    #[arg(default_value = "-")]
-    pub file: PathBuf,
-}
-
-/// One timer, by id or by key.
-#[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
-pub struct Target {
-    /// The timer's id.
-    pub id: Option<String>,
-    /// The timer's client key instead of its id.
-    #[arg(long)]
-    pub key: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct TargetArgs {
-    #[command(flatten)]
-    pub target: Target,
-}
-
-#[derive(Debug, Args)]
-pub struct PendingArgs {
-    /// List at most this many timers (0: only count them).
-    #[arg(long, default_value_t = 100)]
-    pub limit: usize,
-    /// Timers asked for per call.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
-    pub page_size: u32,
-    /// Also list the namespace's dead expirations (needs --namespace).
-    #[arg(long)]
-    pub dead: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct TouchArgs {
-    #[command(flatten)]
-    pub target: Target,
-    /// New ttl (default: the timer's own).
-    #[arg(long, value_parser = duration)]
-    pub ttl: Option<Duration>,
-}
-
-#[derive(Debug, Args)]
-pub struct KeepaliveArgs {
-    /// Ids of the leases to keep alive.
-    #[arg(required_unless_present = "keys")]
-    pub ids: Vec<String>,
-    /// Keys of leases to keep alive (repeatable).
-    #[arg(long = "key", value_name = "KEY")]
-    pub keys: Vec<String>,
-    /// Ttl sent with every heartbeat (default: each lease's own, read with Get).
-    #[arg(long, value_parser = duration)]
-    pub ttl: Option<Duration>,
-    /// Time between heartbeats (default: a third of the shortest ttl).
-    #[arg(long, value_parser = duration)]
-    pub interval: Option<Duration>,
-    /// Stop after this many rounds of heartbeats (default: until Ctrl-C).
-    #[arg(long)]
-    pub count: Option<u64>,
-}
-
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// Stop after this many expirations (default: until Ctrl-C).
-    #[arg(long)]
-    pub count: Option<u64>,
-}
-
-#[derive(Debug, Args)]
-pub struct ConsumeArgs {
-    /// Stop after this many expirations (default: until Ctrl-C).
-    #[arg(long)]
-    pub count: Option<u64>,
-    /// Time to acknowledge before a delivery is made again (default: the server's).
-    #[arg(long, value_parser = duration)]
-    pub ack_timeout: Option<Duration>,
-    /// Unacknowledged deliveries held at once (default: the server's).
-    #[arg(long)]
-    pub max_unacked: Option<u32>,
-    /// Ask the server to count deliveries as acknowledged when sent (at-most-once).
-    #[arg(long)]
-    pub auto_ack: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct AckArgs {
-    /// Delivery ids, as printed by `consume`.
-    #[arg(required = true)]
-    pub delivery_ids: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct HealthArgs {
-    /// Service to ask about (empty: the server as a whole).
-    #[arg(long, default_value = "tickd.v1.Timers")]
-    pub service: String,
-}
-
-/// `1500ms`, `30s`, `2h`, `1h 30m`.
-pub fn duration(text: &str) -> Result<Duration, String> {
+/// `1500ms`, `30s`, `2h`, `1h 30m`: the server's own parser, so tickctl and tickd's config
+/// accept the same durations.
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     tickd::config::parse_duration(text)
 }
 
 /// RFC 3339 with `Z` or a numeric offset (`+01:00`); seconds fractions optional.
-pub fn rfc3339(text: &str) -> Result<SystemTime, String> {
+pub(crate) fn rfc3339(text: &str) -> Result<SystemTime, String> {
     let invalid = |why: &dyn std::fmt::Display| {
         format!("invalid RFC 3339 time {text:?} (like 2030-01-02T03:04:05Z): {why}")
     };

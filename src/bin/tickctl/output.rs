@@ -3,14 +3,15 @@
 //! text, when they are UTF-8, and as base64).
 
 use std::io::{self, Write};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::proto_time::{from_proto_duration, from_proto_timestamp};
 use tickd::proto::{Expiration, Timer};
 
 /// Writes one line to stdout. A closed pipe (`tickctl watch | head -1`) ends tickctl quietly.
-pub fn line(text: impl std::fmt::Display) {
+pub(crate) fn print_line(text: impl std::fmt::Display) {
     let mut stdout = io::stdout().lock();
     if let Err(error) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
         if error.kind() == io::ErrorKind::BrokenPipe {
@@ -21,39 +22,24 @@ pub fn line(text: impl std::fmt::Display) {
     }
 }
 
-pub fn json_line(value: &Value) {
-    line(value);
+pub(crate) fn print_json_line(value: &Value) {
+    print_line(value);
 }
 
-pub fn json_pretty(value: &Value) {
-    line(serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
+pub(crate) fn print_json_pretty(value: &Value) {
+    print_line(serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
 }
 
-pub fn system_time(timestamp: Option<&prost_types::Timestamp>) -> Option<SystemTime> {
-    let timestamp = timestamp?;
-    let nanos = u32::try_from(timestamp.nanos).ok()?;
-    let seconds = u64::try_from(timestamp.seconds).ok()?;
-    UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))
-}
-
-pub fn timestamp(timestamp: Option<&prost_types::Timestamp>) -> String {
-    match system_time(timestamp) {
+pub(crate) fn timestamp_text(timestamp: Option<&prost_types::Timestamp>) -> String {
+    match from_proto_timestamp(timestamp) {
         Some(time) => humantime::format_rfc3339_millis(time).to_string(),
         None => "-".to_owned(),
     }
 }
 
-pub fn std_duration(duration: Option<&prost_types::Duration>) -> Option<Duration> {
-    let duration = duration?;
-    Some(Duration::new(
-        u64::try_from(duration.seconds).ok()?,
-        u32::try_from(duration.nanos).ok()?,
-    ))
-}
-
 /// Humane, to the millisecond: `29s 998ms`; `-` when absent.
-pub fn duration(duration: Option<&prost_types::Duration>) -> String {
-    match std_duration(duration) {
+fn duration_text(duration: Option<&prost_types::Duration>) -> String {
+    match from_proto_duration(duration) {
         Some(value) if value.is_zero() => "0s".to_owned(),
         Some(value) => {
             let millis = Duration::from_millis(value.as_millis() as u64);
@@ -69,7 +55,7 @@ pub fn duration(duration: Option<&prost_types::Duration>) -> String {
 
 /// The proto3 JSON form of a duration: `"1.500s"`; null when absent.
 fn json_duration(duration: Option<&prost_types::Duration>) -> Value {
-    match std_duration(duration) {
+    match from_proto_duration(duration) {
         Some(value) => {
             let nanos = value.subsec_nanos();
             if nanos == 0 {
@@ -88,14 +74,14 @@ fn json_duration(duration: Option<&prost_types::Duration>) -> Value {
 }
 
 fn json_timestamp(value: Option<&prost_types::Timestamp>) -> Value {
-    match system_time(value) {
+    match from_proto_timestamp(value) {
         Some(time) => json!(humantime::format_rfc3339_nanos(time).to_string()),
         None => Value::Null,
     }
 }
 
 /// A payload for a text line: quoted and escaped when UTF-8, else `0x` and hex.
-pub fn payload(bytes: &[u8]) -> String {
+fn payload_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => format!("{text:?}"),
         Err(_) => {
@@ -109,7 +95,7 @@ pub fn payload(bytes: &[u8]) -> String {
     }
 }
 
-pub fn timer_json(timer: &Timer) -> Value {
+pub(crate) fn timer_json(timer: &Timer) -> Value {
     json!({
         "id": timer.id,
         "namespace": timer.namespace,
@@ -124,7 +110,7 @@ pub fn timer_json(timer: &Timer) -> Value {
     })
 }
 
-pub fn expiration_json(expiration: &Expiration) -> Value {
+pub(crate) fn expiration_json(expiration: &Expiration) -> Value {
     json!({
         "delivery_id": expiration.delivery_id,
         "timer": expiration.timer.as_ref().map(timer_json),
@@ -136,7 +122,7 @@ pub fn expiration_json(expiration: &Expiration) -> Value {
 }
 
 /// `fired id=.. namespace=.. key=.. attempt=1 fired_at=.. [late] [lease] delivery=.. payload=".."`
-pub fn expiration_line(expiration: &Expiration) -> String {
+pub(crate) fn expiration_line(expiration: &Expiration) -> String {
     let default = Timer::default();
     let timer = expiration.timer.as_ref().unwrap_or(&default);
     let mut text = format!(
@@ -145,7 +131,7 @@ pub fn expiration_line(expiration: &Expiration) -> String {
         or_dash(&timer.namespace),
         or_dash(&timer.key),
         expiration.attempt,
-        timestamp(expiration.fired_at.as_ref()),
+        timestamp_text(expiration.fired_at.as_ref()),
     );
     if expiration.late {
         text.push_str(" late");
@@ -156,23 +142,23 @@ pub fn expiration_line(expiration: &Expiration) -> String {
     text.push_str(&format!(
         " delivery={} payload={}",
         expiration.delivery_id,
-        payload(&timer.payload)
+        payload_text(&timer.payload)
     ));
     text
 }
 
 /// `key: value` lines, for `get` and `touch`.
-pub fn timer_details(timer: &Timer) -> String {
+pub(crate) fn timer_details(timer: &Timer) -> String {
     let rows = [
         ("id", timer.id.clone()),
         ("namespace", or_dash(&timer.namespace).to_owned()),
         ("key", or_dash(&timer.key).to_owned()),
-        ("deadline", timestamp(timer.deadline.as_ref())),
-        ("remaining", duration(timer.remaining.as_ref())),
-        ("repeat", duration(timer.repeat.as_ref())),
-        ("ttl", duration(timer.ttl.as_ref())),
+        ("deadline", timestamp_text(timer.deadline.as_ref())),
+        ("remaining", duration_text(timer.remaining.as_ref())),
+        ("repeat", duration_text(timer.repeat.as_ref())),
+        ("ttl", duration_text(timer.ttl.as_ref())),
         ("fired_count", timer.fired_count.to_string()),
-        ("payload", payload(&timer.payload)),
+        ("payload", payload_text(&timer.payload)),
     ];
     rows.iter()
         .map(|(name, value)| format!("{name}: {value}"))
@@ -181,7 +167,7 @@ pub fn timer_details(timer: &Timer) -> String {
 }
 
 /// A left-aligned table with a header row.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|name| name.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -206,20 +192,20 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     lines.join("\n")
 }
 
-pub fn timer_row(timer: &Timer) -> Vec<String> {
+pub(crate) fn timer_row(timer: &Timer) -> Vec<String> {
     vec![
         timer.id.clone(),
         or_dash(&timer.namespace).to_owned(),
         or_dash(&timer.key).to_owned(),
-        timestamp(timer.deadline.as_ref()),
-        duration(timer.remaining.as_ref()),
-        duration(timer.repeat.as_ref()),
-        duration(timer.ttl.as_ref()),
-        payload(&timer.payload),
+        timestamp_text(timer.deadline.as_ref()),
+        duration_text(timer.remaining.as_ref()),
+        duration_text(timer.repeat.as_ref()),
+        duration_text(timer.ttl.as_ref()),
+        payload_text(&timer.payload),
     ]
 }
 
-pub const TIMER_HEADER: [&str; 8] = [
+pub(crate) const TIMER_HEADER: [&str; 8] = [
     "ID",
     "NAMESPACE",
     "KEY",
@@ -230,6 +216,24 @@ pub const TIMER_HEADER: [&str; 8] = [
     "PAYLOAD",
 ];
 
+/// The columns of `pending --dead`: expirations whose deliveries ran out of attempts.
+pub(crate) const DEAD_EXPIRATION_HEADER: [&str; 6] =
+    ["DELIVERY", "ID", "KEY", "FIRED_AT", "ATTEMPTS", "PAYLOAD"];
+
+pub(crate) fn dead_expiration_row(dead: &Expiration) -> Vec<String> {
+    let default = Timer::default();
+    let timer = dead.timer.as_ref().unwrap_or(&default);
+    vec![
+        dead.delivery_id.clone(),
+        timer.id.clone(),
+        or_dash(&timer.key).to_owned(),
+        timestamp_text(dead.fired_at.as_ref()),
+        dead.attempt.to_string(),
+        payload_text(&timer.payload),
+    ]
+}
+
+/// Empty text fields show as `-`, so text columns and `key=value` pairs never go blank.
 fn or_dash(text: &str) -> &str {
     if text.is_empty() {
         "-"
@@ -239,7 +243,7 @@ fn or_dash(text: &str) -> &str {
 }
 
 /// Standard base64 with padding.
-pub fn base64(bytes: &[u8]) -> String {
+fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
@@ -277,6 +281,29 @@ mod tests {
         ] {
             assert_eq!(base64(input.as_bytes()), expected);
         }
+    }
+
+    #[test]
+    fn dead_expiration_rows_dash_what_is_missing() {
+        let dead = Expiration {
+            delivery_id: "d-1".into(),
+            timer: Some(Timer {
+                id: "0000000000000007".into(),
+                payload: b"x".to_vec().into(),
+                ..Default::default()
+            }),
+            attempt: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            dead_expiration_row(&dead),
+            ["d-1", "0000000000000007", "-", "-", "5", "\"x\""]
+        );
+        let without_timer = Expiration::default();
+        assert_eq!(
+            dead_expiration_row(&without_timer),
+            ["", "", "-", "-", "0", "\"\""]
+        );
     }
 
     #[test]

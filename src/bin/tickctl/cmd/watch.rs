@@ -1,0 +1,35 @@
+//! `tickctl watch`: observes a namespace, printing every expiration as it fires, without
+//! taking part in delivery or acknowledging (an observer sees copies; consumers are unaffected).
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::failure::Failure;
+use crate::session::Session;
+use crate::streaming::{print_expiration, ExpirationStream};
+use tickd::proto::{subscribe_request, SubscribeRequest};
+
+/// Observe a namespace: print every expiration as it fires, without acknowledging.
+#[derive(Debug, Args)]
+pub(crate) struct Watch {
+    /// Stop after this many expirations (default: until Ctrl-C).
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+impl Watch {
+    pub(crate) async fn run(self, session: &Session) -> Result<ExitCode, Failure> {
+        let request = SubscribeRequest {
+            namespace: session.namespace().to_owned(),
+            mode: subscribe_request::Mode::Observer as i32,
+            ..Default::default()
+        };
+        let mut expirations =
+            ExpirationStream::open(session, request, self.count, "watching").await?;
+        while let Some(expiration) = expirations.next().await? {
+            print_expiration(session, &expiration);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
