@@ -79,6 +79,30 @@ impl Accept for UnixListener {
     }
 }
 
+/// What the accept loops of every listener share: the limits, and one count of open
+/// connections, since `--max-connections` is one budget of file descriptors for them all.
+#[derive(Clone)]
+pub(crate) struct Acceptor {
+    pub(crate) limits: ConnectionLimits,
+    pub(crate) open: Arc<AtomicUsize>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Acceptor {
+    /// See [`incoming`].
+    pub(crate) fn incoming<L: Accept>(
+        &self,
+        listener: L,
+    ) -> ReceiverStream<io::Result<Connection<L::Stream>>> {
+        incoming(
+            listener,
+            self.limits,
+            self.open.clone(),
+            self.metrics.clone(),
+        )
+    }
+}
+
 /// The connections of `listener` that completed their preface, for tonic's
 /// `serve_with_incoming`. The accept task ends when tonic drops the stream.
 /// `open` counts the connections of every listener: `--max-connections` is one budget

@@ -8,22 +8,23 @@
 mod backend;
 mod calls;
 mod connections;
+mod health;
+mod transport;
 
 use std::future::Future;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Server;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic::transport::ServerTlsConfig;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_reflection::pb::v1::server_reflection_server::{
+    ServerReflection, ServerReflectionServer,
+};
 use tower::limit::GlobalConcurrencyLimitLayer;
-
-use tonic_health::server::HealthReporter;
-use tonic_health::ServingStatus;
 use tracing::{error, info, warn};
 
 use crate::api::auth::{Authenticator, Tokens};
@@ -33,9 +34,12 @@ use crate::config::Config;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;
 use crate::proto::timers_server::TimersServer;
-use backend::{Backend, Health};
+use backend::Backend;
 use calls::CallLayer;
-use connections::ConnectionLimits;
+use connections::{Acceptor, ConnectionLimits};
+use health::{set_health, watch_health};
+pub use transport::raise_open_file_limit;
+use transport::{connection_budget, http2_server, tls_config};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -81,12 +85,12 @@ pub struct Stopped {
     pub drain_timed_out: bool,
 }
 
-/// Serves tickd on its listeners until `shutdown` resolves,
-/// then drains: reports NOT_SERVING, ends subscription and heartbeat streams, and waits
-/// at most `config.drain_timeout` for calls in progress.
+/// Serves tickd on its listeners until `shutdown` resolves, or until the backend fails
+/// for good; then drains: reports NOT_SERVING, ends subscription and heartbeat streams,
+/// waits at most `config.drain_timeout` for calls in progress, and stops the backend.
 pub async fn run(
     config: &Config,
-    listeners: Listeners,
+    mut listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stopped, ServerError> {
     // Configuration that can fail is read before any thread starts.
@@ -97,6 +101,7 @@ pub async fn run(
         .transpose()?;
     let tls = tls_config(config)?;
     let metrics = Metrics::new();
+    // The one place that chooses the backend.
     let backend = match &config.store {
         Some(url) => Backend::replicated(config, url, &metrics).await?,
         None => Backend::local(config, &metrics)?,
@@ -111,121 +116,22 @@ pub async fn run(
         "tickd serving"
     );
     let (stopping, stop_signal) = watch::channel(false);
-    let limits = Limits {
-        max_payload_bytes: config.max_payload_bytes,
-        max_batch: config.max_batch,
-        min_repeat: config.tick,
-        ..Limits::default()
-    };
-    let (timers, expirations) = backend.api();
-    let timers = TimersServer::new(TimersService::new(
-        timers,
-        expirations,
-        limits,
-        config.stream_limits(),
-        stop_signal.clone(),
-    ))
-    // `CallLayer` refuses larger messages first, naming the flag; this is a backstop.
-    .max_decoding_message_size(config.max_request_bytes);
-    let timers = InterceptedService::new(timers, Authenticator::new(tokens));
     let (health_reporter, health) = tonic_health::server::health_reporter();
     set_health(&health_reporter, &metrics, true).await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-
     let (stop_metrics, metrics_stopped) = watch::channel(false);
-    if let Some(metrics_listener) = listeners.metrics {
+    if let Some(metrics_listener) = listeners.metrics.take() {
         tokio::spawn(crate::metrics::serve(
             metrics_listener,
             metrics.clone(),
             stopped(metrics_stopped),
         ));
     }
-    let call_layer = CallLayer::new(
-        config.max_request_bytes,
-        config.max_watch_streams,
-        stop_signal.clone(),
-    );
-    // Past the limit, calls are refused at once with RESOURCE_EXHAUSTED instead of queueing.
-    let overload = tower::ServiceBuilder::new()
-        .layer(call_layer.clone())
-        .layer(RpcMetricsLayer::new(metrics.clone()))
-        .load_shed()
-        .layer(GlobalConcurrencyLimitLayer::new(
-            config.max_concurrent_calls,
-        ));
-    let connection_limits = ConnectionLimits {
-        max_connections: connection_budget(config),
-        max_handshaking: config.max_handshaking,
-        handshake_timeout: config.handshake_timeout,
-        idle_timeout: config.idle_timeout,
+    let services = Services {
+        timers: timers_service(config, &backend, tokens, stop_signal.clone()),
+        health,
+        reflection: reflection_service()?,
     };
-    // One budget for the connections of every listener.
-    let open_connections = Arc::new(AtomicUsize::new(0));
-    let router = |tls: Option<ServerTlsConfig>| -> Result<_, ServerError> {
-        let mut builder = http2_server(config);
-        if let Some(tls) = tls {
-            builder = builder.tls_config(tls)?;
-        }
-        Ok(builder
-            .layer(overload.clone())
-            .add_service(health.clone())
-            .add_service(reflection.clone())
-            .add_service(timers.clone()))
-    };
-    let tcp = router(tls)?.serve_with_incoming_shutdown(
-        connections::incoming(
-            listeners.grpc,
-            connection_limits,
-            open_connections.clone(),
-            metrics.clone(),
-        ),
-        stopped(stop_signal.clone()),
-    );
-    // The Unix socket is local and guarded by its file mode: no TLS there.
-    let unix_router = router(None)?;
-    let unix = async {
-        match listeners.unix {
-            Some(unix_listener) => {
-                unix_router
-                    .serve_with_incoming_shutdown(
-                        connections::incoming(
-                            unix_listener,
-                            connection_limits,
-                            open_connections.clone(),
-                            metrics.clone(),
-                        ),
-                        stopped(stop_signal.clone()),
-                    )
-                    .await
-            }
-            None => Ok(()),
-        }
-    };
-    let health_only = http2_server(config)
-        .layer(call_layer)
-        .add_service(health.clone());
-    let probes = async {
-        match listeners.health {
-            Some(health_listener) => {
-                health_only
-                    .serve_with_incoming_shutdown(
-                        connections::incoming(
-                            health_listener,
-                            connection_limits,
-                            open_connections.clone(),
-                            metrics.clone(),
-                        ),
-                        stopped(stop_signal.clone()),
-                    )
-                    .await
-            }
-            None => Ok(()),
-        }
-    };
-    let serving = async { tokio::try_join!(tcp, unix, probes).map(|_| ()) };
+    let serving = serve(config, listeners, tls, services, &metrics, stop_signal);
     tokio::pin!(serving);
 
     let failure = tokio::select! {
@@ -268,6 +174,127 @@ pub async fn run(
     })
 }
 
+type TimersApi = InterceptedService<TimersServer<TimersService>, Authenticator>;
+
+/// The gRPC services every listener offers (the health listener: health alone).
+struct Services<Health, Reflection> {
+    timers: TimersApi,
+    health: HealthServer<Health>,
+    reflection: ServerReflectionServer<Reflection>,
+}
+
+/// The timer API over the backend's [`crate::domain::Timers`] and
+/// [`crate::domain::Expirations`], behind the token check.
+fn timers_service(
+    config: &Config,
+    backend: &Backend,
+    tokens: Option<Tokens>,
+    stop_signal: watch::Receiver<bool>,
+) -> TimersApi {
+    let limits = Limits {
+        max_payload_bytes: config.max_payload_bytes,
+        max_batch: config.max_batch,
+        min_repeat: config.tick,
+        ..Limits::default()
+    };
+    let (timers, expirations) = backend.api();
+    let timers = TimersServer::new(TimersService::new(
+        timers,
+        expirations,
+        limits,
+        config.stream_limits(),
+        stop_signal,
+    ))
+    // `CallLayer` refuses larger messages first, naming the flag; this is a backstop.
+    .max_decoding_message_size(config.max_request_bytes);
+    InterceptedService::new(timers, Authenticator::new(tokens))
+}
+
+fn reflection_service() -> Result<ServerReflectionServer<impl ServerReflection>, ServerError> {
+    Ok(tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?)
+}
+
+/// Serves every listener until the drain begins and their calls have ended.
+async fn serve(
+    config: &Config,
+    listeners: Listeners,
+    tls: Option<ServerTlsConfig>,
+    services: Services<impl tonic_health::pb::health_server::Health, impl ServerReflection>,
+    metrics: &Arc<Metrics>,
+    stop_signal: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    let call_layer = CallLayer::new(
+        config.max_request_bytes,
+        config.max_watch_streams,
+        stop_signal.clone(),
+    );
+    // Past the limit, calls are refused at once with RESOURCE_EXHAUSTED instead of queueing.
+    let overload = tower::ServiceBuilder::new()
+        .layer(call_layer.clone())
+        .layer(RpcMetricsLayer::new(metrics.clone()))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(
+            config.max_concurrent_calls,
+        ));
+    let acceptor = Acceptor {
+        limits: ConnectionLimits {
+            max_connections: connection_budget(config),
+            max_handshaking: config.max_handshaking,
+            handshake_timeout: config.handshake_timeout,
+            idle_timeout: config.idle_timeout,
+        },
+        open: Arc::new(AtomicUsize::new(0)),
+        metrics: metrics.clone(),
+    };
+    let router = |tls: Option<ServerTlsConfig>| -> Result<_, ServerError> {
+        let mut builder = http2_server(config);
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls)?;
+        }
+        Ok(builder
+            .layer(overload.clone())
+            .add_service(services.health.clone())
+            .add_service(services.reflection.clone())
+            .add_service(services.timers.clone()))
+    };
+    let tcp = router(tls)?.serve_with_incoming_shutdown(
+        acceptor.incoming(listeners.grpc),
+        stopped(stop_signal.clone()),
+    );
+    // The Unix socket is local and guarded by its file mode: no TLS there.
+    let unix_router = router(None)?;
+    let unix = async {
+        let Some(unix_listener) = listeners.unix else {
+            return Ok(());
+        };
+        unix_router
+            .serve_with_incoming_shutdown(
+                acceptor.incoming(unix_listener),
+                stopped(stop_signal.clone()),
+            )
+            .await
+    };
+    let health_only = http2_server(config)
+        .layer(call_layer)
+        .add_service(services.health.clone());
+    let probes = async {
+        let Some(health_listener) = listeners.health else {
+            return Ok(());
+        };
+        health_only
+            .serve_with_incoming_shutdown(
+                acceptor.incoming(health_listener),
+                stopped(stop_signal.clone()),
+            )
+            .await
+    };
+    tokio::try_join!(tcp, unix, probes)?;
+    Ok(())
+}
+
 fn display_addr(addr: std::io::Result<std::net::SocketAddr>) -> String {
     addr.map_or_else(
         |error| format!("unknown ({error})"),
@@ -275,145 +302,7 @@ fn display_addr(addr: std::io::Result<std::net::SocketAddr>) -> String {
     )
 }
 
-/// How often the health watch looks at the backend: a failure shows within this.
-const HEALTH_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Keeps health in step with the backend. While a replica cannot reach its database,
-/// `tickd.v1.Timers` (what readiness probes ask) is NOT_SERVING, and SERVING again once it
-/// can; the server as a whole ("", what liveness probes ask) stays SERVING, since
-/// restarting tickd would not bring the database back. Returns when the backend has failed
-/// for good; the caller then reports NOT_SERVING everywhere.
-async fn watch_health(
-    backend: &Backend,
-    reporter: &HealthReporter,
-    metrics: &Metrics,
-) -> &'static str {
-    let mut ticks = tokio::time::interval(HEALTH_INTERVAL);
-    let mut ready = true;
-    loop {
-        ticks.tick().await;
-        match backend.health() {
-            Health::Failed(reason) => return reason,
-            Health::Unreachable(unreachable) if ready => {
-                warn!(?unreachable, "store unreachable: not ready");
-                set_ready(reporter, metrics, false).await;
-                ready = false;
-            }
-            Health::Serving if !ready => {
-                info!("store reachable again: ready");
-                set_ready(reporter, metrics, true).await;
-                ready = true;
-            }
-            _ => {}
-        }
-    }
-}
-
-/// SERVING or NOT_SERVING for `tickd.v1.Timers`, and `tickd_serving`.
-async fn set_ready(reporter: &HealthReporter, metrics: &Metrics, ready: bool) {
-    reporter
-        .set_service_status(
-            <TimersServer<TimersService> as tonic::server::NamedService>::NAME,
-            serving_status(ready),
-        )
-        .await;
-    metrics.serving.set(i64::from(ready));
-}
-
-/// SERVING or NOT_SERVING for every service name: the server ("") and `tickd.v1.Timers`.
-async fn set_health(reporter: &HealthReporter, metrics: &Metrics, serving: bool) {
-    reporter
-        .set_service_status("", serving_status(serving))
-        .await;
-    set_ready(reporter, metrics, serving).await;
-}
-
-fn serving_status(serving: bool) -> ServingStatus {
-    match serving {
-        true => ServingStatus::Serving,
-        false => ServingStatus::NotServing,
-    }
-}
-
 /// Resolves once the drain begins.
 pub(super) async fn stopped(mut stop_signal: watch::Receiver<bool>) {
     let _ = stop_signal.wait_for(|stopping| *stopping).await;
-}
-
-/// TLS for the TCP listener, mutual when a client CA is given.
-fn tls_config(config: &Config) -> Result<Option<ServerTlsConfig>, ServerError> {
-    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
-        return Ok(None);
-    };
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| ServerError::Tls {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
-    if let Some(client_ca) = &config.tls_client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read(client_ca)?));
-    }
-    Ok(Some(tls))
-}
-
-/// HTTP/2 as every listener serves it.
-///
-/// Flow-control windows are set with the h2 crate's guard against floods of small DATA
-/// frames in mind: h2 ends a connection (GOAWAY ENHANCE_YOUR_CALM) once the small frames it
-/// holds unread cost more than half the connection window, counting 256 bytes less the
-/// payload for each. A KeepAlive heartbeat is a frame of about 30 bytes, so a stream window
-/// of 256 KiB holds at most ~9,000 of them, ~2 MiB of that budget, and a connection window
-/// of 16 MiB (a budget of 8 MiB) leaves room for several paused KeepAlive streams on one
-/// connection. tickd reads heartbeats as they come (see `api::KEEPALIVE_IN_FLIGHT`), so a
-/// client sending faster than tickd answers meets flow control and waits, instead of losing
-/// its connection.
-fn http2_server(config: &Config) -> Server {
-    Server::builder()
-        .initial_stream_window_size(256 * 1024)
-        .initial_connection_window_size(16 * 1024 * 1024)
-        .max_concurrent_streams(config.max_streams_per_connection)
-        .http2_keepalive_interval(Some(config.http2_keepalive_interval))
-        .http2_keepalive_timeout(Some(config.http2_keepalive_timeout))
-        // hyper's guard against rapid reset (CVE-2023-44487), which tonic turns off by default.
-        .http2_max_local_error_reset_streams(Some(1_024))
-        .http2_max_pending_accept_reset_streams(Some(100))
-}
-
-/// Descriptors kept for everything but connections: the log's segments, snapshots and
-/// directory, listeners, the database's connections, the runtime.
-const RESERVED_DESCRIPTORS: u64 = 256;
-
-/// `--max-connections`, lowered if need be so that connections alone can never take the
-/// descriptors the log needs: running out there would stop tickd (see fail-stop).
-fn connection_budget(config: &Config) -> usize {
-    let Ok((soft_limit, _)) = rlimit::getrlimit(rlimit::Resource::NOFILE) else {
-        return config.max_connections;
-    };
-    let available = soft_limit.saturating_sub(RESERVED_DESCRIPTORS);
-    let budget = usize::try_from(available).unwrap_or(usize::MAX);
-    if budget < config.max_connections {
-        warn!(
-            max_connections = config.max_connections,
-            open_file_limit = soft_limit,
-            budget,
-            "--max-connections lowered to what the open file limit leaves"
-        );
-    }
-    config.max_connections.min(budget).max(1)
-}
-
-/// Raises the soft limit on open files to the hard limit, so that `--max-connections` is
-/// what bounds connections, not a soft default of 1,024.
-pub fn raise_open_file_limit() {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => {
-            info!(
-                open_file_limit = limit,
-                "raised the open file limit to the hard limit"
-            );
-        }
-        Err(error) => warn!(%error, "could not raise the open file limit"),
-    }
 }
