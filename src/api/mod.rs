@@ -2,6 +2,9 @@
 //! asks the backend, and turns the answer into the response. No timer logic lives here,
 //! and nothing here knows which backend answers: it holds one [`Timers`] and one
 //! [`Expirations`] (see [`crate::domain`]). Refusals become statuses in [`status`].
+//!
+//! Each handler runs in a span named after its RPC, at debug level: free unless debug
+//! logging is on, and then every event of the call says which call it belongs to.
 
 pub mod auth;
 pub mod codec;
@@ -17,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
+use tracing::instrument;
 
 use crate::domain::{Expirations, PendingQuery, SubscribeOptions, TimerError, TimerRef, Timers};
 use crate::proto;
@@ -78,6 +82,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 
 #[tonic::async_trait]
 impl proto::timers_server::Timers for TimersService {
+    #[instrument(level = "debug", name = "NewTimeout", skip_all)]
     async fn new_timeout(
         &self,
         request: Request<proto::NewTimeoutRequest>,
@@ -101,6 +106,7 @@ impl proto::timers_server::Timers for TimersService {
         }))
     }
 
+    #[instrument(level = "debug", name = "NewTimeouts", skip_all)]
     async fn new_timeouts(
         &self,
         request: Request<proto::NewTimeoutsRequest>,
@@ -156,6 +162,7 @@ impl proto::timers_server::Timers for TimersService {
         Ok(Response::new(proto::NewTimeoutsResponse { results }))
     }
 
+    #[instrument(level = "debug", name = "Cancel", skip_all)]
     async fn cancel(
         &self,
         request: Request<proto::CancelRequest>,
@@ -166,6 +173,7 @@ impl proto::timers_server::Timers for TimersService {
         Ok(Response::new(proto::CancelResponse { cancelled }))
     }
 
+    #[instrument(level = "debug", name = "Pending", skip_all)]
     async fn pending(
         &self,
         request: Request<proto::PendingRequest>,
@@ -221,6 +229,7 @@ impl proto::timers_server::Timers for TimersService {
         }))
     }
 
+    #[instrument(level = "debug", name = "Get", skip_all)]
     async fn get(
         &self,
         request: Request<proto::GetRequest>,
@@ -233,6 +242,7 @@ impl proto::timers_server::Timers for TimersService {
         }))
     }
 
+    #[instrument(level = "debug", name = "Touch", skip_all)]
     async fn touch(
         &self,
         request: Request<proto::TouchRequest>,
@@ -249,6 +259,7 @@ impl proto::timers_server::Timers for TimersService {
 
     type KeepAliveStream = BoxStream<proto::KeepAliveResponse>;
 
+    #[instrument(level = "debug", name = "KeepAlive", skip_all)]
     async fn keep_alive(
         &self,
         request: Request<Streaming<proto::KeepAliveRequest>>,
@@ -270,6 +281,7 @@ impl proto::timers_server::Timers for TimersService {
 
     type SubscribeStream = BoxStream<proto::SubscribeResponse>;
 
+    #[instrument(level = "debug", name = "Subscribe", skip_all)]
     async fn subscribe(
         &self,
         request: Request<proto::SubscribeRequest>,
@@ -307,6 +319,7 @@ impl proto::timers_server::Timers for TimersService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    #[instrument(level = "debug", name = "Ack", skip_all)]
     async fn ack(
         &self,
         request: Request<proto::AckRequest>,

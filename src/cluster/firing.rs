@@ -116,7 +116,7 @@ impl Firing {
                 }
             }
             while let Err(error) = self.fire(&batch).await {
-                warn!(replica = %self.shared.replica_id, timers = batch.len(), %error, "firing failed; retrying");
+                warn!(timers = batch.len(), %error, "firing failed; retrying");
                 tokio::select! {
                     () = tokio::time::sleep(RETRY_DELAY) => {}
                     // Stopping with the database unreachable: the timers are still in their
@@ -215,7 +215,7 @@ impl Firing {
             .into_iter()
             .partition(|timer| held.contains(&timer.partition));
         if !fenced.is_empty() {
-            warn!(replica = %self.shared.replica_id, timers = fenced.len(), "firing fenced: partition lease lost");
+            warn!(timers = fenced.len(), "firing fenced: partition lease lost");
         }
         if still_held.is_empty() {
             return Ok(());

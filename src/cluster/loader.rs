@@ -77,7 +77,7 @@ impl Loader {
                     }
                 }
                 Err(error) => {
-                    warn!(replica = %self.shared.replica_id, %error, "store listener failed")
+                    warn!(%error, "store listener failed")
                 }
             }
             tokio::select! {
@@ -116,7 +116,7 @@ impl Loader {
         self.scan(&client, &self.shared.owned.partitions(), true)
             .await?;
         self.wakeups.wake_all();
-        info!(replica = %self.shared.replica_id, "store listener ready");
+        info!("store listener ready");
         Ok(Listening {
             client,
             notifications,
@@ -150,7 +150,7 @@ impl Loader {
                 () = super::shared::until_stopped(stopping) => return true,
             };
             if let Err(error) = scanned {
-                warn!(replica = %self.shared.replica_id, %error, "scanning for due timers failed");
+                warn!(%error, "scanning for due timers failed");
                 return false;
             }
         }

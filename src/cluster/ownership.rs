@@ -88,7 +88,7 @@ impl Ownership {
             match self.round().await {
                 Ok(()) => self.rounds.succeeded(),
                 Err(error) => {
-                    warn!(replica = %self.shared.replica_id, %error, "lease round failed")
+                    warn!(%error, "lease round failed")
                 }
             }
             tokio::select! {
@@ -170,7 +170,7 @@ impl Ownership {
             .filter(|partition| !renewed.contains(partition))
             .collect();
         if !lost.is_empty() {
-            warn!(replica = %self.shared.replica_id, partitions = ?lost, "partitions lost");
+            warn!(partitions = ?lost, "partitions lost");
             self.forget(lost);
         }
         Ok(())
@@ -193,7 +193,7 @@ impl Ownership {
             .map_err(ClusterError::query("releasing orphaned leases"))?;
         if !released.is_empty() {
             let orphans: Vec<i32> = released.iter().map(|row| row.get(0)).collect();
-            info!(replica = %self.shared.replica_id, partitions = ?orphans, "orphaned leases released");
+            info!(partitions = ?orphans, "orphaned leases released");
         }
         Ok(())
     }
@@ -235,7 +235,7 @@ impl Ownership {
             acquired.push(partition);
         }
         acquired.sort_unstable();
-        info!(replica = %self.shared.replica_id, partitions = ?acquired, "partitions acquired");
+        info!(partitions = ?acquired, "partitions acquired");
         let _ = self.acquired.send(acquired);
         Ok(())
     }
@@ -255,7 +255,7 @@ impl Ownership {
             )
             .await
             .map_err(ClusterError::query("releasing partitions"))?;
-        info!(replica = %self.shared.replica_id, partitions = ?partitions, "partitions released");
+        info!(partitions = ?partitions, "partitions released");
         Ok(())
     }
 
@@ -265,12 +265,12 @@ impl Ownership {
         let client = match self.connections.client().await {
             Ok(client) => client,
             Err(error) => {
-                warn!(replica = %self.shared.replica_id, %error, "leaving the cluster failed; leases run out instead");
+                warn!(%error, "leaving the cluster failed; leases run out instead");
                 return;
             }
         };
         if let Err(error) = self.release(&client, &held).await {
-            warn!(replica = %self.shared.replica_id, %error, "releasing partitions at shutdown failed");
+            warn!(%error, "releasing partitions at shutdown failed");
         }
         let left = client
             .execute(
@@ -279,7 +279,7 @@ impl Ownership {
             )
             .await;
         if let Err(error) = left {
-            warn!(replica = %self.shared.replica_id, %error, "leaving the replica table failed");
+            warn!(%error, "leaving the replica table failed");
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tracing::{info, warn};
+use tracing::{info, info_span, warn, Instrument, Span};
 
 use super::delivery::ClusterDeliveries;
 use super::notifications::Wakeups;
@@ -54,6 +54,8 @@ pub struct Replica {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// A third of the lease ttl: how often leases are renewed.
     lease_renewal: std::time::Duration,
+    /// Carries the replica's id into every log event of its tasks.
+    span: Span,
 }
 
 impl Replica {
@@ -102,15 +104,17 @@ impl Replica {
             metrics.partitions_owned.clone(),
         );
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(ownership.clone().run(stopping.clone())));
+        // Every task's log events carry the replica's id through this span.
+        let span = info_span!("replica", replica = %config.replica_id);
+        tasks.push(spawn_in(&span, ownership.clone().run(stopping.clone())));
         let loader = loader::Loader::connect(database, shared.clone(), wakeups.clone()).await?;
-        tasks.push(tokio::spawn(loader.run(acquired, stopping.clone())));
+        tasks.push(spawn_in(&span, loader.run(acquired, stopping.clone())));
         let firing = firing::Firing::new(
             Connections::open(database, 1).await?,
             shared.clone(),
             metrics.clone(),
         );
-        tasks.push(tokio::spawn(firing.run(fired, stopping.clone())));
+        tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));
         let deliveries = ClusterDeliveries::new(
             delivery_connections,
             metrics.clone(),
@@ -118,10 +122,11 @@ impl Replica {
             config.delivery,
             wakeups,
             subscriptions_ending,
-        );
-        tasks.push(tokio::spawn(deliveries.clone().trim_dead(stopping)));
+        )
+        .in_span(span.clone());
+        tasks.push(spawn_in(&span, deliveries.clone().trim_dead(stopping)));
         info!(
-            replica = %config.replica_id,
+            parent: &span,
             partitions,
             store = %database,
             store_tls = %encrypted.map_or("unknown", |on| if on { "on" } else { "off" }),
@@ -136,6 +141,7 @@ impl Replica {
             end_subscriptions,
             tasks,
             lease_renewal: config.lease_ttl / 3,
+            span,
         })
     }
 
@@ -170,7 +176,15 @@ impl Replica {
         for task in self.tasks {
             let _ = task.await;
         }
-        self.ownership.leave().await;
+        self.ownership.leave().instrument(self.span).await;
         schedule.map_or(0, |schedule| schedule.len())
     }
+}
+
+/// Spawns one of the replica's tasks inside its span.
+fn spawn_in(
+    span: &Span,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(task.instrument(span.clone()))
 }

@@ -95,6 +95,8 @@ pub struct ClusterDeliveries {
     wakeups: Wakeups,
     stopping: watch::Receiver<bool>,
     next_subscriber: Arc<AtomicU64>,
+    /// The replica's span, for the subscriber and observer tasks' log events.
+    span: tracing::Span,
     /// Tells this process's subscribers from those of an earlier one with the same
     /// replica id, whose claims are not theirs.
     incarnation: u64,
@@ -117,10 +119,17 @@ impl ClusterDeliveries {
             wakeups,
             stopping,
             next_subscriber: Arc::new(AtomicU64::new(1)),
+            span: tracing::Span::none(),
             incarnation: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |since| since.as_nanos() as u64),
         }
+    }
+
+    /// Runs the subscriber and observer tasks in `span` (the replica's).
+    pub(crate) fn in_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
     }
 
     /// `replica/incarnation/number`: what a subscriber's claims (or an observer's

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use super::{expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
 use crate::cluster::ClusterError;
@@ -168,7 +168,11 @@ impl ClusterDeliveries {
             sender,
             deliveries: self.clone(),
         };
-        tokio::spawn(observer.run(self.stopping.clone()));
+        tokio::spawn(
+            observer
+                .run(self.stopping.clone())
+                .instrument(self.span.clone()),
+        );
         Box::pin(ReceiverStream::new(receiver))
     }
 }

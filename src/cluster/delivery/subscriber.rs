@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
 use crate::cluster::notifications::FIRED_CHANNEL;
@@ -48,7 +48,11 @@ impl ClusterDeliveries {
             sender,
             deliveries: self.clone(),
         };
-        tokio::spawn(subscriber.run(self.stopping.clone()));
+        tokio::spawn(
+            subscriber
+                .run(self.stopping.clone())
+                .instrument(self.span.clone()),
+        );
         Box::pin(ReceiverStream::new(receiver))
     }
 }
