@@ -14,9 +14,8 @@
 //! replica's wheel holds only what its partitions need to fire soon.
 //!
 //! [`server::run`] chooses the backend, in one place, and wires it behind a listener.
-#![forbid(unsafe_code)]
 
-pub mod api;
+pub(crate) mod api;
 pub mod cluster;
 pub mod config;
 pub mod delivery;

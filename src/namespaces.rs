@@ -30,7 +30,7 @@ pub(crate) struct LiveNamespaces {
 /// A registration would make one namespace more than `--max-namespaces` allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TooMany {
-    pub live: usize,
+    pub(crate) live: usize,
 }
 
 impl LiveNamespaces {

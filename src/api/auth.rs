@@ -17,13 +17,13 @@ use crate::domain::TimerError;
 
 /// What a caller may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Grant {
+pub(crate) enum Grant {
     AllNamespaces,
     Namespaces(Arc<HashSet<String>>),
 }
 
 impl Grant {
-    pub fn allows(&self, namespace: &str) -> bool {
+    pub(crate) fn allows(&self, namespace: &str) -> bool {
         match self {
             Grant::AllNamespaces => true,
             Grant::Namespaces(allowed) => allowed.contains(namespace),
@@ -31,7 +31,7 @@ impl Grant {
     }
 
     /// PERMISSION_DENIED unless `namespace` is allowed; `None` means every namespace.
-    pub fn check(&self, namespace: Option<&str>) -> Result<(), TimerError> {
+    pub(crate) fn check(&self, namespace: Option<&str>) -> Result<(), TimerError> {
         let allowed = match namespace {
             Some(namespace) => self.allows(namespace),
             None => *self == Grant::AllNamespaces,
@@ -60,12 +60,12 @@ pub enum TokenFileError {
 
 /// The tokens a server accepts.
 #[derive(Debug, Clone, Default)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     grants: HashMap<String, Grant>,
 }
 
 impl Tokens {
-    pub fn load(path: &Path) -> Result<Self, TokenFileError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, TokenFileError> {
         let display = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
             path: display.clone(),
@@ -78,7 +78,7 @@ impl Tokens {
     }
 
     /// Parses the file's text; the error is the 1-based number of the bad line.
-    pub fn parse(text: &str) -> Result<Self, usize> {
+    pub(crate) fn parse(text: &str) -> Result<Self, usize> {
         let mut grants = HashMap::new();
         for (index, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or_default().trim();
@@ -114,12 +114,12 @@ impl Tokens {
 /// The interceptor in front of the Timers service. Without tokens configured every call
 /// gets [`Grant::AllNamespaces`].
 #[derive(Clone, Default)]
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     tokens: Option<Arc<Tokens>>,
 }
 
 impl Authenticator {
-    pub fn new(tokens: Option<Tokens>) -> Self {
+    pub(crate) fn new(tokens: Option<Tokens>) -> Self {
         Self {
             tokens: tokens.map(Arc::new),
         }
@@ -151,7 +151,7 @@ impl tonic::service::Interceptor for Authenticator {
 }
 
 /// The grant the interceptor attached to a request; none at all allows nothing.
-pub fn grant_of<T>(request: &Request<T>) -> Grant {
+pub(crate) fn grant_of<T>(request: &Request<T>) -> Grant {
     request
         .extensions()
         .get::<Grant>()

@@ -14,7 +14,7 @@ use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 /// Prost's codec with decoding failures answered as INVALID_ARGUMENT.
 #[derive(Debug, Clone, Default)]
-pub struct TimersCodec<T, U>(ProstCodec<T, U>);
+pub(crate) struct TimersCodec<T, U>(ProstCodec<T, U>);
 
 impl<T, U> Codec for TimersCodec<T, U>
 where
@@ -37,7 +37,7 @@ where
 
 /// Decodes like prost; a failure is INVALID_ARGUMENT carrying prost's description.
 #[derive(Debug, Clone)]
-pub struct InvalidArgumentDecoder<U>(ProstDecoder<U>);
+pub(crate) struct InvalidArgumentDecoder<U>(ProstDecoder<U>);
 
 impl<U: prost::Message + Default> Decoder for InvalidArgumentDecoder<U> {
     type Item = U;

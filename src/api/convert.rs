@@ -11,16 +11,16 @@ use crate::proto;
 
 /// Bounds on what one request may ask for.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_payload_bytes: usize,
-    pub max_batch: usize,
-    pub max_namespace_len: usize,
-    pub max_key_len: usize,
+pub(crate) struct Limits {
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) max_batch: usize,
+    pub(crate) max_namespace_len: usize,
+    pub(crate) max_key_len: usize,
     /// Deadlines further out than this are refused as absurd.
-    pub max_horizon: Duration,
-    pub max_page_size: usize,
+    pub(crate) max_horizon: Duration,
+    pub(crate) max_page_size: usize,
     /// The shortest `repeat` accepted: one wheel tick.
-    pub min_repeat: Duration,
+    pub(crate) min_repeat: Duration,
 }
 
 impl Default for Limits {
@@ -37,10 +37,10 @@ impl Default for Limits {
     }
 }
 
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 impl Limits {
-    pub fn namespace(&self, namespace: &str) -> Result<String, TimerError> {
+    pub(crate) fn namespace(&self, namespace: &str) -> Result<String, TimerError> {
         if namespace.is_empty() {
             return Ok(DEFAULT_NAMESPACE.to_owned());
         }
@@ -71,7 +71,7 @@ impl Limits {
     }
 
     /// A positive duration no longer than the horizon.
-    pub fn duration(
+    pub(crate) fn duration(
         &self,
         field: &'static str,
         duration: &ProtoDuration,
@@ -98,7 +98,7 @@ impl Limits {
         Ok(duration)
     }
 
-    pub fn new_timer(&self, spec: proto::TimerSpec) -> Result<NewTimer, TimerError> {
+    pub(crate) fn new_timer(&self, spec: proto::TimerSpec) -> Result<NewTimer, TimerError> {
         let namespace = self.namespace(&spec.namespace)?;
         let key = match spec.key.as_str() {
             "" => None,
@@ -177,7 +177,10 @@ impl Limits {
         Ok(unix.max(0) as u64)
     }
 
-    pub fn timer_ref(&self, reference: Option<proto::TimerRef>) -> Result<TimerRef, TimerError> {
+    pub(crate) fn timer_ref(
+        &self,
+        reference: Option<proto::TimerRef>,
+    ) -> Result<TimerRef, TimerError> {
         let reference = reference.ok_or_else(|| TimerError::invalid("timer", "is required"))?;
         let namespace = self.namespace(&reference.namespace)?;
         let target = match reference.target {
@@ -188,7 +191,7 @@ impl Limits {
         Ok(TimerRef { namespace, target })
     }
 
-    pub fn optional_ttl(
+    pub(crate) fn optional_ttl(
         &self,
         ttl: Option<&ProtoDuration>,
     ) -> Result<Option<Duration>, TimerError> {
@@ -210,27 +213,27 @@ fn checked_duration(field: &'static str, duration: &ProtoDuration) -> Result<Dur
     ))
 }
 
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64)
 }
 
-pub fn timestamp(unix_nanos: u64) -> Timestamp {
+pub(crate) fn timestamp(unix_nanos: u64) -> Timestamp {
     Timestamp {
         seconds: (unix_nanos / 1_000_000_000) as i64,
         nanos: (unix_nanos % 1_000_000_000) as i32,
     }
 }
 
-pub fn proto_duration(duration: Duration) -> ProtoDuration {
+pub(crate) fn proto_duration(duration: Duration) -> ProtoDuration {
     ProtoDuration {
         seconds: duration.as_secs() as i64,
         nanos: duration.subsec_nanos() as i32,
     }
 }
 
-pub fn timer(view: TimerView) -> proto::Timer {
+pub(crate) fn timer(view: TimerView) -> proto::Timer {
     proto::Timer {
         id: view.id.to_string(),
         namespace: view.namespace.to_string(),
@@ -247,7 +250,7 @@ pub fn timer(view: TimerView) -> proto::Timer {
 /// A registration's answer: the timer without its payload, which the caller sent and
 /// already has. Echoing it back would double the bytes of every registration and could
 /// make the answer to a batch larger than the caller accepts (4 MiB for most clients).
-pub fn registered_timer(view: TimerView) -> proto::Timer {
+pub(crate) fn registered_timer(view: TimerView) -> proto::Timer {
     proto::Timer {
         payload: Default::default(),
         ..timer(view)
@@ -268,7 +271,7 @@ fn fired_timer(expiration: &Expiration) -> proto::Timer {
     }
 }
 
-pub fn expiration(delivered: &Delivered) -> proto::Expiration {
+pub(crate) fn expiration(delivered: &Delivered) -> proto::Expiration {
     let expiration = &delivered.expiration;
     proto::Expiration {
         delivery_id: delivery_id(delivered.delivery_id),
@@ -280,7 +283,7 @@ pub fn expiration(delivered: &Delivered) -> proto::Expiration {
     }
 }
 
-pub fn dead_expiration(dead: &Dead) -> proto::Expiration {
+pub(crate) fn dead_expiration(dead: &Dead) -> proto::Expiration {
     proto::Expiration {
         delivery_id: String::new(),
         timer: Some(fired_timer(&dead.expiration)),
@@ -292,18 +295,18 @@ pub fn dead_expiration(dead: &Dead) -> proto::Expiration {
 }
 
 /// Delivery ids are shown like timer ids: 16 hex digits.
-pub fn delivery_id(raw: u64) -> String {
+pub(crate) fn delivery_id(raw: u64) -> String {
     format!("{raw:016x}")
 }
 
-pub fn parse_delivery_id(text: &str) -> Option<u64> {
+pub(crate) fn parse_delivery_id(text: &str) -> Option<u64> {
     let well_formed = text.len() == 16 && text.bytes().all(|byte| byte.is_ascii_hexdigit());
     well_formed
         .then(|| u64::from_str_radix(text, 16).ok())
         .flatten()
 }
 
-pub fn item_error(error: &TimerError) -> proto::Error {
+pub(crate) fn item_error(error: &TimerError) -> proto::Error {
     let status = tonic::Status::from(error.clone());
     proto::Error {
         code: status.code() as i32,

@@ -6,12 +6,12 @@
 //! Each handler runs in a span named after its RPC, at debug level: free unless debug
 //! logging is on, and then every event of the call says which call it belongs to.
 
-pub mod auth;
-pub mod codec;
-pub mod convert;
+pub(crate) mod auth;
+pub(crate) mod codec;
+pub(crate) mod convert;
 mod keepalive;
 mod status;
-pub mod streams;
+pub(crate) mod streams;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ pub(crate) const PENDING_TIMER_BYTES: usize = 3 * 1024 * 1024;
 const PENDING_RESPONSE_BYTES: usize = 3 * 1024 * 1024 + 512 * 1024;
 
 #[derive(Clone)]
-pub struct TimersService {
+pub(crate) struct TimersService {
     timers: Arc<dyn Timers>,
     expirations: Arc<dyn Expirations>,
     limits: Limits,
@@ -45,7 +45,7 @@ pub struct TimersService {
 }
 
 impl TimersService {
-    pub fn new(
+    pub(crate) fn new(
         timers: Arc<dyn Timers>,
         expirations: Arc<dyn Expirations>,
         limits: Limits,

@@ -15,18 +15,18 @@ use tonic::Status;
 
 /// The streams open on one connection; the server puts it in each request's extensions.
 #[derive(Debug, Default)]
-pub struct ConnectionStreams {
+pub(crate) struct ConnectionStreams {
     subscribe: AtomicUsize,
     keepalive: AtomicUsize,
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct StreamLimitsConfig {
-    pub max_subscribe_streams: usize,
-    pub max_subscribe_streams_per_connection: usize,
-    pub max_keepalive_streams: usize,
-    pub max_keepalive_streams_per_connection: usize,
-    pub max_observers: usize,
+pub(crate) struct StreamLimitsConfig {
+    pub(crate) max_subscribe_streams: usize,
+    pub(crate) max_subscribe_streams_per_connection: usize,
+    pub(crate) max_keepalive_streams: usize,
+    pub(crate) max_keepalive_streams_per_connection: usize,
+    pub(crate) max_observers: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -106,7 +106,7 @@ impl Database {
         Ok(Self { config, mode, tls })
     }
 
-    pub fn ssl_mode(&self) -> SslMode {
+    pub(crate) fn ssl_mode(&self) -> SslMode {
         self.mode
     }
 
@@ -273,7 +273,7 @@ impl Connections {
     }
 
     /// The next connection in turn, reconnected first if it was closed.
-    pub async fn client(&self) -> Result<Arc<Client>, ClusterError> {
+    pub(crate) async fn client(&self) -> Result<Arc<Client>, ClusterError> {
         let turn = self.next.fetch_add(1, Ordering::Relaxed);
         let mut client = self.clients[turn % self.clients.len()].lock().await;
         if client.is_closed() {

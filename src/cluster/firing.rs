@@ -103,7 +103,7 @@ impl Firing {
     ///
     /// Whatever the wheel fired while the previous transaction ran is fired together in
     /// the next one: under load, one commit (one fsync) serves many wheel ticks.
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>,
         mut stopping: watch::Receiver<bool>,

@@ -30,7 +30,7 @@ const NOTHING_SCANNED: i64 = -1;
 /// How long to wait before connecting again after the listening connection failed.
 const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 
-pub struct Loader {
+pub(crate) struct Loader {
     database: Database,
     shared: Shared,
     wakeups: Wakeups,
@@ -46,7 +46,7 @@ struct Listening {
 
 impl Loader {
     /// Checks the database is reachable now, so a wrong URL fails the start.
-    pub async fn connect(
+    pub(crate) async fn connect(
         database: &Database,
         shared: Shared,
         wakeups: Wakeups,
@@ -60,7 +60,7 @@ impl Loader {
         })
     }
 
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut acquired: mpsc::UnboundedReceiver<Vec<u32>>,
         mut stopping: watch::Receiver<bool>,

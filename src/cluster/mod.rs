@@ -18,19 +18,19 @@
 //! balances partitions across the live replicas. Every connection to the database is opened
 //! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
 
-pub mod database;
+pub(crate) mod database;
 pub mod delivery;
 mod error;
 pub mod firing;
-pub mod loader;
+pub(crate) mod loader;
 mod notifications;
-pub mod ownership;
+pub(crate) mod ownership;
 mod replica;
 pub mod schedule;
 pub mod schema;
 mod shared;
-pub mod timers;
-pub mod tls;
+pub(crate) mod timers;
+pub(crate) mod tls;
 
 pub use database::{Connections, Database, StoreUrl};
 pub(crate) use error::with_causes;

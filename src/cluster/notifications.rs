@@ -10,17 +10,17 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-pub const DUE_CHANNEL: &str = "tickd_due";
-pub const FIRED_CHANNEL: &str = "tickd_fired";
+pub(crate) const DUE_CHANNEL: &str = "tickd_due";
+pub(crate) const FIRED_CHANNEL: &str = "tickd_fired";
 
 /// What the wheel needs of a timer's row (or of its `tickd_due` announcement).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DueRow<'a> {
-    pub namespace: &'a str,
-    pub id: u64,
-    pub partition: u32,
-    pub deadline_unix: u64,
-    pub version: i64,
+pub(crate) struct DueRow<'a> {
+    pub(crate) namespace: &'a str,
+    pub(crate) id: u64,
+    pub(crate) partition: u32,
+    pub(crate) deadline_unix: u64,
+    pub(crate) version: i64,
 }
 
 impl<'a> DueRow<'a> {
@@ -49,13 +49,13 @@ impl Wakeups {
         namespaces.entry(namespace.to_owned()).or_default().clone()
     }
 
-    pub fn wake(&self, namespace: &str) {
+    pub(crate) fn wake(&self, namespace: &str) {
         if let Some(notify) = self.lock().get(namespace) {
             notify.notify_waiters();
         }
     }
 
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         for notify in self.lock().values() {
             notify.notify_waiters();
         }
@@ -70,7 +70,7 @@ impl Wakeups {
 
 /// The payload of a `tickd_due` notification: `partition deadline version id namespace`
 /// (the namespace last: it may contain spaces, never control characters).
-pub fn due_payload_sql() -> &'static str {
+pub(crate) fn due_payload_sql() -> &'static str {
     "partition::TEXT || ' ' || deadline::TEXT || ' ' || version::TEXT || ' ' || id::TEXT \
      || ' ' || namespace"
 }

@@ -23,7 +23,7 @@ use super::schedule::ScheduleCommand;
 use super::{ClusterError, Connections, Shared};
 
 #[derive(Clone)]
-pub struct Ownership {
+pub(crate) struct Ownership {
     connections: Connections,
     shared: Shared,
     /// Newly acquired partitions, for the loader to scan.
@@ -63,7 +63,7 @@ impl LeaseRounds {
 }
 
 impl Ownership {
-    pub fn new(
+    pub(crate) fn new(
         connections: Connections,
         shared: Shared,
         acquired: mpsc::UnboundedSender<Vec<u32>>,
@@ -82,7 +82,7 @@ impl Ownership {
         self.rounds.clone()
     }
 
-    pub async fn run(self, mut stopping: watch::Receiver<bool>) {
+    pub(crate) async fn run(self, mut stopping: watch::Receiver<bool>) {
         let period = self.shared.lease_ttl / 3;
         loop {
             match self.round().await {
@@ -260,7 +260,7 @@ impl Ownership {
     }
 
     /// On a clean stop: every partition back, and this replica no longer counted as alive.
-    pub async fn leave(&self) {
+    pub(crate) async fn leave(&self) {
         let held = self.shared.owned.partitions();
         let client = match self.connections.client().await {
             Ok(client) => client,

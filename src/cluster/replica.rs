@@ -22,17 +22,16 @@ use crate::worker::Worker;
 /// What the replicated mode reads from the configuration.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
-    pub database: Database,
-    pub replica_id: String,
+    pub(crate) database: Database,
+    pub(crate) replica_id: String,
     /// Used only if this replica creates the schema.
-    pub partitions: u32,
-    pub lease_ttl: Duration,
-    pub load_horizon: Duration,
-    pub connections: u32,
-    pub tick: Duration,
-    pub max_pending: usize,
-    pub worker_queue: usize,
-    pub delivery: DeliveryConfig,
+    pub(crate) partitions: u32,
+    pub(crate) lease_ttl: Duration,
+    pub(crate) load_horizon: Duration,
+    pub(crate) connections: u32,
+    pub(crate) tick: Duration,
+    pub(crate) worker_queue: usize,
+    pub(crate) delivery: DeliveryConfig,
 }
 
 /// Host name and process id: unique among live replicas, and readable in the lease table.
@@ -45,8 +44,8 @@ pub(crate) fn default_replica_id() -> String {
 
 /// A running replica: the handles the API uses, and what [`Replica::stop`] winds down.
 pub struct Replica {
-    pub timers: ClusterTimers,
-    pub deliveries: ClusterDeliveries,
+    pub(crate) timers: ClusterTimers,
+    pub(crate) deliveries: ClusterDeliveries,
     worker: Worker<Schedule>,
     ownership: ownership::Ownership,
     stop: watch::Sender<bool>,
@@ -60,7 +59,10 @@ pub struct Replica {
 
 impl Replica {
     /// Connects, migrates the schema, joins the cluster and starts taking partitions.
-    pub async fn start(config: ClusterConfig, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
+    pub(crate) async fn start(
+        config: ClusterConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, ClusterError> {
         let database = &config.database;
         let mut setup = database.connect().await?;
         let partitions = schema::migrate(&mut setup, config.partitions).await?;
@@ -148,13 +150,13 @@ impl Replica {
     /// How long this replica has been unable to renew its leases, once that is longer
     /// than one renewal period: its database is unreachable (or too slow), and it should
     /// not be sent calls until it is back.
-    pub fn database_unreachable_for(&self) -> Option<std::time::Duration> {
+    pub(crate) fn database_unreachable_for(&self) -> Option<std::time::Duration> {
         self.ownership.rounds().unreachable_for(self.lease_renewal)
     }
 
     /// False if the replica's wheel thread or one of its tasks (leases, loader, firing,
     /// the dead trim) is gone: they end only when stopped, so otherwise by a panic.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.worker.is_running() && self.tasks.iter().all(|task| !task.is_finished())
     }
 
@@ -162,13 +164,13 @@ impl Replica {
     /// deliveries stay claimed until their ack deadline, so that acks of deliveries the
     /// clients already hold still succeed during the drain; after it any subscriber, on
     /// any replica, takes them.
-    pub fn end_subscriptions(&self) {
+    pub(crate) fn end_subscriptions(&self) {
         let _ = self.end_subscriptions.send(true);
     }
 
     /// Ends subscriptions and background work, then hands every partition back so that
     /// the other replicas take them over at once rather than after the lease runs out.
-    pub async fn stop(self) -> usize {
+    pub(crate) async fn stop(self) -> usize {
         self.end_subscriptions();
         let _ = self.stop.send(true);
         // A wheel thread that panicked held only a cache of the database: nothing is lost.

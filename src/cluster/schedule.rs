@@ -63,7 +63,7 @@ impl Schedule {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.wheel.len()
     }
 

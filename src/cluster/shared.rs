@@ -25,12 +25,12 @@ pub struct Owned {
 }
 
 impl Owned {
-    pub fn epoch(&self, partition: u32) -> Option<i64> {
+    pub(crate) fn epoch(&self, partition: u32) -> Option<i64> {
         self.lock().get(&partition).copied()
     }
 
     /// Those of `partitions` held, each with its epoch (one lock for all of them).
-    pub fn tenures(&self, partitions: impl IntoIterator<Item = u32>) -> Vec<(u32, i64)> {
+    pub(crate) fn tenures(&self, partitions: impl IntoIterator<Item = u32>) -> Vec<(u32, i64)> {
         let epochs = self.lock();
         partitions
             .into_iter()
@@ -40,20 +40,23 @@ impl Owned {
 
     /// [`Owned::tenures`] as the two SQL arrays (`INT4[]`, `INT8[]`) the fencing
     /// statements join on.
-    pub fn tenure_arrays(&self, partitions: impl IntoIterator<Item = u32>) -> (Vec<i32>, Vec<i64>) {
+    pub(crate) fn tenure_arrays(
+        &self,
+        partitions: impl IntoIterator<Item = u32>,
+    ) -> (Vec<i32>, Vec<i64>) {
         self.tenures(partitions)
             .into_iter()
             .map(|(partition, epoch)| (partition as i32, epoch))
             .unzip()
     }
 
-    pub fn partitions(&self) -> Vec<u32> {
+    pub(crate) fn partitions(&self) -> Vec<u32> {
         let mut partitions: Vec<u32> = self.lock().keys().copied().collect();
         partitions.sort_unstable();
         partitions
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
@@ -93,19 +96,19 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn partition_of(&self, id: u64) -> u32 {
+    pub(crate) fn partition_of(&self, id: u64) -> u32 {
         (id % u64::from(self.partitions)) as u32
     }
 
     /// Unix nanoseconds now, on this replica's clock (deadlines are kept in it).
-    pub fn unix_now(&self) -> u64 {
+    pub(crate) fn unix_now(&self) -> u64 {
         use crate::worker::clock::Clock;
         self.clock.now().unix
     }
 
     /// A timer of a partition this replica holds, ready for its wheel (with the epoch it
     /// holds the partition at); `None` if it holds it no longer.
-    pub fn due_timer(&self, row: DueRow<'_>, late: bool) -> Option<DueTimer> {
+    pub(crate) fn due_timer(&self, row: DueRow<'_>, late: bool) -> Option<DueTimer> {
         Some(DueTimer {
             namespace: Arc::from(row.namespace),
             id: row.id,
@@ -119,12 +122,16 @@ impl Shared {
 
     /// [`Shared::due_timer`] from a row whose first columns are `namespace, id, partition,
     /// deadline, version`; `None` also when the deadline is NULL (a fired one-shot timer).
-    pub fn due_timer_of_row(&self, row: &tokio_postgres::Row, late: bool) -> Option<DueTimer> {
+    pub(crate) fn due_timer_of_row(
+        &self,
+        row: &tokio_postgres::Row,
+        late: bool,
+    ) -> Option<DueTimer> {
         self.due_timer(DueRow::of_row(row)?, late)
     }
 
     /// The end of the load horizon: timers due by then belong in the owner's wheel.
-    pub fn horizon_end(&self) -> u64 {
+    pub(crate) fn horizon_end(&self) -> u64 {
         self.unix_now()
             .saturating_add(self.load_horizon.as_nanos() as u64)
     }

@@ -37,7 +37,7 @@ const VIEW_COLUMNS: &str =
 const ID_BLOCK: u64 = 1_000;
 
 #[derive(Clone)]
-pub struct ClusterTimers {
+pub(crate) struct ClusterTimers {
     connections: Connections,
     shared: Shared,
     metrics: Arc<Metrics>,
@@ -52,7 +52,7 @@ struct IdBlock {
 }
 
 impl ClusterTimers {
-    pub fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
         Self {
             connections,
             shared,

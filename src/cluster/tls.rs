@@ -26,7 +26,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// libpq's `sslmode` (`allow`, which prefers plaintext, is left out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     Disable,
     Prefer,
     Require,

@@ -258,7 +258,7 @@ impl Config {
     }
 
     /// The replicated mode's settings, for the store database at `url`.
-    pub fn cluster(&self, url: &str) -> Result<ClusterConfig, ClusterError> {
+    pub(crate) fn cluster(&self, url: &str) -> Result<ClusterConfig, ClusterError> {
         if self.max_pending_per_namespace > 0 {
             return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
         }
@@ -280,7 +280,6 @@ impl Config {
             load_horizon: self.load_horizon,
             connections: self.store_connections,
             tick: self.tick,
-            max_pending: self.max_pending,
             worker_queue: self.worker_queue,
             delivery: self.delivery(),
         })
@@ -295,7 +294,7 @@ impl Config {
         }
     }
 
-    pub fn worker(&self, metrics: &Metrics) -> WorkerConfig {
+    pub(crate) fn worker(&self, metrics: &Metrics) -> WorkerConfig {
         WorkerConfig {
             queue_capacity: self.worker_queue,
             busy_seconds: Some(metrics.worker_busy_seconds.clone()),
@@ -303,7 +302,7 @@ impl Config {
         }
     }
 
-    pub fn stream_limits(&self) -> StreamLimitsConfig {
+    pub(crate) fn stream_limits(&self) -> StreamLimitsConfig {
         StreamLimitsConfig {
             max_subscribe_streams: self.max_subscribe_streams,
             max_subscribe_streams_per_connection: self.max_subscribe_streams_per_connection,
@@ -313,7 +312,7 @@ impl Config {
         }
     }
 
-    pub fn delivery(&self) -> DeliveryConfig {
+    pub(crate) fn delivery(&self) -> DeliveryConfig {
         DeliveryConfig {
             buffer_capacity: self.max_buffered,
             dead_capacity: self.max_dead,

@@ -20,7 +20,7 @@
 //! namespaces in [`budget`].
 
 mod budget;
-pub mod queue;
+pub(crate) mod queue;
 mod task;
 
 use std::pin::Pin;
@@ -105,11 +105,11 @@ enum Request {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("delivery has stopped")]
-pub struct DeliveryStopped;
+pub(crate) struct DeliveryStopped;
 
 /// The way into the delivery task; cheap to clone.
 #[derive(Clone)]
-pub struct DeliveryHandle {
+pub(crate) struct DeliveryHandle {
     sender: mpsc::UnboundedSender<Request>,
     next_subscriber_id: Arc<AtomicU64>,
     config: DeliveryConfig,
@@ -120,7 +120,7 @@ impl DeliveryHandle {
     /// journaled before they are answered; `recovered` are expirations fired before a
     /// restart and never settled, delivered again first, in the order they fired (so that
     /// the bounds keep the same ones waiting as before the restart).
-    pub fn spawn(
+    pub(crate) fn spawn(
         config: DeliveryConfig,
         store: Option<StoreHandle>,
         mut recovered: Vec<Expiration>,
@@ -146,17 +146,20 @@ impl DeliveryHandle {
     }
 
     /// Hands one fired batch to the delivery task.
-    pub fn fired(&self, batch: Vec<Handoff>) {
+    pub(crate) fn fired(&self, batch: Vec<Handoff>) {
         // After shutdown nobody is left to deliver to; the batch is dropped with the task.
         let _ = self.sender.send(Request::Fired(batch));
     }
 
     /// False once the delivery task has ended (after `close`, or by a panic).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         !self.sender.is_closed()
     }
 
-    pub fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription, DeliveryStopped> {
+    pub(crate) fn subscribe(
+        &self,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, DeliveryStopped> {
         let id = self.next_subscriber_id.fetch_add(1, Ordering::Relaxed);
         let capacity = options
             .max_unacked
@@ -179,7 +182,7 @@ impl DeliveryHandle {
         })
     }
 
-    pub async fn ack(
+    pub(crate) async fn ack(
         &self,
         namespace: String,
         delivery_ids: Vec<u64>,
@@ -196,7 +199,10 @@ impl DeliveryHandle {
     }
 
     /// The dead expirations of a namespace, or (None) of every namespace.
-    pub async fn dead(&self, namespace: Option<String>) -> Result<DeadList, DeliveryStopped> {
+    pub(crate) async fn dead(
+        &self,
+        namespace: Option<String>,
+    ) -> Result<DeadList, DeliveryStopped> {
         let (reply, answer) = oneshot::channel();
         self.sender
             .send(Request::Dead { namespace, reply })
@@ -205,12 +211,12 @@ impl DeliveryHandle {
     }
 
     /// Ends every subscription stream; used by graceful shutdown.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         let _ = self.sender.send(Request::Shutdown);
     }
 
     /// Lets go of the store, so that it can finish; acks after this are not journaled.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         let (done, closed) = oneshot::channel();
         if self.sender.send(Request::Close(done)).is_ok() {
             let _ = closed.await;
@@ -220,7 +226,7 @@ impl DeliveryHandle {
 
 /// A subscriber's stream of deliveries. Dropping it (the client went away) hands its
 /// unacknowledged deliveries back for redelivery.
-pub struct Subscription {
+pub(crate) struct Subscription {
     receiver: mpsc::Receiver<Delivered>,
     namespace: Arc<str>,
     id: u64,

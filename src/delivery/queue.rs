@@ -17,31 +17,31 @@ use crate::wheel::Handle;
 /// A dead expiration kept in its namespace's list, numbered in the order expirations died
 /// across every namespace (see [`super::budget::Budget`]).
 pub(super) struct Buried {
-    pub seq: u64,
-    pub dead: Dead,
+    pub(crate) seq: u64,
+    pub(crate) dead: Dead,
 }
 
 /// An expiration waiting to be (re)delivered.
 #[derive(Debug, Clone)]
 pub(super) struct Waiting {
-    pub expiration: Arc<Expiration>,
+    pub(crate) expiration: Arc<Expiration>,
     /// Deliveries made so far.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
 }
 
 pub(super) struct InFlight {
-    pub waiting: Waiting,
-    pub subscriber: u64,
-    pub ack_deadline: Handle,
+    pub(crate) waiting: Waiting,
+    pub(crate) subscriber: u64,
+    pub(crate) ack_deadline: Handle,
 }
 
 pub(super) struct Subscriber {
-    pub id: u64,
-    pub sender: mpsc::Sender<Delivered>,
-    pub unacked: usize,
-    pub max_unacked: usize,
-    pub ack_timeout: Duration,
-    pub auto_ack: bool,
+    pub(crate) id: u64,
+    pub(crate) sender: mpsc::Sender<Delivered>,
+    pub(crate) unacked: usize,
+    pub(crate) max_unacked: usize,
+    pub(crate) ack_timeout: Duration,
+    pub(crate) auto_ack: bool,
 }
 
 impl Subscriber {
@@ -55,17 +55,17 @@ impl Subscriber {
 
 #[derive(Default)]
 pub(super) struct NamespaceQueue {
-    pub waiting: VecDeque<Waiting>,
-    pub in_flight: FxHashMap<u64, InFlight>,
-    pub subscribers: Vec<Subscriber>,
-    pub observers: Vec<(u64, mpsc::Sender<Delivered>)>,
+    pub(crate) waiting: VecDeque<Waiting>,
+    pub(crate) in_flight: FxHashMap<u64, InFlight>,
+    pub(crate) subscribers: Vec<Subscriber>,
+    pub(crate) observers: Vec<(u64, mpsc::Sender<Delivered>)>,
     /// Oldest first.
-    pub dead: VecDeque<Buried>,
+    pub(crate) dead: VecDeque<Buried>,
 }
 
 impl NamespaceQueue {
     /// The sharing subscriber with room that holds the fewest unacked deliveries.
-    pub fn least_loaded(&self) -> Option<usize> {
+    pub(crate) fn least_loaded(&self) -> Option<usize> {
         self.subscribers
             .iter()
             .enumerate()
@@ -74,7 +74,7 @@ impl NamespaceQueue {
             .map(|(index, _)| index)
     }
 
-    pub fn subscriber_mut(&mut self, id: u64) -> Option<&mut Subscriber> {
+    pub(crate) fn subscriber_mut(&mut self, id: u64) -> Option<&mut Subscriber> {
         self.subscribers
             .iter_mut()
             .find(|subscriber| subscriber.id == id)
@@ -82,7 +82,7 @@ impl NamespaceQueue {
 
     /// Copies to observers are best effort: an observer that does not keep up misses copies
     /// rather than holding memory or slowing the sharing subscribers.
-    pub fn copy_to_observers(&mut self, delivered: &Delivered) {
+    pub(crate) fn copy_to_observers(&mut self, delivered: &Delivered) {
         self.observers.retain(|(_, observer)| !observer.is_closed());
         for (_, observer) in &self.observers {
             // A full observer misses this copy; that is the observer contract.
@@ -90,7 +90,7 @@ impl NamespaceQueue {
         }
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.waiting.is_empty()
             && self.in_flight.is_empty()
             && self.subscribers.is_empty()

@@ -8,7 +8,7 @@ use prometheus_client::registry::Registry;
 
 /// Why tickd closed a connection itself.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// Refused at accept: `--max-connections` were open.
     Limit,
     /// The HTTP/2 preface did not arrive within `--handshake-timeout`.
@@ -20,19 +20,19 @@ pub enum CloseReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CloseLabels {
-    pub reason: CloseReason,
+pub(crate) struct CloseLabels {
+    pub(crate) reason: CloseReason,
 }
 
 #[derive(Default)]
-pub struct ConnectionMetrics {
+pub(crate) struct ConnectionMetrics {
     /// Connections open, including those still in their handshake.
-    pub open: Gauge,
-    pub closed_by_server: Family<CloseLabels, Counter>,
+    pub(crate) open: Gauge,
+    pub(crate) closed_by_server: Family<CloseLabels, Counter>,
 }
 
 impl ConnectionMetrics {
-    pub fn closed(&self, reason: CloseReason) {
+    pub(crate) fn closed(&self, reason: CloseReason) {
         self.closed_by_server
             .get_or_create(&CloseLabels { reason })
             .inc();

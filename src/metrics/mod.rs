@@ -4,7 +4,7 @@
 //! operations (no locks on the hot paths), and a scrape encodes them with
 //! `prometheus-client`.
 
-pub mod connections;
+pub(crate) mod connections;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,19 +29,19 @@ use tracing::{debug, warn};
 use crate::namespaces::LiveNamespaces;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NamespaceLabels {
-    pub namespace: String,
+pub(crate) struct NamespaceLabels {
+    pub(crate) namespace: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RpcLabels {
-    pub method: &'static str,
-    pub code: &'static str,
+pub(crate) struct RpcLabels {
+    pub(crate) method: &'static str,
+    pub(crate) code: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MethodLabels {
-    pub method: &'static str,
+pub(crate) struct MethodLabels {
+    pub(crate) method: &'static str,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -53,31 +53,31 @@ fn latency_histogram() -> Histogram {
 
 pub struct Metrics {
     registry: Registry,
-    pub timers_pending: Family<NamespaceLabels, Gauge>,
-    pub timers_registered: Counter,
-    pub timers_cancelled: Counter,
-    pub timers_fired: Counter,
+    pub(crate) timers_pending: Family<NamespaceLabels, Gauge>,
+    pub(crate) timers_registered: Counter,
+    pub(crate) timers_cancelled: Counter,
+    pub(crate) timers_fired: Counter,
     /// Seconds between a timer's deadline and its firing.
-    pub firing_lateness: Histogram,
-    pub expirations_delivered: Counter,
-    pub expirations_redelivered: Counter,
-    pub expirations_dead: Counter,
+    pub(crate) firing_lateness: Histogram,
+    pub(crate) expirations_delivered: Counter,
+    pub(crate) expirations_redelivered: Counter,
+    pub(crate) expirations_dead: Counter,
     /// Expirations waiting for a subscriber, all namespaces.
-    pub delivery_buffered: Gauge,
+    pub(crate) delivery_buffered: Gauge,
     /// Dead expirations kept (what Pending lists), all namespaces.
-    pub delivery_dead: Gauge,
+    pub(crate) delivery_dead: Gauge,
     /// Dead expirations dropped, oldest first, to keep within `--max-dead` and
     /// `--max-dead-total`.
-    pub expirations_dead_dropped: Counter,
-    pub worker_busy_seconds: Counter<f64, AtomicU64>,
-    pub log_fsync_seconds: Histogram,
-    pub rpc_requests: Family<RpcLabels, Counter>,
-    pub rpc_seconds: HistogramFamily<MethodLabels>,
+    pub(crate) expirations_dead_dropped: Counter,
+    pub(crate) worker_busy_seconds: Counter<f64, AtomicU64>,
+    pub(crate) log_fsync_seconds: Histogram,
+    pub(crate) rpc_requests: Family<RpcLabels, Counter>,
+    pub(crate) rpc_seconds: HistogramFamily<MethodLabels>,
     /// Replicated mode: partitions whose lease this replica holds.
-    pub partitions_owned: Gauge,
-    pub connections: connections::ConnectionMetrics,
+    pub(crate) partitions_owned: Gauge,
+    pub(crate) connections: connections::ConnectionMetrics,
     /// 1 while tickd reports SERVING, 0 otherwise (its store failed or is unreachable).
-    pub serving: Gauge,
+    pub(crate) serving: Gauge,
     /// The live namespaces, `tickd_namespaces`. Kept here because this is the one object
     /// a running server shares between the worker's table, which creates namespaces, and
     /// the delivery task, which lets them go.
@@ -208,7 +208,7 @@ impl Metrics {
         );
     }
 
-    pub fn pending_gauge(&self, namespace: &str) -> Gauge {
+    pub(crate) fn pending_gauge(&self, namespace: &str) -> Gauge {
         self.timers_pending
             .get_or_create(&NamespaceLabels {
                 namespace: namespace.to_owned(),
@@ -225,7 +225,7 @@ impl Metrics {
     }
 
     /// Counts one finished call.
-    pub fn observe_rpc(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
+    pub(crate) fn observe_rpc(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
         self.rpc_requests
             .get_or_create(&RpcLabels {
                 method,
@@ -238,7 +238,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
@@ -270,13 +270,13 @@ fn code_name(code: tonic::Code) -> &'static str {
 }
 
 /// Measures how long the worker spends between two sleeps.
-pub struct BusyTimer<'a> {
+pub(crate) struct BusyTimer<'a> {
     counter: &'a Counter<f64, AtomicU64>,
     started: Instant,
 }
 
 impl<'a> BusyTimer<'a> {
-    pub fn start(counter: &'a Counter<f64, AtomicU64>) -> Self {
+    pub(crate) fn start(counter: &'a Counter<f64, AtomicU64>) -> Self {
         Self {
             counter,
             started: Instant::now(),
@@ -291,7 +291,7 @@ impl Drop for BusyTimer<'_> {
 }
 
 /// Serves `GET /metrics` until `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
@@ -367,12 +367,12 @@ fn method_name(path: &str) -> &'static str {
 /// A tower layer counting every gRPC call by method and status code, with its latency up
 /// to the response headers (the whole call for unary methods, the opening for streams).
 #[derive(Clone)]
-pub struct RpcMetricsLayer {
+pub(crate) struct RpcMetricsLayer {
     metrics: Arc<Metrics>,
 }
 
 impl RpcMetricsLayer {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
         Self { metrics }
     }
 }
@@ -388,7 +388,7 @@ impl<S> tower::Layer<S> for RpcMetricsLayer {
 }
 
 #[derive(Clone)]
-pub struct RpcMetricsService<S> {
+pub(crate) struct RpcMetricsService<S> {
     inner: S,
     metrics: Arc<Metrics>,
 }

@@ -50,10 +50,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnectionLimits {
-    pub max_connections: usize,
-    pub max_handshaking: usize,
-    pub handshake_timeout: Duration,
-    pub idle_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) max_handshaking: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
 /// A listener tickd serves gRPC on.

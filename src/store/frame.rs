@@ -19,7 +19,7 @@ use prost::Message;
 
 use super::records::Record;
 
-pub use super::timer_fields::{encode_fired, encode_registered, TimerFields};
+pub(crate) use super::timer_fields::{encode_fired, encode_registered, TimerFields};
 
 /// What every file tickd writes starts with: a magic that no format-1 file can start with
 /// (read as a format-1 length it is far beyond [`MAX_RECORD_BYTES`]) and the version.
@@ -51,7 +51,7 @@ impl Format {
         }
     }
 
-    pub fn header_bytes(self) -> usize {
+    pub(crate) fn header_bytes(self) -> usize {
         match self {
             Format::Legacy => 8,
             Format::Checked => HEADER_BYTES,

@@ -19,7 +19,7 @@
 //! snapshot replaces: disk use follows the live set, not the history.
 
 pub mod frame;
-pub mod recovery;
+pub(crate) mod recovery;
 pub mod repair;
 pub mod scan;
 mod timer_fields;
@@ -61,10 +61,10 @@ pub enum SyncMode {
 }
 
 /// How often `--sync interval` fsyncs.
-pub const SYNC_INTERVAL: Duration = Duration::from_millis(10);
+pub(crate) const SYNC_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Work to run once an append is durable (typically: send the RPC's reply).
-pub type OnDurable = Box<dyn FnOnce() + Send>;
+pub(crate) type OnDurable = Box<dyn FnOnce() + Send>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -118,14 +118,14 @@ impl Batch {
     }
 
     /// Same as recording `Kind::Registered`, encoded straight from borrowed fields.
-    pub fn record_registered(&mut self, timer: &frame::TimerFields) {
+    pub(crate) fn record_registered(&mut self, timer: &frame::TimerFields<'_>) {
         frame::encode_registered(timer, &mut self.frames);
     }
 
     /// Same as recording `Kind::Fired`, encoded straight from borrowed fields.
-    pub fn record_fired(
+    pub(crate) fn record_fired(
         &mut self,
-        timer: &frame::TimerFields,
+        timer: &frame::TimerFields<'_>,
         fired_unix: u64,
         rearmed_deadline_unix: u64,
     ) {
@@ -141,20 +141,20 @@ impl Batch {
         self.fired.push((key, frame));
     }
 
-    pub fn on_durable(&mut self, callback: OnDurable) {
+    pub(crate) fn on_durable(&mut self, callback: OnDurable) {
         self.on_durable.push(callback);
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.frames.is_empty() && self.on_durable.is_empty()
     }
 
-    pub fn encoded_bytes(&self) -> usize {
+    pub(crate) fn encoded_bytes(&self) -> usize {
         self.frames.len()
     }
 
     /// The encoded frames alone (snapshot chunks carry no callbacks).
-    pub fn into_frames(self) -> Vec<u8> {
+    pub(crate) fn into_frames(self) -> Vec<u8> {
         self.frames
     }
 }
@@ -177,12 +177,12 @@ pub struct StoreHandle {
 impl StoreHandle {
     /// True once a write or fsync failed: the store refuses everything from then on, and
     /// tickd must stop (see `server::run`).
-    pub fn has_failed(&self) -> bool {
+    pub(crate) fn has_failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
     }
 
     /// The same answer, readable after every handle is gone (the store's last commit).
-    pub fn failure_flag(&self) -> Arc<AtomicBool> {
+    pub(crate) fn failure_flag(&self) -> Arc<AtomicBool> {
         self.failed.clone()
     }
 
@@ -193,15 +193,15 @@ impl StoreHandle {
         let _ = self.sender.send(Request::Append(batch));
     }
 
-    pub fn begin_snapshot(&self) {
+    pub(crate) fn begin_snapshot(&self) {
         let _ = self.sender.send(Request::BeginSnapshot);
     }
 
-    pub fn snapshot_chunk(&self, frames: Vec<u8>) {
+    pub(crate) fn snapshot_chunk(&self, frames: Vec<u8>) {
         let _ = self.sender.send(Request::SnapshotChunk(frames));
     }
 
-    pub fn end_snapshot(&self) {
+    pub(crate) fn end_snapshot(&self) {
         let _ = self.sender.send(Request::EndSnapshot);
     }
 }
@@ -254,13 +254,13 @@ impl Store {
 
     /// Size of the snapshot the store recovered from: what the next snapshot will be
     /// about as large as, which sets when it is worth taking.
-    pub fn recovered_snapshot_bytes(&self) -> usize {
+    pub(crate) fn recovered_snapshot_bytes(&self) -> usize {
         usize::try_from(self.recovered_snapshot_bytes).unwrap_or(usize::MAX)
     }
 
     /// False once the store thread has ended: it ends only when every handle is dropped,
     /// or by a panic.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         !self.thread.is_finished()
     }
 
@@ -269,11 +269,11 @@ impl Store {
     }
 }
 
-pub fn segment_path(dir: &Path, sequence: u64) -> PathBuf {
+pub(crate) fn segment_path(dir: &Path, sequence: u64) -> PathBuf {
     dir.join(format!("{sequence:020}.log"))
 }
 
-pub fn snapshot_path(dir: &Path, sequence: u64) -> PathBuf {
+pub(crate) fn snapshot_path(dir: &Path, sequence: u64) -> PathBuf {
     dir.join(format!("{sequence:020}.snapshot"))
 }
 

@@ -16,16 +16,16 @@ use super::records::Record;
 use super::scan::{self, Stop, Unsettled};
 use super::{io_error, StoreError};
 
-pub struct Recovered {
+pub(crate) struct Recovered {
     /// The highest file number on disk (0 if none): the new segment takes the next one.
-    pub last_segment: u64,
+    pub(crate) last_segment: u64,
     /// Fired expirations never settled, with their frames, by (timer id, fired count).
-    pub unsettled: Unsettled,
+    pub(crate) unsettled: Unsettled,
     /// Size of the snapshot recovery started from (0 if none).
-    pub snapshot_bytes: u64,
+    pub(crate) snapshot_bytes: u64,
 }
 
-pub fn recover(dir: &Path, replay: impl FnMut(Record)) -> Result<Recovered, StoreError> {
+pub(crate) fn recover(dir: &Path, replay: impl FnMut(Record)) -> Result<Recovered, StoreError> {
     let scan = scan::scan(dir, replay)?;
     if let Some(stop) = &scan.stop {
         if !stop.torn {

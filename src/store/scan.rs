@@ -18,7 +18,7 @@ use super::records::{Fired, Record};
 use super::{io_error, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum FileKind {
+pub(crate) enum FileKind {
     Segment,
     Snapshot,
     PartialSnapshot,
@@ -26,7 +26,7 @@ pub enum FileKind {
 
 /// The sequence number and kind of a data-directory file, from its name. Files set aside
 /// by `--recover-truncate` have a further extension, so they are none of these.
-pub fn file_sequence(path: &Path) -> Option<(u64, FileKind)> {
+pub(crate) fn file_sequence(path: &Path) -> Option<(u64, FileKind)> {
     let kind = match path.extension()?.to_str()? {
         "log" => FileKind::Segment,
         "snapshot" => FileKind::Snapshot,
@@ -76,7 +76,7 @@ pub struct Scan {
     /// Set when reading stopped before the end of the files.
     pub stop: Option<Stop>,
     /// The newest snapshot's number, if any.
-    pub snapshot: Option<u64>,
+    pub(crate) snapshot: Option<u64>,
     pub(crate) unsettled: Unsettled,
     pub(crate) snapshot_bytes: u64,
     /// Files the newest snapshot replaces, and partial snapshots: deleted once recovery

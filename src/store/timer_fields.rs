@@ -11,24 +11,24 @@ use super::frame::frame_with;
 /// and payload anew for every record, which was a good part of the worker's time under
 /// batched registration.
 #[derive(Debug, Clone, Copy)]
-pub struct TimerFields<'a> {
-    pub id: u64,
-    pub namespace: &'a str,
-    pub key: &'a str,
-    pub deadline_unix_nanos: u64,
-    pub payload: &'a [u8],
-    pub repeat_nanos: u64,
-    pub ttl_nanos: u64,
-    pub fired_count: u64,
+pub(crate) struct TimerFields<'a> {
+    pub(crate) id: u64,
+    pub(crate) namespace: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) deadline_unix_nanos: u64,
+    pub(crate) payload: &'a [u8],
+    pub(crate) repeat_nanos: u64,
+    pub(crate) ttl_nanos: u64,
+    pub(crate) fired_count: u64,
 }
 
 /// Field numbers of `records.proto`, for the records encoded by hand.
 mod field {
-    pub const RECORD_REGISTERED: u32 = 1;
-    pub const RECORD_FIRED: u32 = 4;
-    pub const FIRED_TIMER: u32 = 1;
-    pub const FIRED_UNIX: u32 = 2;
-    pub const FIRED_REARMED: u32 = 3;
+    pub(crate) const RECORD_REGISTERED: u32 = 1;
+    pub(crate) const RECORD_FIRED: u32 = 4;
+    pub(crate) const FIRED_TIMER: u32 = 1;
+    pub(crate) const FIRED_UNIX: u32 = 2;
+    pub(crate) const FIRED_REARMED: u32 = 3;
 }
 
 impl TimerFields<'_> {
@@ -98,7 +98,7 @@ fn put_length_delimited(number: u32, bytes: &[u8], out: &mut Vec<u8>) {
 
 /// Frames `Record { registered: timer }`: byte for byte what [`super::frame::encode`]
 /// makes of it.
-pub fn encode_registered(timer: &TimerFields, out: &mut Vec<u8>) {
+pub(crate) fn encode_registered(timer: &TimerFields<'_>, out: &mut Vec<u8>) {
     let timer_len = timer.encoded_len();
     let record_len =
         key_len(field::RECORD_REGISTERED) + encoded_len_varint(timer_len as u64) + timer_len;
@@ -111,8 +111,8 @@ pub fn encode_registered(timer: &TimerFields, out: &mut Vec<u8>) {
 
 /// Frames `Record { fired: Fired { timer, fired_unix_nanos, rearmed_deadline_unix_nanos } }`,
 /// byte for byte what [`super::frame::encode`] makes of it.
-pub fn encode_fired(
-    timer: &TimerFields,
+pub(crate) fn encode_fired(
+    timer: &TimerFields<'_>,
     fired_unix_nanos: u64,
     rearmed_deadline_unix_nanos: u64,
     out: &mut Vec<u8>,

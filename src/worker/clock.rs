@@ -12,13 +12,13 @@ pub struct Now {
     /// Nanoseconds since the clock's origin; never goes back.
     pub monotonic: u64,
     /// Nanoseconds since the Unix epoch.
-    pub unix: u64,
+    pub(crate) unix: u64,
 }
 
 impl Now {
     /// The monotonic time at which the wall-clock instant `unix` falls, as seen from this
     /// reading. Wall-clock instants already past map to now.
-    pub fn monotonic_at(self, unix: u64) -> u64 {
+    pub(crate) fn monotonic_at(self, unix: u64) -> u64 {
         self.monotonic
             .saturating_add(unix.saturating_sub(self.unix))
     }

@@ -9,7 +9,7 @@ use crate::store::{Batch, OnDurable, StoreHandle};
 /// Timers written per snapshot chunk: small enough that the worker never pauses long.
 const SNAPSHOT_CHUNK_TIMERS: usize = 4_096;
 
-pub struct Journal {
+pub(crate) struct Journal {
     store: StoreHandle,
     batch: Batch,
     bytes_since_snapshot: usize,
@@ -24,7 +24,7 @@ pub struct Journal {
 
 impl Journal {
     /// `last_snapshot_bytes`: the size of the snapshot the store recovered from, if any.
-    pub fn new(
+    pub(crate) fn new(
         store: StoreHandle,
         snapshot_after_bytes: usize,
         last_snapshot_bytes: usize,
@@ -40,17 +40,17 @@ impl Journal {
         }
     }
 
-    pub fn record(&mut self, kind: Kind) {
+    pub(crate) fn record(&mut self, kind: Kind) {
         self.batch.record(&Record { kind: Some(kind) });
     }
 
-    pub fn record_registered(&mut self, timer: &TimerFields) {
+    pub(crate) fn record_registered(&mut self, timer: &TimerFields<'_>) {
         self.batch.record_registered(timer);
     }
 
-    pub fn record_fired(
+    pub(crate) fn record_fired(
         &mut self,
-        timer: &TimerFields,
+        timer: &TimerFields<'_>,
         fired_unix: u64,
         rearmed_deadline_unix: u64,
     ) {
@@ -58,14 +58,14 @@ impl Journal {
             .record_fired(timer, fired_unix, rearmed_deadline_unix);
     }
 
-    pub fn on_durable(&mut self, callback: OnDurable) {
+    pub(crate) fn on_durable(&mut self, callback: OnDurable) {
         self.batch.on_durable(callback);
     }
 
     /// Hands the batch to the store. Even a batch that changed nothing goes through it: its
     /// answers (say, "that key already exists") must not overtake the records of earlier
     /// batches still waiting for their fsync.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         let batch = std::mem::take(&mut self.batch);
         if batch.is_empty() {
             return;
@@ -74,7 +74,7 @@ impl Journal {
         self.store.append(batch);
     }
 
-    pub fn snapshot_in_progress(&self) -> bool {
+    pub(crate) fn snapshot_in_progress(&self) -> bool {
         self.snapshot_cursor.is_some()
     }
 
@@ -85,7 +85,7 @@ impl Journal {
     /// while a new snapshot is written before the old files go), however many timers are
     /// pending; a fixed threshold would rewrite a large live set over and over. After the
     /// live set shrinks, one snapshot at the old size brings the threshold back down.
-    pub fn maybe_begin_snapshot(&mut self, next_id: u64) {
+    pub(crate) fn maybe_begin_snapshot(&mut self, next_id: u64) {
         let threshold = self.snapshot_after_bytes.max(self.last_snapshot_bytes);
         if self.snapshot_in_progress() || self.bytes_since_snapshot < threshold {
             return;
@@ -103,17 +103,21 @@ impl Journal {
     }
 
     /// Where the next snapshot chunk starts, if a snapshot is in progress.
-    pub fn snapshot_cursor(&self) -> Option<u32> {
+    pub(crate) fn snapshot_cursor(&self) -> Option<u32> {
         self.snapshot_cursor
     }
 
-    pub fn snapshot_chunk_size(&self) -> usize {
+    pub(crate) fn snapshot_chunk_size(&self) -> usize {
         SNAPSHOT_CHUNK_TIMERS
     }
 
     /// Writes one chunk of live timers; `resume_at` is where the next one starts (None when
     /// this was the last).
-    pub fn write_snapshot_chunk(&mut self, timers: Vec<TimerFields>, resume_at: Option<u32>) {
+    pub(crate) fn write_snapshot_chunk(
+        &mut self,
+        timers: Vec<TimerFields<'_>>,
+        resume_at: Option<u32>,
+    ) {
         let mut chunk = Batch::default();
         for timer in &timers {
             chunk.record_registered(timer);

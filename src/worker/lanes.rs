@@ -22,7 +22,7 @@ use rtrb::{Consumer, Producer, RingBuffer};
 
 /// Why [`LaneSender::try_send`] gave the message back.
 #[derive(Debug)]
-pub enum TrySendError<M> {
+pub(crate) enum TrySendError<M> {
     /// This thread's lane already holds `capacity` messages.
     Full(M),
     /// The receiver is gone.
@@ -31,7 +31,7 @@ pub enum TrySendError<M> {
 
 /// What [`LaneReceiver::take`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Taken {
+pub(crate) enum Taken {
     /// Messages were moved into the caller's vector.
     Some,
     Empty,
@@ -83,7 +83,7 @@ thread_local! {
 }
 
 /// `lane_capacity`: messages one thread may have waiting; beyond it `try_send` fails.
-pub fn lanes<M: Send + 'static>(lane_capacity: usize) -> (LaneSender<M>, LaneReceiver<M>) {
+pub(crate) fn lanes<M: Send + 'static>(lane_capacity: usize) -> (LaneSender<M>, LaneReceiver<M>) {
     let shared = Arc::new(Shared {
         id: NEXT_RECEIVER_ID.fetch_add(1, Ordering::Relaxed),
         lane_capacity: lane_capacity.max(1),
@@ -103,7 +103,7 @@ pub fn lanes<M: Send + 'static>(lane_capacity: usize) -> (LaneSender<M>, LaneRec
 }
 
 /// A cloneable way to send; each thread that uses it gets its own lane.
-pub struct LaneSender<M> {
+pub(crate) struct LaneSender<M> {
     shared: Arc<Shared<M>>,
 }
 
@@ -129,7 +129,7 @@ impl<M> Drop for LaneSender<M> {
 }
 
 impl<M: Send + 'static> LaneSender<M> {
-    pub fn try_send(&self, message: M) -> Result<(), TrySendError<M>> {
+    pub(crate) fn try_send(&self, message: M) -> Result<(), TrySendError<M>> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(TrySendError::Closed(message));
         }
@@ -152,7 +152,7 @@ impl<M: Send + 'static> LaneSender<M> {
         }
     }
 
-    pub fn lane_capacity(&self) -> usize {
+    pub(crate) fn lane_capacity(&self) -> usize {
         self.shared.lane_capacity
     }
 
@@ -189,7 +189,7 @@ impl<M: Send + 'static> LaneSender<M> {
 }
 
 /// The receiving side; owned by the worker thread.
-pub struct LaneReceiver<M> {
+pub(crate) struct LaneReceiver<M> {
     shared: Arc<Shared<M>>,
     lanes: Vec<Consumer<M>>,
     /// Where the next `take` starts, so that no lane waits behind a busy one.
@@ -198,7 +198,7 @@ pub struct LaneReceiver<M> {
 
 impl<M> LaneReceiver<M> {
     /// Moves up to `budget` queued messages into `into`, lane by lane.
-    pub fn take(&mut self, into: &mut Vec<M>, budget: usize) -> Taken {
+    pub(crate) fn take(&mut self, into: &mut Vec<M>, budget: usize) -> Taken {
         self.adopt_opened_lanes();
         let before = into.len();
         let lane_count = self.lanes.len();
@@ -228,7 +228,12 @@ impl<M> LaneReceiver<M> {
 
     /// Parks until a sender wakes it or `timeout` (if any) passes, unless something is
     /// already queued; then takes what is there, as [`Self::take`].
-    pub fn wait(&mut self, into: &mut Vec<M>, budget: usize, timeout: Option<Duration>) -> Taken {
+    pub(crate) fn wait(
+        &mut self,
+        into: &mut Vec<M>,
+        budget: usize,
+        timeout: Option<Duration>,
+    ) -> Taken {
         self.shared
             .receiver_thread
             .get_or_init(std::thread::current);

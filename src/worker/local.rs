@@ -16,12 +16,12 @@ use crate::domain::{
 
 /// The worker's command queue, seen as the API's [`Timers`].
 #[derive(Clone)]
-pub struct LocalTimers {
+pub(crate) struct LocalTimers {
     worker: WorkerHandle<Command>,
 }
 
 impl LocalTimers {
-    pub fn new(worker: WorkerHandle<Command>) -> Self {
+    pub(crate) fn new(worker: WorkerHandle<Command>) -> Self {
         Self { worker }
     }
 

@@ -11,9 +11,9 @@
 
 pub mod clock;
 pub mod command;
-pub mod journal;
-pub mod lanes;
-pub mod local;
+pub(crate) mod journal;
+pub(crate) mod lanes;
+pub(crate) mod local;
 pub(crate) mod namespaces;
 mod page;
 pub mod table;
@@ -71,7 +71,7 @@ impl<C> Clone for WorkerHandle<C> {
 
 impl<C: Send + 'static> WorkerHandle<C> {
     /// Never blocks: a full queue is an error the caller turns into load shedding.
-    pub fn try_send(&self, command: C) -> Result<(), SendError> {
+    pub(crate) fn try_send(&self, command: C) -> Result<(), SendError> {
         self.sender
             .try_send(Message::Command(command))
             .map_err(|error| match error {
@@ -115,11 +115,11 @@ impl<C: Send + 'static> WorkerHandle<C> {
 pub struct WorkerConfig {
     /// Commands one sending thread may have waiting (its lane's size); beyond it
     /// `try_send` fails.
-    pub queue_capacity: usize,
+    pub(crate) queue_capacity: usize,
     /// Commands applied under one clock reading before timers are fired again.
-    pub max_batch: usize,
+    pub(crate) max_batch: usize,
     /// Where to count the time the thread spends working, if anywhere.
-    pub busy_seconds: Option<Counter<f64, AtomicU64>>,
+    pub(crate) busy_seconds: Option<Counter<f64, AtomicU64>>,
 }
 
 impl Default for WorkerConfig {
@@ -167,14 +167,14 @@ impl<S: TimerState> Worker<S> {
     }
 
     /// Like [`Worker::stop`]; None if the thread had panicked (its state is gone).
-    pub fn try_stop(self) -> Option<S> {
+    pub(crate) fn try_stop(self) -> Option<S> {
         // If the thread is already gone the join below reports it.
         let _ = self.handle.send_message(Message::Stop);
         self.thread.join().ok()
     }
 
     /// False once the thread has ended: after `stop`, or by a panic.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         !self.thread.is_finished()
     }
 }

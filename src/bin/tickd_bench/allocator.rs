@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-pub struct CountingAllocator;
+pub(crate) struct CountingAllocator;
 
 // SAFETY: every call forwards to `System` with the caller's arguments unchanged; the
 // counter is only bookkeeping.
@@ -36,6 +36,6 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 }
 
-pub fn live_bytes() -> usize {
+pub(crate) fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }

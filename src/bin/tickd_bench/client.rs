@@ -17,13 +17,13 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status, Streaming};
 
 /// How long the drivers run before they start counting.
-pub const WARMUP: Duration = Duration::from_secs(1);
+pub(crate) const WARMUP: Duration = Duration::from_secs(1);
 /// How long a call may still take after the window closes before it is abandoned.
 const GRACE: Duration = Duration::from_secs(5);
 
 /// Connection options common to every gRPC benchmark.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Server URL; only loopback is meant (`http://127.0.0.1:PORT`). Several, separated by
     /// commas (the replicas of one cluster): connections go to each in turn.
     #[arg(long, default_value = "http://127.0.0.1:50051")]
@@ -40,7 +40,7 @@ pub struct ClientArgs {
 impl ClientArgs {
     /// Runs `bench` on a fresh multi-threaded runtime and prints its line, or its error to
     /// stderr with a failing exit code.
-    pub fn run<F>(&self, bench: impl FnOnce(Vec<Channel>) -> F)
+    pub(crate) fn run<F>(&self, bench: impl FnOnce(Vec<Channel>) -> F)
     where
         F: Future<Output = Result<String, String>>,
     {
@@ -93,7 +93,7 @@ impl ClientArgs {
 
 /// What a driver measured inside its window.
 #[derive(Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Items completed: timers registered, calls made, heartbeats answered.
     pub items: u64,
     pub errors: u64,
@@ -131,18 +131,18 @@ impl Outcome {
         self
     }
 
-    pub fn per_sec(&self) -> f64 {
+    pub(crate) fn per_sec(&self) -> f64 {
         self.items as f64 / self.secs
     }
 
     /// The `q` quantile of the latencies, in milliseconds.
-    pub fn quantile_ms(&self, q: f64) -> f64 {
+    pub(crate) fn quantile_ms(&self, q: f64) -> f64 {
         quantile(&self.latencies, q) as f64 / 1e6
     }
 }
 
 /// The `q` quantile (nearest rank) of sorted values; 0 when there are none.
-pub fn quantile(sorted: &[u64], q: f64) -> u64 {
+pub(crate) fn quantile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -151,13 +151,13 @@ pub fn quantile(sorted: &[u64], q: f64) -> u64 {
 }
 
 /// One closed-loop caller: makes a call, waits for its answer, makes the next.
-pub trait Caller: Send + 'static {
+pub(crate) trait Caller: Send + 'static {
     /// One call; says how many items it completed (timers registered, or 1).
     fn call(&mut self) -> impl Future<Output = Result<u64, Status>> + Send;
 }
 
 /// Runs every caller in its own task for the warm-up and then `measure`.
-pub async fn closed_loop<C: Caller>(callers: Vec<C>, measure: Duration) -> Outcome {
+pub(crate) async fn closed_loop<C: Caller>(callers: Vec<C>, measure: Duration) -> Outcome {
     let begin = Instant::now() + WARMUP;
     let end = begin + measure;
     let tasks: Vec<_> = callers
@@ -199,7 +199,7 @@ pub async fn closed_loop<C: Caller>(callers: Vec<C>, measure: Duration) -> Outco
 /// warm-up and then until `end`. Answers must come back in request order (tickd and etcd
 /// both answer a stream's heartbeats in arrival order); `check` is given each answer and the
 /// sequence number of the request it answers, and says whether it succeeded.
-pub async fn windowed_stream<Req, Resp, Open, Fut>(
+pub(crate) async fn windowed_stream<Req, Resp, Open, Fut>(
     window: usize,
     begin: Instant,
     end: Instant,
@@ -284,7 +284,7 @@ where
 }
 
 /// Runs `streams` windowed streams together and merges what they measured.
-pub async fn windowed_streams(
+pub(crate) async fn windowed_streams(
     streams: Vec<tokio::task::JoinHandle<Outcome>>,
     measure: Duration,
 ) -> Outcome {
@@ -300,18 +300,18 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 /// Wall-clock nanoseconds since the Unix epoch.
-pub fn wall_nanos() -> i64 {
+pub(crate) fn wall_nanos() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_nanos() as i64
 }
 
-pub fn timestamp_nanos(timestamp: &prost_types::Timestamp) -> i64 {
+pub(crate) fn timestamp_nanos(timestamp: &prost_types::Timestamp) -> i64 {
     timestamp.seconds * 1_000_000_000 + i64::from(timestamp.nanos)
 }
 
-pub fn duration(value: Duration) -> prost_types::Duration {
+pub(crate) fn duration(value: Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: value.as_secs() as i64,
         nanos: value.subsec_nanos() as i32,
@@ -319,10 +319,10 @@ pub fn duration(value: Duration) -> prost_types::Duration {
 }
 
 /// A namespace no earlier run used.
-pub fn fresh_namespace(prefix: &str) -> String {
+pub(crate) fn fresh_namespace(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), wall_nanos() / 1_000)
 }
 
-pub fn ms(value: f64) -> String {
+pub(crate) fn ms(value: f64) -> String {
     format!("{value:.3}")
 }

@@ -18,7 +18,7 @@ use tickd::worker::{TimerState, Worker, WorkerConfig, WorkerHandle};
 use crate::allocator;
 
 #[derive(Debug, clap::Args)]
-pub struct CoreArgs {
+pub(crate) struct CoreArgs {
     #[arg(long, default_value_t = 1_000_000)]
     timers: usize,
     #[arg(long, default_value_t = 2_000)]
@@ -88,7 +88,7 @@ struct Round {
     lateness_ms: Vec<f64>,
 }
 
-pub fn run(args: CoreArgs) {
+pub(crate) fn run(args: CoreArgs) {
     round(&args);
     let measured = round(&args);
     let percentile = |fraction: f64| {

@@ -29,7 +29,7 @@ use tonic::transport::Channel;
 use crate::client::{duration, fresh_namespace, quantile, timestamp_nanos, wall_nanos, ClientArgs};
 
 #[derive(Debug, clap::Args)]
-pub struct E2eArgs {
+pub(crate) struct E2eArgs {
     #[command(flatten)]
     client: ClientArgs,
     /// Timers registered per second.
@@ -69,7 +69,7 @@ const MAX_REGISTER_BATCH: u64 = 5_000;
 /// One received expiration: timer id and receipt wall time (ns since the epoch).
 type Receipt = (String, i64);
 
-pub fn run(args: E2eArgs) {
+pub(crate) fn run(args: E2eArgs) {
     let E2eArgs {
         client,
         rate,

@@ -18,7 +18,8 @@ use crate::keepalive::KeepAliveArgs;
 use crate::keepalive::LEASE_TTL;
 
 mod pb {
-    #![allow(clippy::all, missing_docs)]
+    // Generated code: its items are `pub` by construction.
+    #![allow(clippy::all, missing_docs, unreachable_pub)]
     tonic::include_proto!("etcdserverpb");
 }
 
@@ -26,7 +27,7 @@ use pb::lease_client::LeaseClient;
 use pb::{LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 
 #[derive(Debug, clap::Args)]
-pub struct EtcdGrantArgs {
+pub(crate) struct EtcdGrantArgs {
     #[command(flatten)]
     client: ClientArgs,
     /// Concurrent callers.
@@ -62,7 +63,7 @@ async fn grant(client: &mut LeaseClient<Channel>) -> Result<i64, Status> {
     Ok(response.id)
 }
 
-pub fn run_grant(args: EtcdGrantArgs) {
+pub(crate) fn run_grant(args: EtcdGrantArgs) {
     let EtcdGrantArgs { client, conc, secs } = args;
     client.run(|channels| async move {
         let callers = (0..conc.max(1))
@@ -82,7 +83,7 @@ pub fn run_grant(args: EtcdGrantArgs) {
 }
 
 /// Driven exactly like `tickd-bench keepalive`, with the same flags.
-pub fn run_keepalive(args: KeepAliveArgs) {
+pub(crate) fn run_keepalive(args: KeepAliveArgs) {
     let KeepAliveArgs {
         client,
         leases,

@@ -19,7 +19,7 @@ use crate::client::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct KeepAliveArgs {
+pub(crate) struct KeepAliveArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Leases registered and kept alive.
@@ -39,10 +39,10 @@ pub struct KeepAliveArgs {
 }
 
 /// The lease ttl: far beyond the run, so no lease expires while it is measured.
-pub const LEASE_TTL: Duration = Duration::from_secs(60);
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(60);
 const REGISTER_BATCH: usize = 1_000;
 
-pub fn run(args: KeepAliveArgs) {
+pub(crate) fn run(args: KeepAliveArgs) {
     let KeepAliveArgs {
         client,
         leases,

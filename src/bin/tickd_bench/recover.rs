@@ -25,7 +25,7 @@ use crate::client::duration;
 const NAMESPACE: &str = "bench-recover";
 
 #[derive(Debug, clap::Args)]
-pub struct RecoverArgs {
+pub(crate) struct RecoverArgs {
     /// The server binary to start.
     #[arg(long, default_value = "target/release/tickd")]
     tickd: PathBuf,
@@ -109,7 +109,7 @@ impl Drop for Server {
     }
 }
 
-pub fn run(args: RecoverArgs) {
+pub(crate) fn run(args: RecoverArgs) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

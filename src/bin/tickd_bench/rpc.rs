@@ -20,14 +20,14 @@ use tonic_health::pb::HealthCheckRequest;
 use crate::client::{closed_loop, duration, fresh_namespace, ms, Caller, ClientArgs};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     Unary,
     Batch,
     Health,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct RpcArgs {
+pub(crate) struct RpcArgs {
     #[command(flatten)]
     client: ClientArgs,
     #[arg(long, value_enum, default_value_t = Mode::Unary)]
@@ -110,7 +110,7 @@ impl Caller for RpcCaller {
     }
 }
 
-pub fn run(args: RpcArgs) {
+pub(crate) fn run(args: RpcArgs) {
     let RpcArgs {
         client,
         mode,

@@ -139,7 +139,10 @@ impl ClusterDeliveries {
         format!("{}/{}/{number}", self.shared.replica_id, self.incarnation)
     }
 
-    pub fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+    pub(crate) fn subscribe(
+        &self,
+        options: SubscribeOptions,
+    ) -> Result<DeliveryStream, TimerError> {
         if options.observer {
             return Ok(self.observe(options.namespace));
         }
@@ -150,7 +153,7 @@ impl ClusterDeliveries {
         Ok(self.claim_for(options, max_unacked))
     }
 
-    pub async fn ack(
+    pub(crate) async fn ack(
         &self,
         namespace: String,
         delivery_ids: Vec<u64>,
@@ -286,19 +289,6 @@ fn expiration_of(row: &Row) -> Expiration {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_delivery_id_carries_its_expiration_and_attempt() {
-        for (seq, attempt) in [(1, 1), (123_456_789, 5), ((1 << 47) - 1, 65_535)] {
-            assert_eq!(split_delivery_id(delivery_id(seq, attempt)), (seq, attempt));
-        }
-        assert_ne!(delivery_id(7, 1), delivery_id(7, 2));
-    }
-}
-
 /// The replicated backend's expirations, seen as the API's [`Expirations`].
 impl Expirations for ClusterDeliveries {
     fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
@@ -313,5 +303,18 @@ impl Expirations for ClusterDeliveries {
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let deliveries = self.clone();
         Box::pin(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delivery_id_carries_its_expiration_and_attempt() {
+        for (seq, attempt) in [(1, 1), (123_456_789, 5), ((1 << 47) - 1, 65_535)] {
+            assert_eq!(split_delivery_id(delivery_id(seq, attempt)), (seq, attempt));
+        }
+        assert_ne!(delivery_id(7, 1), delivery_id(7, 2));
     }
 }

@@ -21,7 +21,7 @@ impl ClusterDeliveries {
     /// Keeps at most `dead_capacity` dead expirations per namespace, the newest, as the
     /// single node does; runs until the replica stops. Every replica runs it: the deletes
     /// are idempotent.
-    pub async fn trim_dead(self, mut stopping: watch::Receiver<bool>) {
+    pub(crate) async fn trim_dead(self, mut stopping: watch::Receiver<bool>) {
         loop {
             tokio::select! {
                 () = tokio::time::sleep(TRIM_INTERVAL) => {}

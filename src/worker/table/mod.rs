@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
 use id_index::IdIndex;
-pub use record::recovered_expiration;
+pub(crate) use record::recovered_expiration;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
@@ -85,7 +85,7 @@ impl TimerTable {
     }
 
     /// From now on every mutation is journaled and replies wait until it is durable.
-    pub fn attach_journal(&mut self, journal: Journal) {
+    pub(crate) fn attach_journal(&mut self, journal: Journal) {
         self.journal = Some(journal);
     }
 

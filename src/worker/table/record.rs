@@ -118,7 +118,7 @@ pub(super) fn duration_nanos(duration: Duration) -> u64 {
 }
 
 /// An expiration fired before a restart and never settled, as the store kept it.
-pub fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> {
+pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> {
     let timer = fired.timer?;
     Some(Expiration {
         id: TimerId(timer.id),
