@@ -17,6 +17,7 @@
 pub mod api;
 pub mod cluster;
 pub mod config;
+pub mod cron;
 pub mod delivery;
 mod faults;
 pub mod metrics;
