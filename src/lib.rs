@@ -18,6 +18,7 @@
 pub(crate) mod api;
 pub mod cluster;
 pub mod config;
+pub mod cron;
 pub mod delivery;
 pub mod domain;
 mod faults;
