@@ -23,6 +23,8 @@ fn new_timer(name: &str, delay_ms: u64) -> NewTimer {
         payload: name.as_bytes().to_vec().into(),
         repeat: None,
         ttl: None,
+        calendar: None,
+        replace: false,
     }
 }
 

@@ -1,12 +1,15 @@
 //! Validation of requests into the worker's types, and of the worker's answers back into
 //! protobuf. Every check names the field it refused, so a client can fix its call.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost_types::{Duration as ProtoDuration, Timestamp};
 
-use crate::domain::{Dead, Delivered};
-use crate::domain::{Due, Expiration, NewTimer, Target, TimerError, TimerRef, TimerView};
+use crate::cron::CalendarSchedule;
+use crate::domain::{
+    Calendar, Dead, Delivered, Due, Expiration, NewTimer, Target, TimerError, TimerRef, TimerView,
+};
 use crate::proto;
 
 /// Bounds on what one request may ask for.
@@ -104,13 +107,7 @@ impl Limits {
             "" => None,
             key => Some(self.key(key)?),
         };
-        if spec.payload.len() > self.max_payload_bytes {
-            return Err(TimerError::ResourceExhausted(format!(
-                "payload: {} bytes is over the limit of {} (--max-payload-bytes)",
-                spec.payload.len(),
-                self.max_payload_bytes
-            )));
-        }
+        let payload = self.payload(&spec.payload)?;
         let repeat = spec
             .repeat
             .as_ref()
@@ -131,6 +128,23 @@ impl Limits {
             .as_ref()
             .map(|ttl| self.interval("ttl", ttl))
             .transpose()?;
+        let calendar = calendar(&spec.cron, &spec.time_zone)?;
+        if calendar.is_some() && repeat.is_some() {
+            return Err(TimerError::invalid(
+                "cron",
+                "give either cron or repeat, not both",
+            ));
+        }
+        if calendar.is_some() && ttl.is_some() {
+            // A lease's deadline is its last heartbeat plus its ttl, not a calendar's.
+            return Err(TimerError::invalid("ttl", "a cron timer cannot be a lease"));
+        }
+        if spec.replace && key.is_none() {
+            return Err(TimerError::invalid(
+                "replace",
+                "needs a key: it replaces the pending timer under that key",
+            ));
+        }
         let due = match (&spec.delay, &spec.deadline, ttl) {
             (Some(_), Some(_), _) => {
                 return Err(TimerError::invalid(
@@ -141,6 +155,8 @@ impl Limits {
             (Some(delay), None, _) => Due::After(self.duration("delay", delay)?),
             (None, Some(deadline), _) => Due::AtUnix(self.deadline("deadline", deadline)?),
             (None, None, Some(ttl)) => Due::After(ttl),
+            // A cron timer's first firing is its first cron time from now.
+            (None, None, None) if calendar.is_some() => Due::After(Duration::ZERO),
             (None, None, None) => {
                 return Err(TimerError::invalid(
                     "delay",
@@ -152,12 +168,46 @@ impl Limits {
             namespace,
             key,
             due,
-            // A copy: the decoded `Bytes` shares the whole request buffer, which a pending
-            // timer would otherwise keep alive (kilobytes for a 16-byte payload).
-            payload: bytes::Bytes::copy_from_slice(&spec.payload),
+            payload,
             repeat,
             ttl,
+            calendar,
+            replace: spec.replace,
         })
+    }
+
+    /// Reschedule's new due time: exactly one of `delay` and `deadline`.
+    pub(crate) fn new_due(
+        &self,
+        delay: Option<&ProtoDuration>,
+        deadline: Option<&Timestamp>,
+    ) -> Result<Due, TimerError> {
+        match (delay, deadline) {
+            (Some(_), Some(_)) => Err(TimerError::invalid(
+                "deadline",
+                "give either delay or deadline, not both",
+            )),
+            (Some(delay), None) => Ok(Due::After(self.duration("delay", delay)?)),
+            (None, Some(deadline)) => Ok(Due::AtUnix(self.deadline("deadline", deadline)?)),
+            (None, None) => Err(TimerError::invalid(
+                "delay",
+                "one of delay or deadline is required",
+            )),
+        }
+    }
+
+    /// A payload within `--max-payload-bytes`. A copy: the decoded `Bytes` shares the whole
+    /// request buffer, which a pending timer would otherwise keep alive (kilobytes for a
+    /// 16-byte payload).
+    pub(crate) fn payload(&self, payload: &[u8]) -> Result<bytes::Bytes, TimerError> {
+        if payload.len() > self.max_payload_bytes {
+            return Err(TimerError::ResourceExhausted(format!(
+                "payload: {} bytes is over the limit of {} (--max-payload-bytes)",
+                payload.len(),
+                self.max_payload_bytes
+            )));
+        }
+        Ok(bytes::Bytes::copy_from_slice(payload))
     }
 
     /// A wall-clock deadline in nanoseconds since the epoch; past ones are allowed (they
@@ -244,6 +294,8 @@ pub(crate) fn timer(view: TimerView) -> proto::Timer {
         ttl: view.ttl.map(proto_duration),
         remaining: Some(proto_duration(view.remaining)),
         fired_count: view.fired_count,
+        cron: cron_text(view.calendar.as_ref()),
+        time_zone: zone_text(view.calendar.as_ref()),
     }
 }
 
@@ -268,6 +320,8 @@ fn fired_timer(expiration: &Expiration) -> proto::Timer {
         ttl: expiration.ttl.map(proto_duration),
         remaining: Some(ProtoDuration::default()),
         fired_count: expiration.fired_count,
+        cron: cron_text(expiration.calendar.as_ref()),
+        time_zone: zone_text(expiration.calendar.as_ref()),
     }
 }
 
@@ -285,7 +339,8 @@ pub(crate) fn expiration(delivered: &Delivered) -> proto::Expiration {
 
 pub(crate) fn dead_expiration(dead: &Dead) -> proto::Expiration {
     proto::Expiration {
-        delivery_id: String::new(),
+        // What Redrive takes to name this dead expiration.
+        delivery_id: delivery_id(dead.id),
         timer: Some(fired_timer(&dead.expiration)),
         fired_at: Some(timestamp(dead.expiration.fired_unix)),
         attempt: dead.attempts,
@@ -297,6 +352,19 @@ pub(crate) fn dead_expiration(dead: &Dead) -> proto::Expiration {
 /// Delivery ids are shown like timer ids: 16 hex digits.
 pub(crate) fn delivery_id(raw: u64) -> String {
     format!("{raw:016x}")
+}
+
+/// Delivery ids as numbers, and the texts that are not delivery ids at all.
+pub(crate) fn parse_delivery_ids(texts: Vec<String>) -> (Vec<u64>, Vec<String>) {
+    let mut ids = Vec::with_capacity(texts.len());
+    let mut malformed = Vec::new();
+    for text in texts {
+        match parse_delivery_id(&text) {
+            Some(id) => ids.push(id),
+            None => malformed.push(text),
+        }
+    }
+    (ids, malformed)
 }
 
 pub(crate) fn parse_delivery_id(text: &str) -> Option<u64> {
@@ -312,4 +380,32 @@ pub(crate) fn item_error(error: &TimerError) -> proto::Error {
         code: status.code() as i32,
         message: status.message().to_owned(),
     }
+}
+
+/// The calendar of a spec's `cron` and `time_zone`, if it has one.
+fn calendar(cron: &str, time_zone: &str) -> Result<Option<Calendar>, TimerError> {
+    if cron.is_empty() {
+        if !time_zone.is_empty() {
+            return Err(TimerError::invalid("time_zone", "is only read with cron"));
+        }
+        return Ok(None);
+    }
+    match CalendarSchedule::parse(cron, time_zone) {
+        Ok(schedule) => Ok(Some(Calendar(Arc::new(schedule)))),
+        Err(error) => {
+            // The error's text starts with its field's name, which the status repeats.
+            let text = error.to_string();
+            let prefix = format!("{}: ", error.field());
+            let reason = text.strip_prefix(&prefix).unwrap_or(&text);
+            Err(TimerError::invalid(error.field(), reason))
+        }
+    }
+}
+
+fn cron_text(calendar: Option<&Calendar>) -> String {
+    calendar.map_or_else(String::new, |calendar| calendar.expression().to_owned())
+}
+
+fn zone_text(calendar: Option<&Calendar>) -> String {
+    calendar.map_or_else(String::new, |calendar| calendar.time_zone().to_owned())
 }

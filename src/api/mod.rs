@@ -103,6 +103,7 @@ impl proto::timers_server::Timers for TimersService {
         Ok(Response::new(proto::NewTimeoutResponse {
             timer: Some(convert::registered_timer(registered.timer)),
             created: registered.created,
+            replaced: registered.replaced,
         }))
     }
 
@@ -148,6 +149,7 @@ impl proto::timers_server::Timers for TimersService {
                         proto::new_timeout_result::Result::Registered(proto::NewTimeoutResponse {
                             timer: Some(convert::registered_timer(registered.timer)),
                             created: registered.created,
+                            replaced: registered.replaced,
                         })
                     }
                     Err(error) => {
@@ -328,19 +330,53 @@ impl proto::timers_server::Timers for TimersService {
         let request = request.into_inner();
         let namespace = self.limits.namespace(&request.namespace)?;
         grant.check(Some(&namespace))?;
-        let mut unknown = Vec::new();
-        let mut delivery_ids = Vec::with_capacity(request.delivery_ids.len());
-        for text in request.delivery_ids {
-            match convert::parse_delivery_id(&text) {
-                Some(id) => delivery_ids.push(id),
-                None => unknown.push(text),
-            }
-        }
+        let (delivery_ids, mut unknown) = convert::parse_delivery_ids(request.delivery_ids);
         let outcome = self.expirations.ack(namespace, delivery_ids).await?;
         unknown.extend(outcome.unknown.into_iter().map(convert::delivery_id));
         Ok(Response::new(proto::AckResponse {
             acknowledged: outcome.acknowledged,
             unknown,
+        }))
+    }
+
+    #[instrument(level = "debug", name = "Reschedule", skip_all)]
+    async fn reschedule(
+        &self,
+        request: Request<proto::RescheduleRequest>,
+    ) -> Result<Response<proto::RescheduleResponse>, Status> {
+        let grant = grant_of(&request);
+        let request = request.into_inner();
+        let timer = self.authorized_ref(&grant, request.timer)?;
+        let due = self
+            .limits
+            .new_due(request.delay.as_ref(), request.deadline.as_ref())?;
+        let payload = request
+            .payload
+            .map(|payload| self.limits.payload(&payload))
+            .transpose()?;
+        let view = self.timers.reschedule(timer, due, payload).await?;
+        Ok(Response::new(proto::RescheduleResponse {
+            timer: Some(convert::registered_timer(view)),
+        }))
+    }
+
+    #[instrument(level = "debug", name = "Redrive", skip_all)]
+    async fn redrive(
+        &self,
+        request: Request<proto::RedriveRequest>,
+    ) -> Result<Response<proto::RedriveResponse>, Status> {
+        let grant = grant_of(&request);
+        let request = request.into_inner();
+        let namespace = self.limits.namespace(&request.namespace)?;
+        grant.check(Some(&namespace))?;
+        let (ids, mut not_dead) = convert::parse_delivery_ids(request.delivery_ids);
+        // No ids at all: every dead expiration of the namespace.
+        let named = (!ids.is_empty() || !not_dead.is_empty()).then_some(ids);
+        let outcome = self.expirations.redrive(namespace, named).await?;
+        not_dead.extend(outcome.not_dead.into_iter().map(convert::delivery_id));
+        Ok(Response::new(proto::RedriveResponse {
+            redriven: outcome.redriven,
+            not_dead,
         }))
     }
 }

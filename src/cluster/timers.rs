@@ -112,6 +112,7 @@ impl ClusterTimers {
                 registered.push(Registered {
                     timer: new_view(timer, id, deadline, now),
                     created: true,
+                    replaced: false,
                 });
             } else {
                 registered.push(self.existing_key(timer, now).await?);
@@ -187,6 +188,7 @@ impl ClusterTimers {
             Some(row) => Ok(Registered {
                 timer: view_of(&row, now),
                 created: false,
+                replaced: false,
             }),
             // The key's timer fired or was cancelled between the two statements: register
             // this one anew.
@@ -439,6 +441,7 @@ fn new_view(timer: &NewTimer, id: u64, deadline_unix: u64, now: u64) -> TimerVie
         ttl: timer.ttl,
         remaining: Duration::from_nanos(deadline_unix.saturating_sub(now)),
         fired_count: 0,
+        calendar: None,
     }
 }
 
@@ -455,6 +458,7 @@ fn view_of(row: &Row, now: u64) -> TimerView {
         ttl: optional_duration(row.get(6)),
         remaining: Duration::from_nanos(deadline_unix.saturating_sub(now)),
         fired_count: row.get::<_, i64>(7) as u64,
+        calendar: None,
     }
 }
 
@@ -490,5 +494,16 @@ impl Timers for ClusterTimers {
 
     fn pending(&self, query: PendingQuery) -> Answer<PendingPage> {
         self.spawn(|replica| async move { replica.pending(query).await })
+    }
+
+    fn reschedule(
+        &self,
+        _timer: TimerRef,
+        _due: Due,
+        _payload: Option<Bytes>,
+    ) -> Answer<TimerView> {
+        Box::pin(ready(Err(TimerError::FailedPrecondition(
+            "Reschedule is not served with --store postgres yet".into(),
+        ))))
     }
 }

@@ -33,7 +33,7 @@ const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 /// Why a schedule was refused. The API turns it into INVALID_ARGUMENT; [`Self::field`]
 /// names the request field and `Display` gives the whole message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ScheduleError {
+pub enum ScheduleError {
     /// Wrong as a whole: empty, wrong field count, or a combination that never fires.
     #[error("cron: {reason}")]
     Expression { reason: String },
@@ -51,7 +51,7 @@ pub(crate) enum ScheduleError {
 
 impl ScheduleError {
     /// The request field at fault: "cron" or "time_zone".
-    pub(crate) fn field(&self) -> &'static str {
+    pub fn field(&self) -> &'static str {
         match self {
             ScheduleError::Expression { .. } | ScheduleError::Field { .. } => "cron",
             ScheduleError::TimeZone { .. } => "time_zone",

@@ -59,13 +59,6 @@
 //! The IANA database is compiled into the binary (jiff's bundled copy, via
 //! [`jiff::tz::TimeZoneDatabase::bundled`]); the host's zoneinfo and `TZ`/`TZDIR` are
 //! never read. [`time_zone_database_version`] names the release.
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the worker, API and store take cron timers in a follow-up (issue 19)"
-    )
-)]
 
 mod civil;
 mod expression;
@@ -82,13 +75,13 @@ mod tests_calendar;
 use civil::CivilMatcher;
 use jiff::tz::{TimeZone, TimeZoneDatabase};
 
-pub(crate) use expression::ScheduleError;
+pub use expression::ScheduleError;
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// A parsed cron expression in a time zone. Cloning shares the zone's data.
 #[derive(Clone, Debug)]
-pub(crate) struct CalendarSchedule {
+pub struct CalendarSchedule {
     expression: String,
     time_zone_name: String,
     matcher: CivilMatcher,
@@ -97,7 +90,7 @@ pub(crate) struct CalendarSchedule {
 
 impl CalendarSchedule {
     /// Parses `expression` in the IANA zone `time_zone` (empty means `UTC`).
-    pub(crate) fn parse(expression: &str, time_zone: &str) -> Result<Self, ScheduleError> {
+    pub fn parse(expression: &str, time_zone: &str) -> Result<Self, ScheduleError> {
         let expression = expression.trim();
         if expression.is_empty() {
             return Err(ScheduleError::Expression {
@@ -130,24 +123,24 @@ impl CalendarSchedule {
 
     /// The first firing strictly after `after_unix_nanos`; `None` if there is none that
     /// a u64 of nanoseconds can hold.
-    pub(crate) fn next_after(&self, after_unix_nanos: u64) -> Option<u64> {
+    pub fn next_after(&self, after_unix_nanos: u64) -> Option<u64> {
         // Firings are whole seconds: the first one after `after` is at or after the
         // next whole second.
         self.first_at_or_after(after_unix_nanos / NANOS_PER_SECOND + 1)
     }
 
     /// The first firing at or after `at_unix_nanos`.
-    pub(crate) fn next_at_or_after(&self, at_unix_nanos: u64) -> Option<u64> {
+    pub fn next_at_or_after(&self, at_unix_nanos: u64) -> Option<u64> {
         self.first_at_or_after(at_unix_nanos.div_ceil(NANOS_PER_SECOND))
     }
 
-    pub(crate) fn expression(&self) -> &str {
+    pub fn expression(&self) -> &str {
         &self.expression
     }
 
     /// The zone's IANA name as the database spells it (`europe/berlin` gives
     /// `Europe/Berlin`).
-    pub(crate) fn time_zone(&self) -> &str {
+    pub fn time_zone(&self) -> &str {
         &self.time_zone_name
     }
 

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
-    SubscribeOptions, TimerError,
+    RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::metrics::Metrics;
 use crate::store::StoreHandle;
@@ -97,6 +97,12 @@ enum Request {
         /// None: every namespace.
         namespace: Option<String>,
         reply: oneshot::Sender<DeadList>,
+    },
+    Redrive {
+        namespace: String,
+        /// None: every dead expiration of the namespace.
+        ids: Option<Vec<u64>>,
+        reply: oneshot::Sender<RedriveOutcome>,
     },
     Shutdown,
     /// Stops journaling (the store is closing) and confirms.
@@ -277,5 +283,18 @@ impl Expirations for DeliveryHandle {
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let delivery = self.clone();
         Box::pin(async move { Ok(DeliveryHandle::dead(&delivery, namespace).await?) })
+    }
+
+    fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.sender.send(Request::Redrive {
+            namespace,
+            ids,
+            reply,
+        });
+        Box::pin(async move {
+            sent.map_err(|_| DeliveryStopped)?;
+            Ok(answer.await.map_err(|_| DeliveryStopped)?)
+        })
     }
 }

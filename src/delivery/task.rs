@@ -7,6 +7,8 @@
 //! [`crate::namespaces`]). The worker's holds reach the task with its expirations
 //! ([`Handoff::Forgotten`]) and are let go here too.
 
+mod redrive;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -107,6 +109,13 @@ impl Delivery {
             Request::Dead { namespace, reply } => {
                 let _ = reply.send(self.dead(namespace.as_deref()));
             }
+            Request::Redrive {
+                namespace,
+                ids,
+                reply,
+            } => {
+                let _ = reply.send(self.redrive(&namespace, ids));
+            }
             Request::Shutdown => {
                 for queue in self.namespaces.values_mut() {
                     queue.subscribers.clear();
@@ -184,6 +193,7 @@ impl Delivery {
             if full {
                 overflowed += 1;
                 let dead = Dead {
+                    id: 0,
                     expiration,
                     attempts: 0,
                     reason: "delivery buffer full",
@@ -225,11 +235,13 @@ impl Delivery {
     /// Keeps a dead expiration listed, within `--max-dead` for its namespace and
     /// `--max-dead-total` across all; beyond either the oldest are dropped and go to
     /// `dropped`, to be settled for good in the journal.
+    /// Its number in that order also names it for Redrive.
     fn bury(&mut self, namespace: &Arc<str>, dead: Dead, dropped: &mut Vec<Arc<Expiration>>) {
         self.metrics.expirations_dead.inc();
         let seq = self.budget.bury(namespace);
         let capacity = self.config.dead_capacity;
         let queue = self.queue(namespace);
+        let dead = Dead { id: seq, ..dead };
         queue.dead.push_back(Buried { seq, dead });
         let oldest = (queue.dead.len() > capacity).then(|| queue.dead.pop_front());
         if let Some(Some(oldest)) = oldest {
@@ -407,6 +419,7 @@ impl Delivery {
         };
         if waiting.attempts >= self.config.max_attempts {
             let dead = Dead {
+                id: 0,
                 attempts: waiting.attempts,
                 expiration: waiting.expiration,
                 reason: "max delivery attempts reached without an ack",

@@ -20,6 +20,7 @@ fn expiration(namespace: &str, id: u64) -> Expiration {
         repeat: None,
         ttl: None,
         fired_count: 1,
+        calendar: None,
         late: false,
     }
 }
@@ -181,4 +182,62 @@ fn redeliveries_and_dead_by_attempts_keep_the_counts_right() {
     delivery.check_counts();
     assert_eq!(delivery.budget.held(), 0);
     assert_eq!(delivery.dead(Some("orders")).count, 3);
+}
+
+#[test]
+fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
+    let mut delivery = delivery(|config| {
+        config.buffer_capacity = 2;
+        config.max_attempts = 1;
+    });
+    // Two wait in the buffer, three find it full and die; the two die unacknowledged.
+    delivery.enqueue_fired((1..=5).map(|id| expiration("orders", id)).collect());
+    let mut stream = delivery.subscribe_to("orders", 1, 10);
+    assert_eq!(stream.try_recv().unwrap().attempt, 1);
+    assert_eq!(stream.try_recv().unwrap().attempt, 1);
+    delivery.unsubscribe(&Arc::from("orders"), 1);
+    delivery.check_counts();
+    let dead = delivery.dead(Some("orders"));
+    let order = ids(&dead);
+    assert_eq!(order[..3], [3, 4, 5], "in the order they died");
+    let dead_id_of = |timer: u64| {
+        dead.dead
+            .iter()
+            .find(|dead| dead.expiration.id.0 == timer)
+            .map(|dead| dead.id)
+            .expect("listed")
+    };
+
+    // Two named (and one that is not dead), with a subscriber to take them.
+    let mut stream = delivery.subscribe_to("orders", 2, 10);
+    let outcome = delivery.redrive("orders", Some(vec![dead_id_of(1), dead_id_of(3), 999_999]));
+    assert_eq!(outcome.redriven, 2);
+    assert_eq!(outcome.not_dead, [999_999]);
+    delivery.check_counts();
+    let first = stream.try_recv().expect("redriven");
+    let second = stream.try_recv().expect("redriven");
+    assert_eq!(
+        (first.expiration.id.0, first.attempt),
+        (3, 1),
+        "oldest dead first"
+    );
+    assert_eq!((second.expiration.id.0, second.attempt), (1, 1));
+    assert!(stream.try_recv().is_err());
+    assert_eq!(ids(&delivery.dead(Some("orders"))), [4, 5, 2]);
+    assert_eq!(order[3..].len(), 2);
+
+    // All the rest, within the buffer's room (2): one stays dead.
+    delivery.unsubscribe(&Arc::from("orders"), 2);
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    delivery.ack("orders", vec![first.delivery_id, second.delivery_id], reply);
+    delivery.check_counts();
+    let dead = delivery.dead(Some("orders")).count;
+    let outcome = delivery.redrive("orders", None);
+    delivery.check_counts();
+    assert_eq!(outcome.redriven, 2, "the buffer holds two");
+    assert_eq!(delivery.dead(Some("orders")).count, dead - 2);
+    assert!(outcome.not_dead.is_empty());
+    // A namespace with nothing dead: every id is reported.
+    let outcome = delivery.redrive("elsewhere", Some(vec![7]));
+    assert_eq!((outcome.redriven, outcome.not_dead), (0, vec![7]));
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio_stream::Stream;
 
-use super::TimerId;
+use super::{Calendar, TimerId};
 
 /// One firing of a timer, on its way to delivery.
 #[derive(Debug, Clone)]
@@ -21,6 +21,7 @@ pub struct Expiration {
     pub fired_unix: u64,
     pub repeat: Option<Duration>,
     pub ttl: Option<Duration>,
+    pub calendar: Option<Calendar>,
     /// Counts this firing: 1 for the first.
     pub fired_count: u64,
     /// The deadline passed while the server was down.
@@ -39,6 +40,8 @@ pub struct Delivered {
 /// An expiration that used up its delivery attempts (or found the buffer full).
 #[derive(Debug, Clone)]
 pub struct Dead {
+    /// Names it for Redrive (shown as its delivery id by Pending).
+    pub id: u64,
     pub expiration: Arc<Expiration>,
     pub attempts: u32,
     pub reason: &'static str,
@@ -64,6 +67,14 @@ pub struct SubscribeOptions {
 pub struct AckOutcome {
     pub acknowledged: u32,
     pub unknown: Vec<u64>,
+}
+
+/// The answer to a Redrive: how many went back to delivery, and the ids given that were
+/// not dead expirations of the namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedriveOutcome {
+    pub redriven: u32,
+    pub not_dead: Vec<u64>,
 }
 
 /// The dead expirations kept, oldest first; `count` is how many are listed.

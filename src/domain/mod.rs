@@ -18,12 +18,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 pub use error::TimerError;
 pub use expiration::{
-    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, SubscribeOptions,
+    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, RedriveOutcome,
+    SubscribeOptions,
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
-pub use timer::{Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
+pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
 
 /// An answer on its way. The request behind it was already handed over (or refused) when
 /// the call returned it: awaiting only waits. KeepAlive relies on this to send a stream's
@@ -43,6 +46,10 @@ pub trait Timers: Send + Sync + 'static {
     /// Moves a lease's deadline one ttl (the given one, which then becomes its ttl) ahead.
     fn touch(&self, timer: TimerRef, ttl: Option<Duration>) -> Answer<TimerView>;
     fn pending(&self, query: PendingQuery) -> Answer<PendingPage>;
+    /// Moves a pending timer's next firing to `due`, and replaces its payload if one is
+    /// given. A lease keeps its ttl; a cron timer moves this firing only. NOT_FOUND if the
+    /// timer is no longer pending (it fired, or was cancelled).
+    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView>;
 }
 
 /// What the API asks of delivery: streams of expirations, their acks, the dead ones.
@@ -51,4 +58,7 @@ pub trait Expirations: Send + Sync + 'static {
     fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome>;
     /// The dead expirations kept in a namespace, or (None) in every namespace.
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList>;
+    /// Sends a namespace's dead expirations (those named, or all of them) back to
+    /// delivery, their attempts counted afresh.
+    fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome>;
 }

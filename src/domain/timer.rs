@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::TimerError;
+use crate::cron::CalendarSchedule;
 
 /// The server-assigned id of a timer, shown to clients as 16 hex digits (a string, so no
 /// language loses precision on it).
@@ -49,6 +50,30 @@ pub struct NewTimer {
     pub payload: Bytes,
     pub repeat: Option<Duration>,
     pub ttl: Option<Duration>,
+    /// A cron schedule (exclusive with `repeat`): `due` is then the earliest first firing.
+    pub calendar: Option<Calendar>,
+    /// With a key: a pending timer under it is replaced whole instead of returned.
+    pub replace: bool,
+}
+
+/// A cron expression in a time zone, shared (not copied) between a registration, the
+/// table that keeps it and every view of it. Two are equal when they read the same.
+#[derive(Debug, Clone)]
+pub struct Calendar(pub Arc<CalendarSchedule>);
+
+impl PartialEq for Calendar {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.expression() == other.0.expression() && self.0.time_zone() == other.0.time_zone()
+    }
+}
+
+impl Eq for Calendar {}
+
+impl std::ops::Deref for Calendar {
+    type Target = CalendarSchedule;
+    fn deref(&self) -> &CalendarSchedule {
+        &self.0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,19 +101,31 @@ pub struct TimerView {
     pub ttl: Option<Duration>,
     pub remaining: Duration,
     pub fired_count: u64,
+    /// A cron timer's schedule; `deadline_unix` is its next firing.
+    pub calendar: Option<Calendar>,
 }
 
 impl TimerView {
     /// About what this timer takes in a listing on the wire: its variable-length fields
     /// plus a generous allowance for the fixed ones.
     pub fn listed_bytes(&self) -> usize {
-        self.payload.len() + self.namespace.len() + self.key.as_ref().map_or(0, String::len) + 96
+        let calendar = self.calendar.as_ref().map_or(0, |calendar| {
+            calendar.expression().len() + calendar.time_zone().len()
+        });
+        self.payload.len()
+            + self.namespace.len()
+            + self.key.as_ref().map_or(0, String::len)
+            + calendar
+            + 96
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
     pub timer: TimerView,
-    /// False when the key already existed and the existing timer is returned.
+    /// False when the key already existed and the existing timer is returned (or, with
+    /// `replace`, replaced).
     pub created: bool,
+    /// True when a pending timer under the key was replaced.
+    pub replaced: bool,
 }

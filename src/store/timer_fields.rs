@@ -20,6 +20,9 @@ pub(crate) struct TimerFields<'a> {
     pub(crate) repeat_nanos: u64,
     pub(crate) ttl_nanos: u64,
     pub(crate) fired_count: u64,
+    /// A cron timer's expression and zone; empty otherwise.
+    pub(crate) cron: &'a str,
+    pub(crate) time_zone: &'a str,
 }
 
 /// Field numbers of `records.proto`, for the records encoded by hand.
@@ -48,6 +51,8 @@ impl TimerFields<'_> {
             + length_delimited_len(2, self.namespace.len())
             + length_delimited_len(3, self.key.len())
             + length_delimited_len(5, self.payload.len())
+            + length_delimited_len(9, self.cron.len())
+            + length_delimited_len(10, self.time_zone.len())
     }
 
     /// The message body, fields in number order as prost writes them.
@@ -60,6 +65,8 @@ impl TimerFields<'_> {
         put_uint64(6, self.repeat_nanos, out);
         put_uint64(7, self.ttl_nanos, out);
         put_uint64(8, self.fired_count, out);
+        put_length_delimited(9, self.cron.as_bytes(), out);
+        put_length_delimited(10, self.time_zone.as_bytes(), out);
     }
 }
 
@@ -180,11 +187,14 @@ mod hand_encoding_tests {
             namespace_len in length(300),
             key_len in length(256),
             payload_len in length(64 * 1024),
+            cron_len in length(200),
         ) {
             let [id, deadline, repeat, ttl, fired_count, fired_unix, rearmed] = numbers;
             let namespace = "n".repeat(namespace_len);
             let key = "k".repeat(key_len);
             let payload = vec![0xab_u8; payload_len];
+            let cron = "*".repeat(cron_len);
+            let time_zone = if cron_len > 0 { "Europe/Berlin" } else { "" };
             let fields = TimerFields {
                 id,
                 namespace: &namespace,
@@ -194,6 +204,8 @@ mod hand_encoding_tests {
                 repeat_nanos: repeat,
                 ttl_nanos: ttl,
                 fired_count,
+                cron: &cron,
+                time_zone,
             };
             let timer = Timer {
                 id,
@@ -204,6 +216,8 @@ mod hand_encoding_tests {
                 repeat_nanos: repeat,
                 ttl_nanos: ttl,
                 fired_count,
+                cron: cron.clone(),
+                time_zone: time_zone.to_owned(),
             };
             let registered = Record { kind: Some(Kind::Registered(timer.clone())) };
             let fired = Record {

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::domain::{
-    NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
+    Due, NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
 };
 
 type Reply<T> = oneshot::Sender<T>;
@@ -35,5 +36,11 @@ pub enum Command {
     Pending {
         query: PendingQuery,
         reply: Reply<Result<PendingPage, TimerError>>,
+    },
+    Reschedule {
+        timer: TimerRef,
+        due: Due,
+        payload: Option<Bytes>,
+        reply: Reply<Result<TimerView, TimerError>>,
     },
 }

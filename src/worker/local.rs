@@ -9,8 +9,10 @@ use tokio::sync::oneshot;
 
 use super::command::Command;
 use super::{SendError, WorkerHandle};
+use bytes::Bytes;
+
 use crate::domain::{
-    Answer, NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
+    Answer, Due, NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
     Timers,
 };
 
@@ -86,5 +88,14 @@ impl Timers for LocalTimers {
 
     fn pending(&self, query: PendingQuery) -> Answer<PendingPage> {
         self.ask_fallible(|reply| Command::Pending { query, reply })
+    }
+
+    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView> {
+        self.ask_fallible(|reply| Command::Reschedule {
+            timer,
+            due,
+            payload,
+            reply,
+        })
     }
 }

@@ -41,7 +41,7 @@ use crate::cluster::{ClusterError, Connections, Shared};
 use crate::delivery::DeliveryConfig;
 use crate::domain::{
     AckOutcome, Answer, Dead, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
-    SubscribeOptions, TimerError, TimerId,
+    RedriveOutcome, SubscribeOptions, TimerError, TimerId,
 };
 use crate::metrics::Metrics;
 
@@ -221,6 +221,7 @@ impl ClusterDeliveries {
             dead: rows
                 .iter()
                 .map(|row| Dead {
+                    id: delivery_id(row.get(0), row.get(1)),
                     expiration: Arc::new(expiration_of(row)),
                     attempts: row.get::<_, i32>(1) as u32,
                     reason: "max delivery attempts reached without an ack",
@@ -285,6 +286,7 @@ fn expiration_of(row: &Row) -> Expiration {
             .get::<_, Option<i64>>(9)
             .map(|nanos| Duration::from_nanos(nanos as u64)),
         fired_count: row.get::<_, i64>(10) as u64,
+        calendar: None,
         late: row.get(11),
     }
 }
@@ -303,6 +305,12 @@ impl Expirations for ClusterDeliveries {
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let deliveries = self.clone();
         Box::pin(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
+    }
+
+    fn redrive(&self, _namespace: String, _ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
+        Box::pin(std::future::ready(Err(TimerError::FailedPrecondition(
+            "Redrive is not served with --store postgres yet".into(),
+        ))))
     }
 }
 

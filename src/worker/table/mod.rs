@@ -4,6 +4,7 @@
 //! All of it lives on one thread, so each command is applied whole or not at all: a
 //! failing item changes nothing, and no lock is ever taken.
 
+mod calendar;
 mod id_index;
 mod record;
 mod replay;
@@ -20,7 +21,7 @@ use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
 use super::TimerState;
 use crate::domain::{
-    Due, Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
+    Calendar, Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView,
 };
 use crate::metrics::Metrics;
@@ -61,6 +62,8 @@ pub struct TimerTable {
     /// namespace too).
     handles: IdIndex,
     namespaces: Namespaces,
+    /// The schedules of cron timers (see [`calendar`]).
+    calendars: calendar::Calendars,
     next_id: u64,
     /// With a data directory: where records and deferred replies go.
     journal: Option<Journal>,
@@ -77,6 +80,7 @@ impl TimerTable {
             wheel: Wheel::new(tick, config.max_pending),
             handles: IdIndex::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
+            calendars: calendar::Calendars::default(),
             next_id: 1,
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,
@@ -134,9 +138,13 @@ impl TimerTable {
         if let (Some(namespace), Some(key)) = (existing, &timer.key) {
             if let Some(&id) = self.namespaces[namespace].keys.get(key.as_str()) {
                 let handle = self.handles.get(id).expect("keys index pending timers");
+                if timer.replace {
+                    return self.replace(handle, timer, now);
+                }
                 return Ok(Registered {
                     timer: self.view_of(handle, now),
                     created: false,
+                    replaced: false,
                 });
             }
         }
@@ -148,16 +156,8 @@ impl TimerTable {
                 timer.namespace
             )));
         }
-        let (deadline_monotonic, deadline_unix) = match timer.due {
-            Due::After(delay) => {
-                let delay = duration_nanos(delay);
-                (
-                    now.monotonic.saturating_add(delay),
-                    now.unix.saturating_add(delay),
-                )
-            }
-            Due::AtUnix(unix) => (now.monotonic_at(unix), unix),
-        };
+        let (deadline_monotonic, deadline_unix) =
+            calendar::first_deadline(timer.due, timer.calendar.as_ref(), now)?;
         // Refused registrations must not leave a namespace (and its metric series) behind.
         if self.wheel.len() >= self.wheel.max_pending() {
             return Err(TimerError::ResourceExhausted(format!(
@@ -179,6 +179,7 @@ impl TimerTable {
             ttl: timer.ttl.into(),
             fired_count: 0,
             late: false,
+            calendar: timer.calendar.is_some(),
         };
         let handle = match self.wheel.insert(deadline_monotonic, record) {
             Ok(handle) => handle,
@@ -193,15 +194,19 @@ impl TimerTable {
             }
         };
         self.next_id += 1;
+        if let Some(calendar) = timer.calendar {
+            self.calendars.insert(self.next_id - 1, calendar);
+        }
         self.index(handle);
         self.metrics.timers_registered.inc();
         if let Some(journal) = &mut self.journal {
             let (_, record) = self.wheel.get(handle).expect("just inserted");
-            journal.record_registered(&timer_fields(&self.namespaces, record));
+            journal.record_registered(&timer_fields(&self.namespaces, &self.calendars, record));
         }
         Ok(Registered {
             timer: self.view_of(handle, now),
             created: true,
+            replaced: false,
         })
     }
 
@@ -215,6 +220,9 @@ impl TimerTable {
 
     fn unindex(&mut self, record: &TimerRecord, now: Now) {
         self.handles.remove(record.id);
+        if record.calendar {
+            self.calendars.remove(&record.id);
+        }
         self.namespaces
             .remove(record.namespace, record.key(), now.monotonic);
     }
@@ -383,6 +391,7 @@ impl TimerTable {
             ttl: record.ttl.get(),
             remaining: Duration::from_nanos(deadline_monotonic.saturating_sub(now.monotonic)),
             fired_count: record.fired_count,
+            calendar: self.calendar_of(record),
         }
     }
 
@@ -402,15 +411,17 @@ impl TimerTable {
             repeat: record.repeat.get(),
             ttl: record.ttl.get(),
             fired_count: record.fired_count,
+            calendar: self.calendar_of(&record),
             late: record.late,
         };
-        let next = record
-            .repeat
-            .get()
-            .map(|interval| next_repeat(&record, deadline_monotonic, interval, now));
+        let next = match record.repeat.get() {
+            Some(interval) => Some(next_repeat(&record, deadline_monotonic, interval, now)),
+            None if record.calendar => self.next_calendar_firing(&record, now),
+            None => None,
+        };
         if let Some(journal) = &mut self.journal {
             let rearmed_deadline = next.map_or(0, |(unix, _)| unix);
-            let fields = timer_fields(&self.namespaces, &record);
+            let fields = timer_fields(&self.namespaces, &self.calendars, &record);
             journal.record_fired(&fields, now.unix, rearmed_deadline);
         }
         match next {
@@ -418,6 +429,13 @@ impl TimerTable {
             None => self.unindex(&record, now),
         }
         expiration
+    }
+
+    fn calendar_of(&self, record: &TimerRecord) -> Option<Calendar> {
+        record
+            .calendar
+            .then(|| self.calendars.get(&record.id).cloned())
+            .flatten()
     }
 
     /// Puts a fired repeating timer back at its next deadline (see [`next_repeat`]).
@@ -465,6 +483,15 @@ impl TimerState for TimerTable {
             Command::Pending { query, reply } => {
                 let page = self.pending(query, now);
                 self.respond(reply, page);
+            }
+            Command::Reschedule {
+                timer,
+                due,
+                payload,
+                reply,
+            } => {
+                let moved = self.reschedule(&timer, due, payload, now);
+                self.respond(reply, moved);
             }
         }
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use super::calendar::{stored_calendar, Calendars};
 use crate::domain::{Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
@@ -29,6 +30,8 @@ pub(super) struct TimerRecord {
     pub(super) key_len: u16,
     /// Recovered with its deadline already past: it fires at once, marked late.
     pub(super) late: bool,
+    /// A cron timer: its schedule is in the table's `calendars`, by id.
+    pub(super) calendar: bool,
 }
 
 impl TimerRecord {
@@ -82,9 +85,13 @@ pub(super) fn next_repeat(
 /// The log's view of a pending timer, borrowed from its record.
 pub(super) fn timer_fields<'a>(
     namespaces: &'a Namespaces,
+    calendars: &'a Calendars,
     record: &'a TimerRecord,
 ) -> TimerFields<'a> {
+    let calendar = record.calendar.then(|| calendars.get(&record.id)).flatten();
     TimerFields {
+        cron: calendar.map_or("", |calendar| calendar.expression()),
+        time_zone: calendar.map_or("", |calendar| calendar.time_zone()),
         id: record.id,
         namespace: &namespaces[record.namespace].name,
         key: record.key().unwrap_or_default(),
@@ -130,6 +137,7 @@ pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> 
         repeat: OptionalNanos(timer.repeat_nanos).get(),
         ttl: OptionalNanos(timer.ttl_nanos).get(),
         fired_count: timer.fired_count,
+        calendar: stored_calendar(&timer.cron, &timer.time_zone),
         late: false,
     })
 }
@@ -158,6 +166,7 @@ mod tests {
                 namespace: 0,
                 key_len,
                 late: false,
+                calendar: false,
             };
             assert_eq!(record.key(), key);
             assert_eq!(record.payload(), payload);

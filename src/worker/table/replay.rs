@@ -3,6 +3,7 @@
 
 use tracing::warn;
 
+use super::calendar::stored_calendar;
 use super::record::{timer_fields, OptionalNanos, TimerRecord};
 use super::{TimerTable, SCAN_POSITIONS};
 use crate::store::records::{self as durable, record::Kind, Record};
@@ -90,12 +91,19 @@ impl TimerTable {
             .reschedule(handle, now.monotonic_at(deadline_unix));
     }
 
-    /// Puts a whole timer back (replacing an older copy of it).
+    /// Puts a whole timer back (replacing an older copy of it). A copy from before a
+    /// firing the table has already seen (a fuzzy snapshot holds the later state) is
+    /// older and changes nothing.
     fn restore(&mut self, timer: durable::Timer, now: Now) {
         if let Some(handle) = self.find(&timer.namespace, timer.id) {
+            let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
+            if current.fired_count > timer.fired_count {
+                return;
+            }
             let record = self.wheel.cancel(handle).expect("indexed handles are live");
             self.unindex(&record, now);
         }
+        let calendar = stored_calendar(&timer.cron, &timer.time_zone);
         let namespace = self
             .namespaces
             .intern(&timer.namespace, Admission::Restored)
@@ -111,13 +119,19 @@ impl TimerTable {
             ttl: OptionalNanos(timer.ttl_nanos),
             fired_count: timer.fired_count,
             late: timer.deadline_unix_nanos < now.unix,
+            calendar: calendar.is_some(),
         };
         self.next_id = self.next_id.max(timer.id + 1);
         // Recovery restores what was accepted before, even past a since-lowered limit (and
         // through the overlap a fuzzy snapshot's replay can briefly have).
         let (id, deadline) = (timer.id, now.monotonic_at(timer.deadline_unix_nanos));
         match self.wheel.readmit(deadline, record) {
-            Ok(handle) => self.index(handle),
+            Ok(handle) => {
+                if let Some(calendar) = calendar {
+                    self.calendars.insert(id, calendar);
+                }
+                self.index(handle);
+            }
             Err(full) => {
                 warn!(id, error = %full, "timer not restored: no index space left");
                 self.namespaces.queue_if_empty(namespace, now.monotonic);
@@ -144,7 +158,7 @@ impl TimerTable {
             }
             resume_at = position.checked_add(1);
             if let Some((_, _, record)) = timer {
-                timers.push(timer_fields(&self.namespaces, record));
+                timers.push(timer_fields(&self.namespaces, &self.calendars, record));
             }
         }
         let more =

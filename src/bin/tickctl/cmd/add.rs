@@ -64,6 +64,7 @@ impl Add {
             payload: payload.into(),
             repeat: self.repeat.map(to_proto_duration),
             ttl: self.ttl.map(to_proto_duration),
+            ..TimerSpec::default()
         };
         let request = session.request(NewTimeoutRequest { timer: Some(spec) });
         let answer = session

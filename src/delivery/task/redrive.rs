@@ -1,0 +1,78 @@
+//! Redrive: dead expirations go back to delivery, as if they had just fired, once the
+//! consumer that could not take them is fixed (an SQS redrive).
+//!
+//! Nothing is logged: a dead expiration was never settled in the log, so after a restart
+//! it is delivered again anyway. Redriven ones wait in the namespace's buffer like newly
+//! fired ones and count against its bounds; what finds no room stays dead and can be
+//! redriven later.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+
+use super::Delivery;
+use crate::delivery::queue::Waiting;
+use crate::domain::RedriveOutcome;
+
+impl Delivery {
+    /// Moves the namespace's dead expirations named by `ids` (None: all of them), oldest
+    /// first, back to the head of delivery, their attempts counted afresh.
+    pub(super) fn redrive(&mut self, namespace: &str, ids: Option<Vec<u64>>) -> RedriveOutcome {
+        let Some((namespace, _)) = self.namespaces.get_key_value(namespace) else {
+            return RedriveOutcome {
+                redriven: 0,
+                not_dead: ids.unwrap_or_default(),
+            };
+        };
+        let namespace: Arc<str> = namespace.clone();
+        let queue = self
+            .namespaces
+            .get_mut(&namespace)
+            .expect("looked up above");
+        let (mut chosen, not_dead) = match ids {
+            None => (queue.dead.drain(..).collect::<Vec<_>>(), Vec::new()),
+            Some(ids) => {
+                let wanted: FxHashSet<u64> = ids.iter().copied().collect();
+                let (chosen, kept): (Vec<_>, Vec<_>) = queue
+                    .dead
+                    .drain(..)
+                    .partition(|buried| wanted.contains(&buried.dead.id));
+                queue.dead.extend(kept);
+                let found: FxHashSet<u64> = chosen.iter().map(|buried| buried.dead.id).collect();
+                let not_dead = ids.into_iter().filter(|id| !found.contains(id)).collect();
+                (chosen, not_dead)
+            }
+        };
+        // Oldest first, within the room the buffer has; the rest stay dead.
+        chosen.sort_unstable_by_key(|buried| buried.seq);
+        let mut redriven = 0;
+        let mut left = Vec::new();
+        for buried in chosen {
+            if self.buffer_full(&namespace) {
+                left.push(buried);
+                continue;
+            }
+            self.budget.unbury(buried.seq);
+            self.budget.hold();
+            self.metrics.delivery_buffered.inc();
+            let queue = self.queue(&namespace);
+            queue.waiting.push_back(Waiting {
+                expiration: buried.dead.expiration,
+                attempts: 0,
+            });
+            redriven += 1;
+        }
+        if !left.is_empty() {
+            // Back in their place in the dead list, which stays ordered by death.
+            let queue = self.queue(&namespace);
+            queue.dead.extend(left);
+            queue
+                .dead
+                .make_contiguous()
+                .sort_unstable_by_key(|buried| buried.seq);
+        }
+        self.metrics.delivery_dead.set(self.budget.dead() as i64);
+        self.dispatch(&namespace);
+        RedriveOutcome { redriven, not_dead }
+    }
+}

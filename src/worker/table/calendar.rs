@@ -1,0 +1,159 @@
+//! Moving and reshaping pending timers: cron timers' schedules and their firings,
+//! Reschedule (a new next firing, perhaps a new payload), and a registration that replaces
+//! the pending timer under its key.
+//!
+//! Schedules live beside the wheel, by timer id: most timers have none, and a record stays
+//! 72 bytes with one flag. Each of these changes is logged as the whole timer (a
+//! `Registered` record), which replay puts back in place of the older copy.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use tracing::warn;
+
+use super::record::{duration_nanos, TimerRecord};
+use super::TimerTable;
+use crate::cron::CalendarSchedule;
+use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
+use crate::wheel::Handle;
+use crate::worker::clock::Now;
+
+/// The schedules of the pending cron timers, by id.
+pub(super) type Calendars = FxHashMap<u64, Calendar>;
+
+/// A stored schedule read back (from the log, or a recovered expiration). A schedule the
+/// compiled-in time zone database no longer knows is dropped, with a warning: the timer
+/// keeps its next deadline and fires once more, as a one-shot timer.
+pub(super) fn stored_calendar(cron: &str, time_zone: &str) -> Option<Calendar> {
+    if cron.is_empty() {
+        return None;
+    }
+    match CalendarSchedule::parse(cron, time_zone) {
+        Ok(schedule) => Some(Calendar(Arc::new(schedule))),
+        Err(error) => {
+            warn!(cron, time_zone, %error, "stored cron schedule no longer parses: it fires once more, then ends");
+            None
+        }
+    }
+}
+
+/// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
+/// the first cron time at or after that.
+pub(super) fn first_deadline(
+    due: Due,
+    calendar: Option<&Calendar>,
+    now: Now,
+) -> Result<(u64, u64), TimerError> {
+    let earliest = match due {
+        Due::After(delay) => now.unix.saturating_add(duration_nanos(delay)),
+        Due::AtUnix(unix) => unix,
+    };
+    let deadline_unix = match calendar {
+        None => earliest,
+        Some(calendar) => calendar.next_at_or_after(earliest).ok_or_else(|| {
+            TimerError::invalid("cron", "has no firing after the given delay or deadline")
+        })?,
+    };
+    let deadline_monotonic = match due {
+        // A delay counts on the monotonic clock, so a wall-clock step does not move it.
+        Due::After(delay) if calendar.is_none() => {
+            now.monotonic.saturating_add(duration_nanos(delay))
+        }
+        _ => now.monotonic_at(deadline_unix),
+    };
+    Ok((deadline_monotonic, deadline_unix))
+}
+
+impl TimerTable {
+    /// A cron timer's next firing after the one happening at `now`, as (wall clock,
+    /// monotonic): the first cron time after now, so that firings missed while tickd was
+    /// down (or stalled) collapse into the one that just happened.
+    pub(super) fn next_calendar_firing(
+        &self,
+        record: &TimerRecord,
+        now: Now,
+    ) -> Option<(u64, u64)> {
+        let calendar = self.calendars.get(&record.id)?;
+        let next = calendar.next_after(now.unix.max(record.deadline_unix))?;
+        debug_assert!(
+            next > record.deadline_unix,
+            "cron firings strictly increase"
+        );
+        Some((next, now.monotonic_at(next)))
+    }
+
+    /// Moves a pending timer's next firing to `due`, and replaces its payload if one is
+    /// given. A lease keeps its ttl (its next heartbeat moves it again); a cron timer moves
+    /// this firing only, and follows its schedule after it.
+    pub(super) fn reschedule(
+        &mut self,
+        timer: &TimerRef,
+        due: Due,
+        payload: Option<Bytes>,
+        now: Now,
+    ) -> Result<TimerView, TimerError> {
+        let handle = self.lookup_pending(timer)?;
+        let (deadline_monotonic, deadline_unix) = first_deadline(due, None, now)?;
+        let (_, record) = self
+            .wheel
+            .get_mut(handle)
+            .expect("indexed handles are live");
+        record.deadline_unix = deadline_unix;
+        record.late = false;
+        if let Some(payload) = payload {
+            let key = record.key().map(str::to_owned);
+            (record.key_and_payload, record.key_len) = TimerRecord::pack(key.as_deref(), &payload);
+        }
+        self.wheel.reschedule(handle, deadline_monotonic);
+        self.log_whole(handle);
+        Ok(self.view_of(handle, now))
+    }
+
+    /// Replaces the pending timer `handle` (found under `timer`'s key) with `timer`, keeping
+    /// its id and its count of firings: its deadline, payload and schedule are `timer`'s.
+    pub(super) fn replace(
+        &mut self,
+        handle: Handle,
+        timer: NewTimer,
+        now: Now,
+    ) -> Result<Registered, TimerError> {
+        let (deadline_monotonic, deadline_unix) =
+            first_deadline(timer.due, timer.calendar.as_ref(), now)?;
+        let (_, record) = self
+            .wheel
+            .get_mut(handle)
+            .expect("indexed handles are live");
+        let id = record.id;
+        (record.key_and_payload, record.key_len) =
+            TimerRecord::pack(timer.key.as_deref(), &timer.payload);
+        record.deadline_unix = deadline_unix;
+        record.repeat = timer.repeat.into();
+        record.ttl = timer.ttl.into();
+        record.late = false;
+        record.calendar = timer.calendar.is_some();
+        match timer.calendar {
+            Some(calendar) => self.calendars.insert(id, calendar),
+            None => self.calendars.remove(&id),
+        };
+        self.wheel.reschedule(handle, deadline_monotonic);
+        self.log_whole(handle);
+        Ok(Registered {
+            timer: self.view_of(handle, now),
+            created: false,
+            replaced: true,
+        })
+    }
+
+    /// Logs the timer whole, as it now is: replay puts it back in place of the older copy.
+    fn log_whole(&mut self, handle: Handle) {
+        if let Some(journal) = &mut self.journal {
+            let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
+            journal.record_registered(&super::record::timer_fields(
+                &self.namespaces,
+                &self.calendars,
+                record,
+            ));
+        }
+    }
+}
