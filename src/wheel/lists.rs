@@ -21,6 +21,7 @@
 //! [`ListPool::give_back`] for when it is shrunk instead).
 
 use super::level::{LEVEL_COUNT, SLOTS_PER_LEVEL};
+use super::slab::Entry;
 
 /// Names one list of the pool; also the type of an entry's `location`.
 pub(crate) type ListId = u16;
@@ -95,14 +96,16 @@ impl ListPool {
         self.homes[usize::from(list)] = home;
     }
 
-    /// Appends a slab index and returns its position, which the entry must record.
+    /// Appends the slab index `index` to `list` and records in its entry where it went.
+    /// Returns true if the list was empty before, so that its slot's occupancy bit can be set.
     #[inline]
-    pub(crate) fn push(&mut self, list: ListId, index: u32) -> u32 {
-        let list = &mut self.lists[usize::from(list)];
+    pub(crate) fn link<T>(&mut self, list: ListId, index: u32, entry: &mut Entry<T>) -> bool {
+        let indices = &mut self.lists[usize::from(list)];
+        entry.location = list;
         // A list never holds more than the slab's entries, whose indices fit in a u32.
-        let position = list.len() as u32;
-        list.push(index);
-        position
+        entry.position = indices.len() as u32;
+        indices.push(index);
+        indices.len() == 1
     }
 
     /// Removes `index`, found at `position`, by moving the last index into its place. Returns
@@ -154,6 +157,7 @@ impl ListPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wheel::slab::LOCATION_FREE;
 
     #[test]
     fn homes_number_slots_then_the_due_list_then_buckets() {
@@ -167,12 +171,24 @@ mod tests {
     }
 
     #[test]
-    fn swap_remove_reports_the_index_moved_into_the_gap() {
+    fn link_records_the_position_and_swap_remove_reports_the_index_moved_into_the_gap() {
         let mut pool = ListPool::new();
         let list = slot_home(0, 1);
-        for index in [10, 11, 12] {
-            pool.push(list, index);
-        }
+        let mut entries: Vec<Entry<()>> = (0..3)
+            .map(|_| Entry {
+                deadline: 0,
+                position: 0,
+                generation: 0,
+                location: LOCATION_FREE,
+                value: Some(()),
+            })
+            .collect();
+        let first_links: Vec<bool> = (0..3)
+            .map(|index| pool.link(list, 10 + index, &mut entries[index as usize]))
+            .collect();
+        assert_eq!(first_links, [true, false, false]);
+        assert_eq!(entries[2].location, list);
+        assert_eq!(entries[2].position, 2);
         assert_eq!(pool.swap_remove(list, 0, 10), Some(12));
         assert_eq!(pool.swap_remove(list, 1, 11), None);
         assert_eq!(pool.pop(list), Some(12));

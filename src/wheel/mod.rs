@@ -485,11 +485,8 @@ impl<T> Wheel<T> {
 
     /// Puts an unlinked entry at the end of a list.
     fn link_entry(&mut self, index: u32, location: ListId) {
-        let position = self.lists.push(location, index);
         let entry = self.slab.entry_mut(index);
-        entry.location = location;
-        entry.position = position;
-        if position == 0 {
+        if self.lists.link(location, index, entry) {
             self.note_list_filled(location);
         }
     }
