@@ -14,25 +14,25 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 const OFFSET_MASK: usize = CHUNK - 1;
 
 #[derive(Debug)]
-pub(super) struct Chunks<E> {
+pub(crate) struct Chunks<E> {
     chunks: Vec<Vec<E>>,
     len: usize,
 }
 
 impl<E> Chunks<E> {
     /// Room for `capacity` entries in the first chunk (at most one chunk's worth).
-    pub(super) fn with_capacity(capacity: usize) -> Self {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         Chunks {
             chunks: vec![Vec::with_capacity(capacity.min(CHUNK))],
             len: 0,
         }
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub(super) fn push(&mut self, entry: E) {
+    pub(crate) fn push(&mut self, entry: E) {
         if self.len > 0 && self.len & OFFSET_MASK == 0 {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
@@ -43,20 +43,20 @@ impl<E> Chunks<E> {
         self.len += 1;
     }
 
-    pub(super) fn get(&self, index: usize) -> Option<&E> {
+    pub(crate) fn get(&self, index: usize) -> Option<&E> {
         self.chunks
             .get(index >> CHUNK_BITS)?
             .get(index & OFFSET_MASK)
     }
 
-    pub(super) fn get_mut(&mut self, index: usize) -> Option<&mut E> {
+    pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut E> {
         self.chunks
             .get_mut(index >> CHUNK_BITS)?
             .get_mut(index & OFFSET_MASK)
     }
 
     /// The entries from `start` on, in order.
-    pub(super) fn iter_from(&self, start: usize) -> impl Iterator<Item = &E> {
+    pub(crate) fn iter_from(&self, start: usize) -> impl Iterator<Item = &E> {
         let first_chunk = start >> CHUNK_BITS;
         self.chunks
             .iter()

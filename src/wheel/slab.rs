@@ -1,36 +1,37 @@
 //! Slab storage for timer entries.
 //!
-//! Every timer lives in one `Vec<Entry<T>>`; a timer is named by its index plus a generation
-//! counter. The wheel keeps each slot as a `Vec<u32>` of entry indices, and every linked entry
-//! records its `position` in that vector, so removing a timer from the middle of a slot is a
+//! Every timer lives in one growable array of entries (in fixed-size [`Chunks`], so growing
+//! never moves one); a timer is named by its index plus a generation counter. The wheel keeps
+//! each slot as a `Vec<u32>` of entry indices (see `lists`), and every linked entry records its
+//! `location` and `position` there, so removing a timer from the middle of a slot is a
 //! `swap_remove` plus fixing the moved entry's position: O(1), no allocation. Freed entries are
-//! chained through the same `position` field into a free list and reused before the vector grows.
+//! chained through the same `position` field into a free list and reused before the array grows.
 
 use super::chunks::Chunks;
 
 /// Marks "no entry" at the end of the free list.
-pub(super) const NO_INDEX: u32 = u32::MAX;
+pub(crate) const NO_INDEX: u32 = u32::MAX;
 
 /// The `location` of an entry that is on no list (free, or allocated but not yet placed).
-pub(super) const LOCATION_FREE: u16 = u16::MAX;
+pub(crate) const LOCATION_FREE: u16 = u16::MAX;
 
 /// One timer slot in the slab.
 ///
 /// Kept deliberately small (32 bytes for `T = u32`): the wheel touches these in bulk when it
 /// cascades, so cache footprint matters more than convenience.
 #[derive(Debug)]
-pub(super) struct Entry<T> {
+pub(crate) struct Entry<T> {
     /// Exact deadline in the caller's time unit; the wheel derives the tick from it on demand.
-    pub(super) deadline: u64,
+    pub(crate) deadline: u64,
     /// While linked: the entry's index within its list's vector. While free: the next free
     /// entry, or `NO_INDEX`.
-    pub(super) position: u32,
+    pub(crate) position: u32,
     /// Bumped every time the entry is freed, so handles issued earlier stop matching.
-    pub(super) generation: u32,
-    /// Which list the entry is on (see `Wheel`'s list numbering), or `LOCATION_FREE`.
-    pub(super) location: u16,
+    pub(crate) generation: u32,
+    /// Which list the entry is on (a [`ListId`](super::lists::ListId)), or `LOCATION_FREE`.
+    pub(crate) location: u16,
     /// The caller's payload; `None` exactly when the entry is free.
-    pub(super) value: Option<T>,
+    pub(crate) value: Option<T>,
 }
 
 /// The entry vector, its free list and the count of live entries.
@@ -39,7 +40,7 @@ pub(super) struct Entry<T> {
 /// free list (scattered in firing order) is forgotten and allocation restarts at index 0, so
 /// a wheel that drains and refills writes its entries in sequence instead of all over memory.
 #[derive(Debug)]
-pub(super) struct Slab<T> {
+pub(crate) struct Slab<T> {
     entries: Chunks<Entry<T>>,
     free_head: u32,
     fresh_from: usize,
@@ -47,7 +48,7 @@ pub(super) struct Slab<T> {
 }
 
 impl<T> Slab<T> {
-    pub(super) fn with_capacity(capacity: usize) -> Self {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         Slab {
             entries: Chunks::with_capacity(capacity),
             free_head: NO_INDEX,
@@ -56,20 +57,20 @@ impl<T> Slab<T> {
         }
     }
 
-    pub(super) fn live_count(&self) -> usize {
+    pub(crate) fn live_count(&self) -> usize {
         self.live_count
     }
 
     /// True if another entry can be allocated without exhausting the `u32` index space
     /// (`NO_INDEX` itself is reserved).
-    pub(super) fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.free_head != NO_INDEX
             || self.fresh_from < self.entries.len()
             || self.entries.len() < NO_INDEX as usize
     }
 
     /// Stores a new timer, on no list, and returns its index. The caller must check `has_room`.
-    pub(super) fn allocate(&mut self, deadline: u64, value: T) -> u32 {
+    pub(crate) fn allocate(&mut self, deadline: u64, value: T) -> u32 {
         self.live_count += 1;
         if self.free_head != NO_INDEX {
             let index = self.free_head;
@@ -100,7 +101,7 @@ impl<T> Slab<T> {
 
     /// Frees an entry that is already off its list (or on a detached one) and returns its
     /// deadline, the generation its handle carried, and its value.
-    pub(super) fn release(&mut self, index: u32) -> (u64, u32, T) {
+    pub(crate) fn release(&mut self, index: u32) -> (u64, u32, T) {
         let entry = &mut self.entries[index as usize];
         let value = entry.value.take().expect("released entry must be live");
         let generation = entry.generation;
@@ -118,29 +119,29 @@ impl<T> Slab<T> {
     }
 
     /// The live entry at `index` if its generation still matches; `None` for stale handles.
-    pub(super) fn live(&self, index: u32, generation: u32) -> Option<&Entry<T>> {
+    pub(crate) fn live(&self, index: u32, generation: u32) -> Option<&Entry<T>> {
         self.entries
             .get(index as usize)
             .filter(|entry| entry.generation == generation && entry.value.is_some())
     }
 
     /// Mutable form of [`Slab::live`].
-    pub(super) fn live_mut(&mut self, index: u32, generation: u32) -> Option<&mut Entry<T>> {
+    pub(crate) fn live_mut(&mut self, index: u32, generation: u32) -> Option<&mut Entry<T>> {
         self.entries
             .get_mut(index as usize)
             .filter(|entry| entry.generation == generation && entry.value.is_some())
     }
 
-    pub(super) fn entry(&self, index: u32) -> &Entry<T> {
+    pub(crate) fn entry(&self, index: u32) -> &Entry<T> {
         &self.entries[index as usize]
     }
 
-    pub(super) fn entry_mut(&mut self, index: u32) -> &mut Entry<T> {
+    pub(crate) fn entry_mut(&mut self, index: u32) -> &mut Entry<T> {
         &mut self.entries[index as usize]
     }
 
     /// Every entry, live or free, from `start` to the end of the slab, with its index.
-    pub(super) fn entries_from(&self, start: u32) -> impl Iterator<Item = (u32, &Entry<T>)> {
+    pub(crate) fn entries_from(&self, start: u32) -> impl Iterator<Item = (u32, &Entry<T>)> {
         self.entries
             .iter_from(start as usize)
             .zip(start..)
@@ -193,5 +194,10 @@ mod tests {
             [3]
         );
         assert_eq!(slab.entries_from(9).count(), 0);
+    }
+
+    #[test]
+    fn entry_is_at_most_32_bytes_for_u32_values() {
+        assert!(std::mem::size_of::<Entry<u32>>() <= 32);
     }
 }
