@@ -7,7 +7,6 @@
 //! `TICKD_CRASH_SEED=<seed>` replays the same choices (the interleaving still varies).
 
 mod common;
-mod support;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -16,8 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::daemon::{tickd_command, Daemon};
 use common::*;
-use support::daemon::{tickd_command, Daemon};
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::{Channel, Endpoint};
 

@@ -14,7 +14,9 @@
 //! - `TICKD_PYTHON`: the interpreter to build the venv from (default `python3`).
 //! - `TICKD_KUSTOMIZE`: a kustomize binary to cross-check with, or `off` (default: the
 //!   first of `kustomize`, `kubectl kustomize` that runs).
-//! - `TICKD_SKIP_DEPLOY=1`: skip these tests (e.g. offline with no venv yet).
+//! - `TICKD_SKIP_POLYGLOT=1`: skip the tests that need the venv (e.g. offline with no venv
+//!   yet), as the other tests needing Python do; the check of the replicated overlay's
+//!   flags needs no Python and always runs.
 
 mod common;
 
