@@ -183,3 +183,112 @@ pub async fn health(
         .ok()?;
     Some(answer.into_inner().status())
 }
+
+/// How long a test waits for one answer: a safety net so that a bug fails the test instead
+/// of hanging it, never a synchronisation.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// `future`, or a test failure if it does not finish within [`PATIENCE`].
+pub async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .expect("no answer in time")
+}
+
+/// Cancels `timer`; true if it was pending.
+pub async fn cancel(client: &mut TimersClient<Channel>, timer: Option<TimerRef>) -> bool {
+    client
+        .cancel(CancelRequest { timer })
+        .await
+        .expect("cancel")
+        .into_inner()
+        .cancelled
+}
+
+/// The stored timer (with its payload), or the refusal.
+pub async fn get(
+    client: &mut TimersClient<Channel>,
+    timer: Option<TimerRef>,
+) -> Result<Timer, tonic::Status> {
+    client
+        .get(GetRequest { timer })
+        .await
+        .map(|response| response.into_inner().timer.expect("timer"))
+}
+
+/// One page of the pending timers of `namespace` ("" for all).
+pub async fn pending_page(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    page_size: u32,
+    page_token: &str,
+) -> Result<PendingResponse, tonic::Status> {
+    client
+        .pending(PendingRequest {
+            namespace: namespace.into(),
+            page_size,
+            page_token: page_token.into(),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Every pending timer of `namespace` ("" for all), paging through the listing, by id.
+pub async fn list_pending(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+) -> std::collections::BTreeMap<String, Timer> {
+    let mut timers = std::collections::BTreeMap::new();
+    let mut page_token = String::new();
+    loop {
+        let page = pending_page(client, namespace, 1_000, &page_token)
+            .await
+            .expect("pending");
+        for timer in page.timers {
+            timers.insert(timer.id.clone(), timer);
+        }
+        if page.next_page_token.is_empty() {
+            return timers;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// The id of the timer an expiration carries.
+pub fn timer_id(expiration: &Expiration) -> String {
+    expiration
+        .timer
+        .as_ref()
+        .expect("expiration timer")
+        .id
+        .clone()
+}
+
+/// The health of `service` ("" for the whole server) as the server behind `channel` tells.
+pub async fn check_health(
+    channel: Channel,
+    service: &str,
+) -> Result<tonic_health::pb::health_check_response::ServingStatus, tonic::Status> {
+    let request = tonic_health::pb::HealthCheckRequest {
+        service: service.into(),
+    };
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(request)
+        .await
+        .map(|answer| answer.into_inner().status())
+}
+
+/// A channel over the Unix socket at `path` (the URI is not used).
+pub async fn unix_channel(path: std::path::PathBuf) -> Channel {
+    tonic::transport::Endpoint::from_static("http://unix.socket")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("connect over the unix socket")
+}
