@@ -452,7 +452,9 @@ async fn shutdown_with_open_streams_finishes_without_waiting_for_the_drain_timeo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_on_a_unix_socket_too() {
     let server = TestServer::start_with_unix_socket(tickd::config::Config::defaults()).await;
-    let channel = unix_channel(server.unix_socket.clone().unwrap()).await;
+    let channel = unix_channel(server.unix_socket.clone().unwrap())
+        .await
+        .expect("connect over the unix socket");
     let mut client = tickd::proto::timers_client::TimersClient::new(channel);
     let timer = register(&mut client, spec("sidecar", 60_000, b"u")).await;
     let got = get(&mut client, by_id("sidecar", &timer.id)).await;

@@ -120,18 +120,29 @@ fn server_cert(ca: &TestCa) -> CertAndKey {
     ca.server("tickd", &["localhost", "127.0.0.1"])
 }
 
-/// Connects over TLS trusting `ca_pem`, optionally presenting a client identity, and makes
-/// one Timers call and one health call; any failure (handshake, certificate, call) is an Err.
+/// Connects over TLS trusting `ca`, presenting a client certificate signed by
+/// `client_signer` if one is given, and makes one Timers call and one health call; any
+/// failure (handshake, certificate, call) is an Err.
 async fn tls_call(
     addr: SocketAddr,
     host: &str,
-    ca_pem: &str,
-    identity: Option<&CertAndKey>,
+    ca: &TestCa,
+    client_signer: Option<&TestCa>,
+) -> Result<(), String> {
+    within(tls_call_inner(addr, host, ca, client_signer)).await
+}
+
+async fn tls_call_inner(
+    addr: SocketAddr,
+    host: &str,
+    ca: &TestCa,
+    client_signer: Option<&TestCa>,
 ) -> Result<(), String> {
     let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca_pem))
+        .ca_certificate(Certificate::from_pem(&ca.pem))
         .domain_name("localhost");
-    if let Some(identity) = identity {
+    if let Some(signer) = client_signer {
+        let identity = signer.client("tickd client");
         tls = tls.identity(Identity::from_pem(&identity.cert_pem, &identity.key_pem));
     }
     let endpoint = Endpoint::from_shared(format!("https://{host}:{}", addr.port()))
@@ -189,22 +200,17 @@ async fn tls_handshake_needs_the_right_ca() {
     }))
     .await;
 
-    within(tls_call(server.addr, "127.0.0.1", &pki.pem, None))
+    tls_call(server.addr, "127.0.0.1", &pki, None)
         .await
         .expect("TLS with the server's CA");
-    within(tls_call(server.addr, "localhost", &pki.pem, None))
+    tls_call(server.addr, "localhost", &pki, None)
         .await
         .expect("TLS by name");
     // A client certificate is harmless when none is asked for.
-    within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &pki.pem,
-        Some(&pki.client("tickd client")),
-    ))
-    .await
-    .expect("TLS with an unrequested client certificate");
-    let wrong_ca = within(tls_call(server.addr, "127.0.0.1", &other.pem, None)).await;
+    tls_call(server.addr, "127.0.0.1", &pki, Some(&pki))
+        .await
+        .expect("TLS with an unrequested client certificate");
+    let wrong_ca = tls_call(server.addr, "127.0.0.1", &other, None).await;
     assert!(
         wrong_ca.is_err(),
         "a server cert from another CA was trusted"
@@ -235,42 +241,27 @@ async fn mutual_tls_needs_a_client_certificate_from_the_client_ca() {
     }))
     .await;
 
-    within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &pki.pem,
-        Some(&pki.client("tickd client")),
-    ))
-    .await
-    .expect("mTLS with a client cert signed by the client CA");
-    let without = within(tls_call(server.addr, "127.0.0.1", &pki.pem, None)).await;
+    tls_call(server.addr, "127.0.0.1", &pki, Some(&pki))
+        .await
+        .expect("mTLS with a client cert signed by the client CA");
+    let without = tls_call(server.addr, "127.0.0.1", &pki, None).await;
     assert!(
         without.is_err(),
         "mTLS accepted a client with no certificate"
     );
-    let foreign = within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &pki.pem,
-        Some(&other.client("tickd client")),
-    ))
-    .await;
+    let foreign = tls_call(server.addr, "127.0.0.1", &pki, Some(&other)).await;
     assert!(
         foreign.is_err(),
         "mTLS accepted a client cert from another CA"
     );
     // A client that does not trust the server fails even with a good certificate.
-    let distrust = within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &other.pem,
-        Some(&pki.client("tickd client")),
-    ))
-    .await;
+    let distrust = tls_call(server.addr, "127.0.0.1", &other, Some(&pki)).await;
     assert!(distrust.is_err());
 
     // The Unix socket stays plaintext (guarded by its file mode).
-    let channel = unix_channel(server.unix_socket.clone().expect("unix socket")).await;
+    let channel = unix_channel(server.unix_socket.clone().expect("unix socket"))
+        .await
+        .expect("connect over the unix socket");
     let health = within(check_health(channel, ""))
         .await
         .expect("health over the unix socket");

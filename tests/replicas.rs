@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use common::daemon::{tickd_command, Daemon};
 use common::postgres::{explain, Postgres};
 use common::tooling::skip_postgres;
+use common::wait;
 use common::*;
 use tempfile::TempDir;
 use tickd::proto::timers_client::TimersClient;
@@ -531,24 +532,12 @@ impl Cluster {
 
     /// Checks `condition` every [`POLL`] until it holds; after [`PATIENCE`], panics with its
     /// last explanation and the state of the database and the replicas.
-    async fn eventually<F, Fut>(&self, what: &str, mut condition: F)
+    async fn eventually<F, Fut>(&self, what: &str, condition: F)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<(), String>>,
     {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let Err(explanation) = condition().await else {
-                return;
-            };
-            if Instant::now() > deadline {
-                panic!(
-                    "still not true after {PATIENCE:?}: {what} ({explanation})\n{}",
-                    self.report().await
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        wait::eventually(what, PATIENCE, POLL, condition, || self.report()).await
     }
 
     async fn wait_until_delivered(&self, ledger: &SharedLedger) {

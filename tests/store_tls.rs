@@ -21,12 +21,13 @@ mod common;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::daemon::{tickd_command, Daemon};
 use common::pki::TestCa;
 use common::postgres::{Postgres, ServerTls};
 use common::tooling::skip_postgres;
+use common::wait;
 use common::*;
 use tempfile::TempDir;
 use tickd::cluster::Database;
@@ -322,22 +323,11 @@ fn client_for(daemon: &Daemon) -> TimersClient<Channel> {
 
 /// Checks `condition` every [`POLL`] until it holds; after [`PATIENCE`], panics with its
 /// last explanation and the replica's log.
-async fn eventually<F, Fut>(daemon: &Daemon, what: &str, mut condition: F)
+async fn eventually<F, Fut>(daemon: &Daemon, what: &str, condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let Err(explanation) = condition().await else {
-            return;
-        };
-        if Instant::now() > deadline {
-            panic!(
-                "still not true after {PATIENCE:?}: {what} ({explanation}); log:\n{}",
-                daemon.log_text()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let log = || async { format!("log:\n{}", daemon.log_text()) };
+    wait::eventually(what, PATIENCE, POLL, condition, log).await
 }

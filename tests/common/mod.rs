@@ -7,6 +7,8 @@
 //! - [`pki`]: a throwaway CA and the certificates it signs;
 //! - [`metrics`]: scraping and parsing `/metrics`;
 //! - [`raw_codec`]: sending bytes no generated client would;
+//! - [`rng`]: a small deterministic random generator, for randomised tests;
+//! - [`wait`]: checking a condition until it holds, for states with no event to await;
 //! - [`tooling`]: running commands, install locks, Python venvs, and the switches that skip
 //!   tests needing what may be missing offline (`TICKD_SKIP_POLYGLOT`, `TICKD_SKIP_POSTGRES`).
 //!
@@ -21,9 +23,11 @@ pub mod metrics;
 pub mod pki;
 pub mod postgres;
 pub mod raw_codec;
+pub mod rng;
 pub mod rpc;
 pub mod server;
 pub mod tooling;
+pub mod wait;
 
 #[allow(unused_imports)]
 pub use {rpc::*, server::*, tickd::proto::*};
