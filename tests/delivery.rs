@@ -42,6 +42,68 @@ async fn recv_either(
     .unwrap_or_else(|_| panic!("timed out with {}", progress()))
 }
 
+/// Receives on two sharing subscriptions, acknowledging each expiration at once, until
+/// every one of `ids` came; checks that each came once, on its first attempt, and that
+/// both subscriptions took part.
+async fn share_between(
+    a: &mut tonic::Streaming<SubscribeResponse>,
+    b: &mut tonic::Streaming<SubscribeResponse>,
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    ids: &[String],
+) {
+    let mut received = Vec::new();
+    let mut per_subscriber = [0usize; 2];
+    let mut distinct = HashSet::new();
+    while distinct.len() < ids.len() {
+        let (who, expiration) = recv_either(a, b, || {
+            format!(
+                "{} of {} distinct expirations received",
+                distinct.len(),
+                ids.len()
+            )
+        })
+        .await;
+        assert_eq!(expiration.attempt, 1, "redelivery while everyone acks");
+        ack_one(client, namespace, &expiration.delivery_id, true).await;
+        per_subscriber[who] += 1;
+        let id = timer_id(&expiration);
+        distinct.insert(id.clone());
+        received.push(id);
+    }
+    assert_eq!(
+        received.len(),
+        ids.len(),
+        "some expiration was delivered twice"
+    );
+    assert_exact_union(&received, ids);
+    assert!(
+        per_subscriber.iter().all(|&count| count > 0),
+        "one subscriber got no work: {per_subscriber:?}"
+    );
+}
+
+/// Acknowledges one delivery; checks that it was awaiting an ack (`awaited`) or was
+/// reported unknown.
+async fn ack_one(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    delivery_id: &str,
+    awaited: bool,
+) {
+    let outcome = ack(client, namespace, vec![delivery_id.to_owned()]).await;
+    if awaited {
+        assert_eq!(
+            outcome.acknowledged, 1,
+            "{delivery_id} was not awaiting an ack"
+        );
+        assert!(outcome.unknown.is_empty(), "{:?}", outcome.unknown);
+    } else {
+        assert_eq!(outcome.acknowledged, 0, "{delivery_id} was acknowledged");
+        assert_eq!(outcome.unknown, vec![delivery_id.to_owned()]);
+    }
+}
+
 /// Receives `count` expirations on `stream`, each of them attempt number `attempt`, and
 /// acknowledges each at once; returns their timers' ids.
 async fn recv_and_ack_each(
@@ -56,8 +118,7 @@ async fn recv_and_ack_each(
     for _ in 0..count {
         let expiration = recv(stream, what).await;
         assert_eq!(expiration.attempt, attempt, "{what}");
-        let outcome = ack(client, namespace, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
+        ack_one(client, namespace, &expiration.delivery_id, true).await;
         ids.push(timer_id(&expiration));
     }
     ids
@@ -112,29 +173,7 @@ async fn sharing_subscribers_split_without_duplicates() {
     let mut b = subscribe(&mut client, ns, LONG_ACK_MS, 4).await;
     let ids = register_all(&mut client, specs(ns, N, 0)).await;
 
-    let mut received = Vec::new();
-    let mut per_subscriber = [0usize; 2];
-    let mut distinct = HashSet::new();
-    while distinct.len() < N {
-        let (who, expiration) = recv_either(&mut a, &mut b, || {
-            format!("{} of {N} distinct expirations received", distinct.len())
-        })
-        .await;
-        assert_eq!(expiration.attempt, 1, "redelivery while everyone acks");
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        assert!(outcome.unknown.is_empty(), "{:?}", outcome.unknown);
-        per_subscriber[who] += 1;
-        let id = timer_id(&expiration);
-        distinct.insert(id.clone());
-        received.push(id);
-    }
-    assert_eq!(received.len(), N, "some expiration was delivered twice");
-    assert_exact_union(&received, &ids);
-    assert!(
-        per_subscriber.iter().all(|&count| count > 0),
-        "one subscriber got no work: {per_subscriber:?}"
-    );
+    share_between(&mut a, &mut b, &mut client, ns, &ids).await;
     let pending = pending_with_dead(&mut client, ns).await;
     assert_eq!(pending.dead_count, 0);
     server.stop().await;
@@ -171,8 +210,7 @@ async fn disconnected_subscriber_deliveries_go_to_another() {
             expiration.delivery_id,
             "a redelivery gets a new delivery id"
         );
-        let outcome = ack(&mut b_client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
+        ack_one(&mut b_client, ns, &expiration.delivery_id, true).await;
         redelivered.push(timer_id(&expiration));
     }
     assert_exact_union(&redelivered, &ids);
@@ -210,12 +248,8 @@ async fn unacked_delivery_is_redelivered_after_ack_timeout() {
     );
 
     // The expired delivery can no longer be acknowledged; the new one can.
-    let outcome = ack(&mut client, ns, vec![first.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 0);
-    assert_eq!(outcome.unknown, vec![first.delivery_id.clone()]);
-    let outcome = ack(&mut client, ns, vec![second.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 1);
-    assert!(outcome.unknown.is_empty());
+    ack_one(&mut client, ns, &first.delivery_id, false).await;
+    ack_one(&mut client, ns, &second.delivery_id, true).await;
     server.stop().await;
 }
 
@@ -259,8 +293,7 @@ async fn expiration_is_dead_after_max_attempts() {
         "the dead expiration came a third time"
     );
     assert_eq!(next.attempt, 1);
-    let outcome = ack(&mut client, ns, vec![next.delivery_id]).await;
-    assert_eq!(outcome.acknowledged, 1);
+    ack_one(&mut client, ns, &next.delivery_id, true).await;
     assert_eq!(pending_with_dead(&mut client, ns).await.dead_count, 1);
     server.stop().await;
 }
@@ -345,27 +378,7 @@ async fn observer_sees_everything_while_sharers_split() {
     let mut b = subscribe(&mut client, ns, LONG_ACK_MS, 4).await;
     let ids = register_all(&mut client, specs(ns, N, 0)).await;
 
-    let mut shared = Vec::new();
-    let mut per_subscriber = [0usize; 2];
-    let mut distinct = HashSet::new();
-    while distinct.len() < N {
-        let (who, expiration) = recv_either(&mut a, &mut b, || {
-            format!("{} of {N} shared", distinct.len())
-        })
-        .await;
-        assert_eq!(expiration.attempt, 1);
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        per_subscriber[who] += 1;
-        distinct.insert(timer_id(&expiration));
-        shared.push(timer_id(&expiration));
-    }
-    assert_eq!(shared.len(), N, "a sharing subscriber got a duplicate");
-    assert_exact_union(&shared, &ids);
-    assert!(
-        per_subscriber.iter().all(|&count| count > 0),
-        "{per_subscriber:?}"
-    );
+    share_between(&mut a, &mut b, &mut client, ns, &ids).await;
 
     let mut observed = Vec::new();
     for _ in 0..N {
@@ -405,17 +418,11 @@ async fn ack_reports_unknown_ids() {
     assert_eq!(outcome.unknown.len(), bogus.len());
 
     // Acknowledging again: the delivery is no longer awaiting an ack.
-    let outcome = ack(&mut client, ns, vec![first.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 0);
-    assert_eq!(outcome.unknown, vec![first.delivery_id.clone()]);
+    ack_one(&mut client, ns, &first.delivery_id, false).await;
 
     // A real delivery id acked in the wrong namespace is unknown there and still pending here.
-    let outcome = ack(&mut client, "elsewhere", vec![second.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 0);
-    assert_eq!(outcome.unknown, vec![second.delivery_id.clone()]);
-    let outcome = ack(&mut client, ns, vec![second.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 1);
-    assert!(outcome.unknown.is_empty());
+    ack_one(&mut client, "elsewhere", &second.delivery_id, false).await;
+    ack_one(&mut client, ns, &second.delivery_id, true).await;
     server.stop().await;
 }
 
