@@ -30,6 +30,12 @@ async fn start_on(dir: &Path, sync: SyncMode) -> (TestServer, TimersClient<Chann
     (server, client)
 }
 
+/// Stops the server once its client has gone.
+async fn stop(server: TestServer, client: TimersClient<Channel>) -> tickd::server::Stopped {
+    drop(client);
+    server.stop().await
+}
+
 /// id, namespace, key, deadline, payload, repeat, ttl, fired count.
 type DurableView = (
     String,
@@ -148,8 +154,7 @@ async fn restart_keeps_pending_timers_exactly() {
     );
     assert!(!before.contains_key(&cancelled.id));
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let after = list_pending(&mut client, "").await;
@@ -199,8 +204,7 @@ async fn restart_keeps_pending_timers_exactly() {
         let fresh = register(&mut client, spec("orders", 3_600_000, b"new")).await;
         assert!(!old_ids.contains(&fresh.id), "id {} issued again", fresh.id);
     }
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,8 +222,7 @@ async fn deadlines_passed_while_down_fire_at_once_marked_late() {
         due.insert(timer.id);
     }
     let later = register(&mut client, spec("late", 3_600_000, b"not yet")).await;
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     // The server is down while the deadlines pass: that is the scenario.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -256,8 +259,7 @@ async fn deadlines_passed_while_down_fire_at_once_marked_late() {
     assert_eq!(pending.keys().collect::<Vec<_>>(), vec![&later.id]);
     assert_eq!(pending[&later.id].fired_count, 0);
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,8 +283,7 @@ async fn unacked_expirations_come_back_after_restart_acked_ones_do_not() {
     .await;
     assert_eq!(answer.acknowledged, 1);
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let mut stream = subscribe(&mut client, "redo", 60_000, 10).await;
@@ -316,8 +317,7 @@ async fn unacked_expirations_come_back_after_restart_acked_ones_do_not() {
         "the same firing, not a new one"
     );
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     // Now everything was acknowledged: a third start delivers nothing before a new marker.
     assert_a_new_marker_fires_first(&data, "redo", "nothing acknowledged came back").await;
@@ -332,8 +332,7 @@ async fn assert_a_new_marker_fires_first(data: &Path, namespace: &str, why: &str
     let first = within(next_expiration(&mut stream)).await;
     assert_eq!(timer_id(&first), marker.id, "{why}");
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,8 +353,7 @@ async fn auto_acked_expirations_do_not_come_back_after_restart() {
     let received = within(next_expiration(&mut stream)).await;
     assert_eq!(received.timer.unwrap().id, fired.id);
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     assert_a_new_marker_fires_first(
         &data,
@@ -401,8 +399,7 @@ async fn torn_tail_is_cut_off_and_everything_before_it_kept() {
     let data = dir.path().join("data");
     let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let ids = register_sequence(&mut client, "torn", 20).await;
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let newest = segments(&data).pop().expect("a segment");
     let length = std::fs::metadata(&newest).unwrap().len();
@@ -425,15 +422,13 @@ async fn torn_tail_is_cut_off_and_everything_before_it_kept() {
     );
     // The server works normally on top of the repaired log, and keeps working across restarts.
     let extra = register(&mut client, spec("torn", 3_600_000, b"after repair")).await;
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let pending = list_pending(&mut client, "torn").await;
     assert_eq!(pending.len(), 20);
     assert!(pending.contains_key(&extra.id));
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,8 +540,7 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
         "the first segment was compacted away"
     );
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let server = start().await;
     let mut client = server.client().await;
@@ -563,8 +557,7 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
         "the unacknowledged expirations survive compaction"
     );
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -574,8 +567,7 @@ async fn sync_none_writes_nothing_and_restarts_empty() {
     let (server, mut client) = start_on(&data, SyncMode::None).await;
     register_sequence(&mut client, "mem", 10).await;
     assert_eq!(pending_count(&mut client, "mem").await, 10);
-    drop(client);
-    let stopped = server.stop().await;
+    let stopped = stop(server, client).await;
     assert_eq!(stopped.pending_timers, 10);
     assert_eq!(dir_bytes(&data), 0, "nothing written to {}", data.display());
 
@@ -585,8 +577,7 @@ async fn sync_none_writes_nothing_and_restarts_empty() {
         0,
         "memory only: gone"
     );
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -597,8 +588,7 @@ async fn sync_interval_keeps_timers_across_a_clean_restart() {
     let ids = register_sequence(&mut client, "interval", 50).await;
     let cancelled = ids[7].clone();
     assert!(cancel(&mut client, by_id("interval", &cancelled)).await);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let (server, mut client) = start_on(&data, SyncMode::Interval).await;
     let pending: Vec<String> = list_pending(&mut client, "interval")
@@ -607,6 +597,5 @@ async fn sync_interval_keeps_timers_across_a_clean_restart() {
         .collect();
     let expected: Vec<String> = ids.into_iter().filter(|id| *id != cancelled).collect();
     assert_eq!(pending, expected);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
