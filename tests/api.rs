@@ -8,14 +8,6 @@ use std::time::Duration;
 use common::*;
 use tonic::Code;
 
-const PATIENCE: Duration = Duration::from_secs(20);
-
-async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .expect("no answer in time")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registered_timer_is_delivered_with_its_payload_never_early() {
     let server = TestServer::start().await;
@@ -44,23 +36,9 @@ async fn cancelled_timer_is_never_delivered() {
     let mut client = server.client().await;
     let doomed = register(&mut client, spec("jobs", 100, b"doomed")).await;
     let survivor = register(&mut client, spec("jobs", 300, b"survivor")).await;
-    let cancelled = client
-        .cancel(CancelRequest {
-            timer: by_id("jobs", &doomed.id),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(cancelled.cancelled);
+    assert!(cancel(&mut client, by_id("jobs", &doomed.id)).await);
     // Cancelling again says it was no longer pending.
-    let again = client
-        .cancel(CancelRequest {
-            timer: by_id("jobs", &doomed.id),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!again.cancelled);
+    assert!(!cancel(&mut client, by_id("jobs", &doomed.id)).await);
 
     // Expirations arrive in deadline order, so the survivor being first proves the
     // cancelled one (due earlier) was never delivered.
@@ -85,16 +63,9 @@ async fn pending_and_get_agree_with_what_was_registered() {
     let mut page_token = String::new();
     let mut listing_tokens = Vec::new();
     loop {
-        let page = client
-            .pending(PendingRequest {
-                namespace: "listing".into(),
-                page_size: 10,
-                page_token: page_token.clone(),
-                ..Default::default()
-            })
+        let page = pending_page(&mut client, "listing", 10, &page_token)
             .await
-            .unwrap()
-            .into_inner();
+            .unwrap();
         assert_eq!(page.count, 25);
         assert!(page.timers.len() <= 10);
         for timer in page.timers {
@@ -129,18 +100,9 @@ async fn pending_and_get_agree_with_what_was_registered() {
         "0.ffffffffffffffff",
         "1.ffffffff",
     ] {
-        let answer = client
-            .pending(PendingRequest {
-                namespace: "elsewhere".into(),
-                page_size: 10,
-                page_token: token.into(),
-                ..Default::default()
-            })
-            .await;
-        match answer {
+        match pending_page(&mut client, "elsewhere", 10, token).await {
             Ok(page) => {
                 assert_ne!(token, foreign, "another namespace's token was accepted");
-                let page = page.into_inner();
                 assert!(page
                     .timers
                     .iter()
@@ -154,15 +116,7 @@ async fn pending_and_get_agree_with_what_was_registered() {
     }
 
     let id = ids.iter().next().unwrap().clone();
-    let got = client
-        .get(GetRequest {
-            timer: by_id("listing", &id),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .timer
-        .unwrap();
+    let got = get(&mut client, by_id("listing", &id)).await.unwrap();
     assert_eq!(got.id, id);
     assert_eq!(&got.payload[..], b"p");
     let remaining = got.remaining.unwrap();
@@ -174,23 +128,13 @@ async fn pending_and_get_agree_with_what_was_registered() {
 async fn registering_an_existing_key_returns_the_existing_timer() {
     let server = TestServer::start().await;
     let mut client = server.client().await;
-    let mut first_spec = spec("payments", 60_000, b"first");
-    first_spec.key = "order-7".into();
-    let first = client
-        .new_timeout(NewTimeoutRequest {
-            timer: Some(first_spec),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let keyed = |delay_ms, payload: &[u8]| TimerSpec {
+        key: "order-7".into(),
+        ..spec("payments", delay_ms, payload)
+    };
+    let first = register_answer(&mut client, keyed(60_000, b"first")).await;
     assert!(first.created);
-    let mut retry = spec("payments", 90_000, b"second");
-    retry.key = "order-7".into();
-    let second = client
-        .new_timeout(NewTimeoutRequest { timer: Some(retry) })
-        .await
-        .unwrap()
-        .into_inner();
+    let second = register_answer(&mut client, keyed(90_000, b"second")).await;
     assert!(!second.created);
     let (first, second) = (first.timer.unwrap(), second.timer.unwrap());
     assert_eq!(first.id, second.id);
@@ -198,32 +142,14 @@ async fn registering_an_existing_key_returns_the_existing_timer() {
     assert!(first.payload.is_empty() && second.payload.is_empty());
     assert_eq!(pending_count(&mut client, "payments").await, 1);
 
-    let by_key_answer = client
-        .get(GetRequest {
-            timer: by_key("payments", "order-7"),
-        })
+    let kept = get(&mut client, by_key("payments", "order-7"))
         .await
-        .unwrap()
-        .into_inner();
-    let kept = by_key_answer.timer.unwrap();
+        .unwrap();
     assert_eq!(kept.id, first.id);
     assert_eq!(&kept.payload[..], b"first");
-    let cancelled = client
-        .cancel(CancelRequest {
-            timer: by_key("payments", "order-7"),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(cancelled.cancelled);
+    assert!(cancel(&mut client, by_key("payments", "order-7")).await);
     // The key is free again once its timer is gone.
-    let mut reuse = spec("payments", 60_000, b"third");
-    reuse.key = "order-7".into();
-    let third = client
-        .new_timeout(NewTimeoutRequest { timer: Some(reuse) })
-        .await
-        .unwrap()
-        .into_inner();
+    let third = register_answer(&mut client, keyed(60_000, b"third")).await;
     assert!(third.created);
     assert_ne!(third.timer.unwrap().id, first.id);
     server.stop().await;
@@ -252,18 +178,23 @@ async fn repeating_timer_rearms_from_its_previous_deadline() {
         assert_eq!(offset % 25_000_000, 0, "deadline drifted by {offset} ns");
         assert!(unix_nanos(expiration.fired_at.as_ref().unwrap()) >= deadline);
     }
-    let cancelled = client
-        .cancel(CancelRequest {
-            timer: by_id("cron", &timer.id),
-        })
-        .await
-        .unwrap()
-        .into_inner();
     assert!(
-        cancelled.cancelled,
+        cancel(&mut client, by_id("cron", &timer.id)).await,
         "a repeating timer stays pending between firings"
     );
     server.stop().await;
+}
+
+/// The whole answer to registering `spec`, `created` included.
+async fn register_answer(
+    client: &mut tickd::proto::timers_client::TimersClient<tonic::transport::Channel>,
+    spec: TimerSpec,
+) -> NewTimeoutResponse {
+    client
+        .new_timeout(NewTimeoutRequest { timer: Some(spec) })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 fn expect_code(result: Result<impl std::fmt::Debug, tonic::Status>, code: Code, mentions: &str) {
@@ -283,102 +214,84 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     }))
     .await;
     let mut client = server.client().await;
-    let register_raw = |timer: TimerSpec| NewTimeoutRequest { timer: Some(timer) };
-
-    let mut negative = spec("bad", 0, b"");
-    negative.delay = Some(prost_types::Duration {
-        seconds: -5,
-        nanos: 0,
-    });
-    expect_code(
-        client.new_timeout(register_raw(negative)).await,
-        Code::InvalidArgument,
-        "delay",
-    );
-
-    let absurd = TimerSpec {
-        delay: Some(prost_types::Duration {
-            seconds: i64::MAX / 2,
-            nanos: 0,
-        }),
-        ..spec("bad", 0, b"")
-    };
-    expect_code(
-        client.new_timeout(register_raw(absurd)).await,
-        Code::InvalidArgument,
-        "delay",
-    );
-
-    let both = TimerSpec {
-        deadline: Some(prost_types::Timestamp {
-            seconds: 1,
-            nanos: 0,
-        }),
-        ..spec("bad", 10, b"")
-    };
-    expect_code(
-        client.new_timeout(register_raw(both)).await,
-        Code::InvalidArgument,
-        "deadline",
-    );
-
-    let neither = TimerSpec {
-        delay: None,
-        ..spec("bad", 0, b"")
-    };
-    expect_code(
-        client.new_timeout(register_raw(neither)).await,
-        Code::InvalidArgument,
-        "delay",
-    );
-
-    // Shorter than the 1 ms tick, a repeat would fire on every tick for ever.
-    let sub_tick_repeat = TimerSpec {
-        repeat: Some(prost_types::Duration {
-            seconds: 0,
-            nanos: 1,
-        }),
-        ..spec("bad", 10, b"")
-    };
-    expect_code(
-        client.new_timeout(register_raw(sub_tick_repeat)).await,
-        Code::InvalidArgument,
-        "repeat",
-    );
-
-    let long_namespace = spec(&"n".repeat(129), 10, b"");
-    expect_code(
-        client.new_timeout(register_raw(long_namespace)).await,
-        Code::InvalidArgument,
-        "namespace",
-    );
-
-    let long_key = TimerSpec {
-        key: "k".repeat(257),
-        ..spec("bad", 10, b"")
-    };
-    expect_code(
-        client.new_timeout(register_raw(long_key)).await,
-        Code::InvalidArgument,
-        "key",
-    );
-
-    let oversized = spec("bad", 10, &[7u8; 17]);
-    expect_code(
-        client.new_timeout(register_raw(oversized)).await,
-        Code::ResourceExhausted,
-        "payload",
-    );
-
-    let zero_repeat = TimerSpec {
-        repeat: Some(millis(0)),
-        ..spec("bad", 10, b"")
-    };
-    expect_code(
-        client.new_timeout(register_raw(zero_repeat)).await,
-        Code::InvalidArgument,
-        "repeat",
-    );
+    let duration = |seconds, nanos| Some(prost_types::Duration { seconds, nanos });
+    let bad = |delay_ms| spec("bad", delay_ms, b"");
+    let refused = [
+        (
+            TimerSpec {
+                delay: duration(-5, 0),
+                ..bad(0)
+            },
+            Code::InvalidArgument,
+            "delay",
+        ),
+        (
+            TimerSpec {
+                delay: duration(i64::MAX / 2, 0),
+                ..bad(0)
+            },
+            Code::InvalidArgument,
+            "delay",
+        ),
+        (
+            TimerSpec {
+                deadline: Some(prost_types::Timestamp {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                ..bad(10)
+            },
+            Code::InvalidArgument,
+            "deadline",
+        ),
+        (
+            TimerSpec {
+                delay: None,
+                ..bad(0)
+            },
+            Code::InvalidArgument,
+            "delay",
+        ),
+        // Shorter than the 1 ms tick, a repeat would fire on every tick for ever.
+        (
+            TimerSpec {
+                repeat: duration(0, 1),
+                ..bad(10)
+            },
+            Code::InvalidArgument,
+            "repeat",
+        ),
+        (
+            spec(&"n".repeat(129), 10, b""),
+            Code::InvalidArgument,
+            "namespace",
+        ),
+        (
+            TimerSpec {
+                key: "k".repeat(257),
+                ..bad(10)
+            },
+            Code::InvalidArgument,
+            "key",
+        ),
+        (
+            spec("bad", 10, &[7u8; 17]),
+            Code::ResourceExhausted,
+            "payload",
+        ),
+        (
+            TimerSpec {
+                repeat: Some(millis(0)),
+                ..bad(10)
+            },
+            Code::InvalidArgument,
+            "repeat",
+        ),
+    ];
+    for (timer, code, mentions) in refused {
+        let request = NewTimeoutRequest { timer: Some(timer) };
+        expect_code(client.new_timeout(request).await, code, mentions);
+    }
 
     expect_code(
         client.new_timeout(NewTimeoutRequest { timer: None }).await,
@@ -386,61 +299,31 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         "timer",
     );
 
+    let not_an_id = by_id("bad", "not-an-id");
     expect_code(
-        client
-            .get(GetRequest {
-                timer: by_id("bad", "not-an-id"),
-            })
-            .await,
+        get(&mut client, not_an_id).await,
         Code::InvalidArgument,
         "id",
     );
+    let unknown = || by_id("bad", "00000000deadbeef");
     expect_code(
-        client
-            .get(GetRequest {
-                timer: by_id("bad", "00000000deadbeef"),
-            })
-            .await,
+        get(&mut client, unknown()).await,
         Code::NotFound,
         "00000000deadbeef",
     );
+    let cancelled = client.cancel(CancelRequest { timer: unknown() }).await;
+    expect_code(cancelled, Code::NotFound, "00000000deadbeef");
+    let never = by_key("bad", "never-registered");
+    let cancelled = client.cancel(CancelRequest { timer: never }).await;
+    expect_code(cancelled, Code::NotFound, "never-registered");
+    let empty_key = by_key("bad", "");
     expect_code(
-        client
-            .cancel(CancelRequest {
-                timer: by_id("bad", "00000000deadbeef"),
-            })
-            .await,
-        Code::NotFound,
-        "00000000deadbeef",
-    );
-    expect_code(
-        client
-            .cancel(CancelRequest {
-                timer: by_key("bad", "never-registered"),
-            })
-            .await,
-        Code::NotFound,
-        "never-registered",
-    );
-    expect_code(
-        client
-            .get(GetRequest {
-                timer: by_key("bad", ""),
-            })
-            .await,
+        get(&mut client, empty_key).await,
         Code::InvalidArgument,
         "key",
     );
-    expect_code(
-        client
-            .pending(PendingRequest {
-                page_token: "garbage".into(),
-                ..Default::default()
-            })
-            .await,
-        Code::InvalidArgument,
-        "page_token",
-    );
+    let garbage = pending_page(&mut client, "", 0, "garbage").await;
+    expect_code(garbage, Code::InvalidArgument, "page_token");
 
     let everything = client
         .pending(PendingRequest::default())
@@ -491,17 +374,8 @@ async fn a_bad_item_in_a_batch_fails_alone() {
                 timer.payload.is_empty(),
                 "registration answers carry no payload"
             );
-            let stored = client
-                .get(GetRequest {
-                    timer: Some(TimerRef {
-                        namespace: "batch".into(),
-                        target: Some(timer_ref::Target::Id(timer.id)),
-                    }),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            assert_eq!(&stored.timer.unwrap().payload[..], b"c");
+            let stored = get(&mut client, by_id("batch", &timer.id)).await;
+            assert_eq!(&stored.unwrap().payload[..], b"c");
         }
         other => panic!("the good item after the bad one failed: {other:?}"),
     }
@@ -578,56 +452,25 @@ async fn shutdown_with_open_streams_finishes_without_waiting_for_the_drain_timeo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_on_a_unix_socket_too() {
     let server = TestServer::start_with_unix_socket(tickd::config::Config::defaults()).await;
-    let path = server.unix_socket.clone().unwrap();
-    let channel = tonic::transport::Endpoint::from_static("http://unix.socket")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    let channel = unix_channel(server.unix_socket.clone().unwrap())
         .await
         .expect("connect over the unix socket");
     let mut client = tickd::proto::timers_client::TimersClient::new(channel);
     let timer = register(&mut client, spec("sidecar", 60_000, b"u")).await;
-    let got = client
-        .get(GetRequest {
-            timer: by_id("sidecar", &timer.id),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(got.timer.unwrap().id, timer.id);
+    let got = get(&mut client, by_id("sidecar", &timer.id)).await;
+    assert_eq!(got.unwrap().id, timer.id);
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_reflection_are_served() {
     let server = TestServer::start().await;
-    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
-    let answer = health
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: "tickd.v1.Timers".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        answer.status,
-        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-    );
-    let overall = health
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        overall.status,
-        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-    );
+    for service in ["tickd.v1.Timers", ""] {
+        assert_eq!(
+            check_health(server.channel().await, service).await.unwrap(),
+            tonic_health::pb::health_check_response::ServingStatus::Serving
+        );
+    }
     server.stop().await;
 }
 
@@ -658,16 +501,9 @@ async fn listing_a_small_namespace_among_many_timers_pages_through_all_of_them()
     let mut page_token = String::new();
     let mut pages = 0;
     loop {
-        let page = client
-            .pending(PendingRequest {
-                namespace: "small".into(),
-                page_size: 4,
-                page_token: page_token.clone(),
-                ..Default::default()
-            })
+        let page = pending_page(&mut client, "small", 4, &page_token)
             .await
-            .unwrap()
-            .into_inner();
+            .unwrap();
         pages += 1;
         assert_eq!(page.count, 15);
         for timer in page.timers {

@@ -7,7 +7,6 @@
 //! `TICKD_CRASH_SEED=<seed>` replays the same choices (the interleaving still varies).
 
 mod common;
-mod support;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -16,8 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::daemon::{tickd_command, Daemon};
+use common::rng::Rng;
 use common::*;
-use support::daemon::{tickd_command, Daemon};
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::{Channel, Endpoint};
 
@@ -28,24 +28,6 @@ const MIN_DELAY_MS: u64 = 500;
 const MAX_DELAY_MS: u64 = 3_000;
 const FINAL_PATIENCE: Duration = Duration::from_secs(60);
 const SNAPSHOT_AFTER_BYTES: usize = 16 * 1024;
-
-/// SplitMix64.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
-    }
-}
 
 /// A `tickd` on `data_dir`, snapshotting every few hundred records, so kills also land in
 /// the middle of snapshots and compactions.
@@ -114,7 +96,7 @@ async fn load(addr: SocketAddr, mut rng: Rng, ledger: Arc<Mutex<Ledger>>, stop: 
             }
         }
         if rng.below(3) == 0 && !mine.is_empty() {
-            let id = mine.swap_remove(rng.below(mine.len() as u64) as usize);
+            let id = mine.swap_remove(rng.below_usize(mine.len()));
             let answer = client
                 .cancel(CancelRequest {
                     timer: by_id(NAMESPACE, &id),

@@ -25,13 +25,103 @@ async fn recv(stream: &mut tonic::Streaming<SubscribeResponse>, what: &str) -> E
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
-fn timer_id(expiration: &Expiration) -> String {
-    expiration
-        .timer
-        .as_ref()
-        .expect("expiration timer")
-        .id
-        .clone()
+/// The next expiration on either of two sharing subscriptions, and which one (0 or 1) it
+/// came on; a test failure saying how far it got (`progress`) if none comes.
+async fn recv_either(
+    a: &mut tonic::Streaming<SubscribeResponse>,
+    b: &mut tonic::Streaming<SubscribeResponse>,
+    progress: impl FnOnce() -> String,
+) -> (usize, Expiration) {
+    tokio::time::timeout(RECEIVE_TIMEOUT, async {
+        tokio::select! {
+            expiration = next_expiration(a) => (0, expiration),
+            expiration = next_expiration(b) => (1, expiration),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out with {}", progress()))
+}
+
+/// Receives on two sharing subscriptions, acknowledging each expiration at once, until
+/// every one of `ids` came; checks that each came once, on its first attempt, and that
+/// both subscriptions took part.
+async fn share_between(
+    a: &mut tonic::Streaming<SubscribeResponse>,
+    b: &mut tonic::Streaming<SubscribeResponse>,
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    ids: &[String],
+) {
+    let mut received = Vec::new();
+    let mut per_subscriber = [0usize; 2];
+    let mut distinct = HashSet::new();
+    while distinct.len() < ids.len() {
+        let (who, expiration) = recv_either(a, b, || {
+            format!(
+                "{} of {} distinct expirations received",
+                distinct.len(),
+                ids.len()
+            )
+        })
+        .await;
+        assert_eq!(expiration.attempt, 1, "redelivery while everyone acks");
+        ack_one(client, namespace, &expiration.delivery_id, true).await;
+        per_subscriber[who] += 1;
+        let id = timer_id(&expiration);
+        distinct.insert(id.clone());
+        received.push(id);
+    }
+    assert_eq!(
+        received.len(),
+        ids.len(),
+        "some expiration was delivered twice"
+    );
+    assert_exact_union(&received, ids);
+    assert!(
+        per_subscriber.iter().all(|&count| count > 0),
+        "one subscriber got no work: {per_subscriber:?}"
+    );
+}
+
+/// Acknowledges one delivery; checks that it was awaiting an ack (`awaited`) or was
+/// reported unknown.
+async fn ack_one(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    delivery_id: &str,
+    awaited: bool,
+) {
+    let outcome = ack(client, namespace, vec![delivery_id.to_owned()]).await;
+    if awaited {
+        assert_eq!(
+            outcome.acknowledged, 1,
+            "{delivery_id} was not awaiting an ack"
+        );
+        assert!(outcome.unknown.is_empty(), "{:?}", outcome.unknown);
+    } else {
+        assert_eq!(outcome.acknowledged, 0, "{delivery_id} was acknowledged");
+        assert_eq!(outcome.unknown, vec![delivery_id.to_owned()]);
+    }
+}
+
+/// Receives `count` expirations on `stream`, each of them attempt number `attempt`, and
+/// acknowledges each at once; returns their timers' ids.
+async fn recv_and_ack_each(
+    stream: &mut tonic::Streaming<SubscribeResponse>,
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    count: usize,
+    attempt: u32,
+    what: &str,
+) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        let expiration = recv(stream, what).await;
+        assert_eq!(expiration.attempt, attempt, "{what}");
+        ack_one(client, namespace, &expiration.delivery_id, true).await;
+        ids.push(timer_id(&expiration));
+    }
+    ids
 }
 
 async fn subscribe_with(
@@ -74,7 +164,7 @@ fn assert_exact_union(received: &[String], expected: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharing_subscribers_split_without_duplicates() {
     const N: usize = 200;
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "share";
     // A small window makes the dispatcher alternate: both subscriptions exist before the
@@ -83,38 +173,7 @@ async fn sharing_subscribers_split_without_duplicates() {
     let mut b = subscribe(&mut client, ns, LONG_ACK_MS, 4).await;
     let ids = register_all(&mut client, specs(ns, N, 0)).await;
 
-    let mut received = Vec::new();
-    let mut per_subscriber = [0usize; 2];
-    let mut distinct = HashSet::new();
-    while distinct.len() < N {
-        let (who, expiration) = tokio::time::timeout(RECEIVE_TIMEOUT, async {
-            tokio::select! {
-                expiration = next_expiration(&mut a) => (0, expiration),
-                expiration = next_expiration(&mut b) => (1, expiration),
-            }
-        })
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "timed out with {} of {N} distinct expirations received",
-                distinct.len()
-            )
-        });
-        assert_eq!(expiration.attempt, 1, "redelivery while everyone acks");
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        assert!(outcome.unknown.is_empty(), "{:?}", outcome.unknown);
-        per_subscriber[who] += 1;
-        let id = timer_id(&expiration);
-        distinct.insert(id.clone());
-        received.push(id);
-    }
-    assert_eq!(received.len(), N, "some expiration was delivered twice");
-    assert_exact_union(&received, &ids);
-    assert!(
-        per_subscriber.iter().all(|&count| count > 0),
-        "one subscriber got no work: {per_subscriber:?}"
-    );
+    share_between(&mut a, &mut b, &mut client, ns, &ids).await;
     let pending = pending_with_dead(&mut client, ns).await;
     assert_eq!(pending.dead_count, 0);
     server.stop().await;
@@ -124,7 +183,7 @@ async fn sharing_subscribers_split_without_duplicates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnected_subscriber_deliveries_go_to_another() {
     const N: usize = 5;
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "disconnect";
     let mut a = subscribe(&mut client, ns, LONG_ACK_MS, 10).await;
@@ -151,8 +210,7 @@ async fn disconnected_subscriber_deliveries_go_to_another() {
             expiration.delivery_id,
             "a redelivery gets a new delivery id"
         );
-        let outcome = ack(&mut b_client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
+        ack_one(&mut b_client, ns, &expiration.delivery_id, true).await;
         redelivered.push(timer_id(&expiration));
     }
     assert_exact_union(&redelivered, &ids);
@@ -171,7 +229,7 @@ async fn disconnected_subscriber_deliveries_go_to_another() {
 /// 3. A delivery not acknowledged within the subscription's ack timeout comes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacked_delivery_is_redelivered_after_ack_timeout() {
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "ack-timeout";
     let mut stream = subscribe(&mut client, ns, 100, 10).await;
@@ -190,12 +248,8 @@ async fn unacked_delivery_is_redelivered_after_ack_timeout() {
     );
 
     // The expired delivery can no longer be acknowledged; the new one can.
-    let outcome = ack(&mut client, ns, vec![first.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 0);
-    assert_eq!(outcome.unknown, vec![first.delivery_id.clone()]);
-    let outcome = ack(&mut client, ns, vec![second.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 1);
-    assert!(outcome.unknown.is_empty());
+    ack_one(&mut client, ns, &first.delivery_id, false).await;
+    ack_one(&mut client, ns, &second.delivery_id, true).await;
     server.stop().await;
 }
 
@@ -239,8 +293,7 @@ async fn expiration_is_dead_after_max_attempts() {
         "the dead expiration came a third time"
     );
     assert_eq!(next.attempt, 1);
-    let outcome = ack(&mut client, ns, vec![next.delivery_id]).await;
-    assert_eq!(outcome.acknowledged, 1);
+    ack_one(&mut client, ns, &next.delivery_id, true).await;
     assert_eq!(pending_with_dead(&mut client, ns).await.dead_count, 1);
     server.stop().await;
 }
@@ -249,7 +302,7 @@ async fn expiration_is_dead_after_max_attempts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expirations_wait_for_the_first_subscriber() {
     const N: usize = 20;
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "buffered";
     let ids = register_all(&mut client, specs(ns, N, 1)).await;
@@ -261,14 +314,8 @@ async fn expirations_wait_for_the_first_subscriber() {
     .await;
 
     let mut stream = subscribe(&mut client, ns, LONG_ACK_MS, 100).await;
-    let mut received = Vec::new();
-    for _ in 0..N {
-        let expiration = recv(&mut stream, "buffered expirations").await;
-        assert_eq!(expiration.attempt, 1);
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        received.push(timer_id(&expiration));
-    }
+    let what = "buffered expirations";
+    let received = recv_and_ack_each(&mut stream, &mut client, ns, N, 1, what).await;
     assert_exact_union(&received, &ids);
     assert_eq!(pending_with_dead(&mut client, ns).await.dead_count, 0);
     server.stop().await;
@@ -280,7 +327,7 @@ async fn expirations_wait_for_the_first_subscriber() {
 async fn stalled_subscriber_is_bounded_and_does_not_slow_the_other() {
     const N: usize = 100;
     const WINDOW: usize = 5;
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "stalled";
     let mut a_client = server.client().await;
@@ -289,29 +336,15 @@ async fn stalled_subscriber_is_bounded_and_does_not_slow_the_other() {
     let ids = register_all(&mut client, specs(ns, N, 0)).await;
 
     // A holds at most WINDOW, so B must be able to get all the others without A reading.
-    let mut received_by_b = Vec::new();
-    for _ in 0..N - WINDOW {
-        let expiration = recv(&mut b, "B's share while A stalls").await;
-        assert_eq!(expiration.attempt, 1);
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        received_by_b.push(timer_id(&expiration));
-    }
+    let what = "B's share while A stalls";
+    let mut received_by_b = recv_and_ack_each(&mut b, &mut client, ns, N - WINDOW, 1, what).await;
     let first_round: HashSet<String> = received_by_b.iter().cloned().collect();
     assert_eq!(first_round.len(), N - WINDOW, "B got a duplicate");
 
     drop(a);
-    let mut taken_back = Vec::new();
-    for _ in 0..WINDOW {
-        let expiration = recv(&mut b, "A's deliveries after it left").await;
-        assert_eq!(
-            expiration.attempt, 2,
-            "only A's deliveries remain, as attempt 2"
-        );
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        taken_back.push(timer_id(&expiration));
-    }
+    // Only A's deliveries remain, as attempt 2.
+    let what = "A's deliveries after it left";
+    let taken_back = recv_and_ack_each(&mut b, &mut client, ns, WINDOW, 2, what).await;
     assert!(
         taken_back.iter().all(|id| !first_round.contains(id)),
         "B received an expiration it had already acknowledged"
@@ -327,7 +360,7 @@ async fn stalled_subscriber_is_bounded_and_does_not_slow_the_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observer_sees_everything_while_sharers_split() {
     const N: usize = 50;
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "observed";
     // The observer's buffer (max_unacked) exceeds N, so best-effort copies cannot be dropped.
@@ -345,31 +378,7 @@ async fn observer_sees_everything_while_sharers_split() {
     let mut b = subscribe(&mut client, ns, LONG_ACK_MS, 4).await;
     let ids = register_all(&mut client, specs(ns, N, 0)).await;
 
-    let mut shared = Vec::new();
-    let mut per_subscriber = [0usize; 2];
-    let mut distinct = HashSet::new();
-    while distinct.len() < N {
-        let (who, expiration) = tokio::time::timeout(RECEIVE_TIMEOUT, async {
-            tokio::select! {
-                expiration = next_expiration(&mut a) => (0, expiration),
-                expiration = next_expiration(&mut b) => (1, expiration),
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("timed out with {} of {N} shared", distinct.len()));
-        assert_eq!(expiration.attempt, 1);
-        let outcome = ack(&mut client, ns, vec![expiration.delivery_id.clone()]).await;
-        assert_eq!(outcome.acknowledged, 1);
-        per_subscriber[who] += 1;
-        distinct.insert(timer_id(&expiration));
-        shared.push(timer_id(&expiration));
-    }
-    assert_eq!(shared.len(), N, "a sharing subscriber got a duplicate");
-    assert_exact_union(&shared, &ids);
-    assert!(
-        per_subscriber.iter().all(|&count| count > 0),
-        "{per_subscriber:?}"
-    );
+    share_between(&mut a, &mut b, &mut client, ns, &ids).await;
 
     let mut observed = Vec::new();
     for _ in 0..N {
@@ -384,7 +393,7 @@ async fn observer_sees_everything_while_sharers_split() {
 /// counts only the real ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ack_reports_unknown_ids() {
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "acks";
     let mut stream = subscribe(&mut client, ns, LONG_ACK_MS, 10).await;
@@ -409,17 +418,11 @@ async fn ack_reports_unknown_ids() {
     assert_eq!(outcome.unknown.len(), bogus.len());
 
     // Acknowledging again: the delivery is no longer awaiting an ack.
-    let outcome = ack(&mut client, ns, vec![first.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 0);
-    assert_eq!(outcome.unknown, vec![first.delivery_id.clone()]);
+    ack_one(&mut client, ns, &first.delivery_id, false).await;
 
     // A real delivery id acked in the wrong namespace is unknown there and still pending here.
-    let outcome = ack(&mut client, "elsewhere", vec![second.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 0);
-    assert_eq!(outcome.unknown, vec![second.delivery_id.clone()]);
-    let outcome = ack(&mut client, ns, vec![second.delivery_id.clone()]).await;
-    assert_eq!(outcome.acknowledged, 1);
-    assert!(outcome.unknown.is_empty());
+    ack_one(&mut client, "elsewhere", &second.delivery_id, false).await;
+    ack_one(&mut client, ns, &second.delivery_id, true).await;
     server.stop().await;
 }
 
@@ -428,7 +431,7 @@ async fn ack_reports_unknown_ids() {
 async fn auto_ack_deliveries_are_not_redelivered() {
     const N: usize = 20;
     const ACK_TIMEOUT_MS: u64 = 100;
-    let server = TestServer::start_with(config(|_| {})).await;
+    let server = TestServer::start().await;
     let mut client = server.client().await;
     let ns = "auto-ack";
     let mut stream = subscribe_with(

@@ -14,7 +14,9 @@
 //! - `TICKD_PYTHON`: the interpreter to build the venv from (default `python3`).
 //! - `TICKD_KUSTOMIZE`: a kustomize binary to cross-check with, or `off` (default: the
 //!   first of `kustomize`, `kubectl kustomize` that runs).
-//! - `TICKD_SKIP_DEPLOY=1`: skip these tests (e.g. offline with no venv yet).
+//! - `TICKD_SKIP_POLYGLOT=1`: skip the tests that need the venv (e.g. offline with no venv
+//!   yet), as the other tests needing Python do; the check of the replicated overlay's
+//!   flags needs no Python and always runs.
 
 mod common;
 
@@ -32,6 +34,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use common::tooling::{describe, must, python_venv, repo, run, skip_polyglot};
+use common::unix_channel;
 
 const KUBERNETES_VERSION: &str = "1.33.0";
 const SIDECAR: &str = "deploy/overlays/sidecar";
@@ -545,19 +548,6 @@ async fn tcp_channel(addr: SocketAddr) -> Result<tonic::transport::Channel, Stri
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(1))
         .connect()
-        .await
-        .map_err(|e| e.to_string())
-}
-
-async fn unix_channel(path: PathBuf) -> Result<tonic::transport::Channel, String> {
-    tonic::transport::Endpoint::from_static("http://unix.socket")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
         .await
         .map_err(|e| e.to_string())
 }

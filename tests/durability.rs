@@ -18,50 +18,22 @@ use tonic::Code;
 
 use tickd::proto::timers_client::TimersClient;
 
-const PATIENCE: Duration = Duration::from_secs(30);
-
-async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .expect("no answer in time")
-}
-
-/// A server on `dir` with the given sync mode (and the defaults otherwise).
-async fn start_on(dir: &Path, sync: SyncMode) -> TestServer {
+/// A server on `dir` with the given sync mode (and the defaults otherwise), and a client.
+async fn start_on(dir: &Path, sync: SyncMode) -> (TestServer, TimersClient<Channel>) {
     let dir = dir.to_owned();
-    TestServer::start_with(config(move |c| {
+    let server = TestServer::start_with(config(move |c| {
         c.data_dir = dir;
         c.sync = sync;
     }))
-    .await
+    .await;
+    let client = server.client().await;
+    (server, client)
 }
 
-/// Every pending timer of `namespace` ("" for all), paging through the listing, by id.
-async fn list_pending(
-    client: &mut TimersClient<Channel>,
-    namespace: &str,
-) -> BTreeMap<String, Timer> {
-    let mut timers = BTreeMap::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .pending(PendingRequest {
-                namespace: namespace.into(),
-                page_size: 1_000,
-                page_token: page_token.clone(),
-                ..Default::default()
-            })
-            .await
-            .expect("pending")
-            .into_inner();
-        for timer in page.timers {
-            timers.insert(timer.id.clone(), timer);
-        }
-        if page.next_page_token.is_empty() {
-            return timers;
-        }
-        page_token = page.next_page_token;
-    }
+/// Stops the server once its client has gone.
+async fn stop(server: TestServer, client: TimersClient<Channel>) -> tickd::server::Stopped {
+    drop(client);
+    server.stop().await
 }
 
 /// id, namespace, key, deadline, payload, repeat, ttl, fired count.
@@ -88,16 +60,6 @@ fn durable_view(timer: &Timer) -> DurableView {
         timer.ttl,
         timer.fired_count,
     )
-}
-
-async fn get(
-    client: &mut TimersClient<Channel>,
-    timer: Option<TimerRef>,
-) -> Result<Timer, tonic::Status> {
-    client
-        .get(GetRequest { timer })
-        .await
-        .map(|response| response.into_inner().timer.expect("timer"))
 }
 
 /// The log segments of a data directory, oldest first.
@@ -128,8 +90,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 async fn restart_keeps_pending_timers_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
 
     let mut keyed = spec("orders", 3_600_000, b"close order 17");
     keyed.key = "order-17".into();
@@ -138,14 +99,7 @@ async fn restart_keeps_pending_timers_exactly() {
     let keyed = get(&mut client, by_id("orders", &keyed.id)).await.unwrap();
     let plain = register(&mut client, spec("orders", 7_200_000, b"\x00\xffbinary")).await;
     let cancelled = register(&mut client, spec("orders", 3_600_000, b"cancel me")).await;
-    let cancel = client
-        .cancel(CancelRequest {
-            timer: by_id("orders", &cancelled.id),
-        })
-        .await
-        .expect("cancel")
-        .into_inner();
-    assert!(cancel.cancelled);
+    assert!(cancel(&mut client, by_id("orders", &cancelled.id)).await);
 
     // A lease whose deadline a heartbeat moved.
     let lease = register(
@@ -200,11 +154,9 @@ async fn restart_keeps_pending_timers_exactly() {
     );
     assert!(!before.contains_key(&cancelled.id));
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let after = list_pending(&mut client, "").await;
     let view =
         |timers: &BTreeMap<String, Timer>| timers.values().map(durable_view).collect::<Vec<_>>();
@@ -252,16 +204,14 @@ async fn restart_keeps_pending_timers_exactly() {
         let fresh = register(&mut client, spec("orders", 3_600_000, b"new")).await;
         assert!(!old_ids.contains(&fresh.id), "id {} issued again", fresh.id);
     }
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_passed_while_down_fire_at_once_marked_late() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let mut due = HashSet::new();
     for index in 0..3 {
         let timer = register(
@@ -272,15 +222,13 @@ async fn deadlines_passed_while_down_fire_at_once_marked_late() {
         due.insert(timer.id);
     }
     let later = register(&mut client, spec("late", 3_600_000, b"not yet")).await;
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     // The server is down while the deadlines pass: that is the scenario.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
 
     let restarted = Instant::now();
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let mut stream = subscribe(&mut client, "late", 30_000, 100).await;
     let mut seen = HashSet::new();
     while seen.len() < due.len() {
@@ -311,16 +259,14 @@ async fn deadlines_passed_while_down_fire_at_once_marked_late() {
     assert_eq!(pending.keys().collect::<Vec<_>>(), vec![&later.id]);
     assert_eq!(pending[&later.id].fired_count, 0);
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacked_expirations_come_back_after_restart_acked_ones_do_not() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let acked = register(&mut client, spec("redo", 0, b"acked")).await;
     let unacked = register(&mut client, spec("redo", 0, b"unacked")).await;
     let mut stream = subscribe(&mut client, "redo", 60_000, 10).await;
@@ -337,11 +283,9 @@ async fn unacked_expirations_come_back_after_restart_acked_ones_do_not() {
     .await;
     assert_eq!(answer.acknowledged, 1);
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let mut stream = subscribe(&mut client, "redo", 60_000, 10).await;
     // Registered after the restart, so it fires after anything recovered: once it arrives,
     // whatever was coming back has come back.
@@ -373,31 +317,29 @@ async fn unacked_expirations_come_back_after_restart_acked_ones_do_not() {
         "the same firing, not a new one"
     );
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     // Now everything was acknowledged: a third start delivers nothing before a new marker.
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
-    let mut stream = subscribe(&mut client, "redo", 60_000, 10).await;
-    let marker = register(&mut client, spec("redo", 0, b"marker 2")).await;
+    assert_a_new_marker_fires_first(&data, "redo", "nothing acknowledged came back").await;
+}
+
+/// Starts on `data` again, and checks that a timer registered after the start is the first
+/// expiration of `namespace`: nothing was left to come back.
+async fn assert_a_new_marker_fires_first(data: &Path, namespace: &str, why: &str) {
+    let (server, mut client) = start_on(data, SyncMode::Always).await;
+    let mut stream = subscribe(&mut client, namespace, 60_000, 10).await;
+    let marker = register(&mut client, spec(namespace, 0, b"marker")).await;
     let first = within(next_expiration(&mut stream)).await;
-    assert_eq!(
-        first.timer.as_ref().unwrap().id,
-        marker.id,
-        "nothing acknowledged came back"
-    );
+    assert_eq!(timer_id(&first), marker.id, "{why}");
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_acked_expirations_do_not_come_back_after_restart() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let mut stream = client
         .subscribe(SubscribeRequest {
             namespace: "once".into(),
@@ -411,22 +353,26 @@ async fn auto_acked_expirations_do_not_come_back_after_restart() {
     let received = within(next_expiration(&mut stream)).await;
     assert_eq!(received.timer.unwrap().id, fired.id);
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
-    let mut stream = subscribe(&mut client, "once", 60_000, 10).await;
-    let marker = register(&mut client, spec("once", 0, b"marker")).await;
-    let first = within(next_expiration(&mut stream)).await;
-    assert_eq!(
-        first.timer.unwrap().id,
-        marker.id,
-        "an auto-acknowledged expiration was delivered again after a restart"
-    );
-    drop(stream);
-    drop(client);
-    server.stop().await;
+    assert_a_new_marker_fires_first(
+        &data,
+        "once",
+        "an auto-acknowledged expiration was delivered again after a restart",
+    )
+    .await;
+}
+
+/// The ids of the expirations on `stream` until `count` distinct ones came.
+async fn distinct_ids(
+    stream: &mut tonic::Streaming<SubscribeResponse>,
+    count: usize,
+) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    while ids.len() < count {
+        ids.insert(timer_id(&within(next_expiration(stream)).await));
+    }
+    ids
 }
 
 /// Registers `count` timers one after another (so the log holds them in this order).
@@ -451,11 +397,9 @@ async fn register_sequence(
 async fn torn_tail_is_cut_off_and_everything_before_it_kept() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let ids = register_sequence(&mut client, "torn", 20).await;
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
     let newest = segments(&data).pop().expect("a segment");
     let length = std::fs::metadata(&newest).unwrap().len();
@@ -466,8 +410,7 @@ async fn torn_tail_is_cut_off_and_everything_before_it_kept() {
     file.set_len(length - 3).unwrap();
     drop(file);
 
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let pending: Vec<String> = list_pending(&mut client, "torn")
         .await
         .into_keys()
@@ -479,16 +422,13 @@ async fn torn_tail_is_cut_off_and_everything_before_it_kept() {
     );
     // The server works normally on top of the repaired log, and keeps working across restarts.
     let extra = register(&mut client, spec("torn", 3_600_000, b"after repair")).await;
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
-    let server = start_on(&data, SyncMode::Always).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Always).await;
     let pending = list_pending(&mut client, "torn").await;
     assert_eq!(pending.len(), 20);
     assert!(pending.contains_key(&extra.id));
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -507,37 +447,22 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let data_dir = data.clone();
-    let server = TestServer::start_with(config(move |c| {
-        c.data_dir = data_dir;
-        c.snapshot_after_bytes = SNAPSHOT_AFTER;
-    }))
-    .await;
+    let start = || {
+        let data_dir = data.clone();
+        TestServer::start_with(config(move |c| {
+            c.data_dir = data_dir;
+            c.snapshot_after_bytes = SNAPSHOT_AFTER;
+        }))
+    };
+    let server = start().await;
     let mut client = server.client().await;
     let payload = vec![0x5a; PAYLOAD];
     let register_batch = |client: &mut TimersClient<Channel>, namespace: &'static str| {
         let mut client = client.clone();
-        let payload = payload.clone();
-        async move {
-            let timers = (0..BATCH)
-                .map(|_| spec(namespace, 3_600_000, &payload))
-                .collect();
-            let results = client
-                .new_timeouts(NewTimeoutsRequest { timers })
-                .await
-                .expect("new_timeouts")
-                .into_inner()
-                .results;
-            results
-                .into_iter()
-                .map(|result| match result.result {
-                    Some(new_timeout_result::Result::Registered(registered)) => {
-                        registered.timer.unwrap().id
-                    }
-                    other => panic!("registration failed: {other:?}"),
-                })
-                .collect::<Vec<String>>()
-        }
+        let timers = (0..BATCH)
+            .map(|_| spec(namespace, 3_600_000, &payload))
+            .collect();
+        async move { register_all(&mut client, timers).await }
     };
     let kept: HashSet<String> = register_batch(&mut client, "keep")
         .await
@@ -558,10 +483,7 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
         );
     }
     let mut stream = subscribe(&mut client, "fired", 600_000, 100).await;
-    let mut delivered = HashSet::new();
-    while delivered.len() < unacked.len() {
-        delivered.insert(within(next_expiration(&mut stream)).await.timer.unwrap().id);
-    }
+    let delivered = distinct_ids(&mut stream, unacked.len()).await;
     assert_eq!(delivered, unacked);
 
     let started = Instant::now();
@@ -577,14 +499,7 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
             let chunk = chunk.to_vec();
             cancels.spawn(async move {
                 for id in chunk {
-                    let answer = client
-                        .cancel(CancelRequest {
-                            timer: by_id("churn", &id),
-                        })
-                        .await
-                        .expect("cancel")
-                        .into_inner();
-                    assert!(answer.cancelled);
+                    assert!(cancel(&mut client, by_id("churn", &id)).await);
                 }
             });
         }
@@ -625,15 +540,9 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
         "the first segment was compacted away"
     );
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 
-    let data_dir = data.clone();
-    let server = TestServer::start_with(config(move |c| {
-        c.data_dir = data_dir;
-        c.snapshot_after_bytes = SNAPSHOT_AFTER;
-    }))
-    .await;
+    let server = start().await;
     let mut client = server.client().await;
     let pending = list_pending(&mut client, "").await;
     let pending_ids: HashSet<String> = pending.keys().cloned().collect();
@@ -642,70 +551,51 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
         .values()
         .all(|timer| timer.payload.as_ref() == payload.as_slice()));
     let mut stream = subscribe(&mut client, "fired", 600_000, 100).await;
-    let mut again = HashSet::new();
-    while again.len() < unacked.len() {
-        again.insert(within(next_expiration(&mut stream)).await.timer.unwrap().id);
-    }
+    let again = distinct_ids(&mut stream, unacked.len()).await;
     assert_eq!(
         again, unacked,
         "the unacknowledged expirations survive compaction"
     );
     drop(stream);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_none_writes_nothing_and_restarts_empty() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::None).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::None).await;
     register_sequence(&mut client, "mem", 10).await;
     assert_eq!(pending_count(&mut client, "mem").await, 10);
-    drop(client);
-    let stopped = server.stop().await;
+    let stopped = stop(server, client).await;
     assert_eq!(stopped.pending_timers, 10);
     assert_eq!(dir_bytes(&data), 0, "nothing written to {}", data.display());
 
-    let server = start_on(&data, SyncMode::None).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::None).await;
     assert_eq!(
         pending_count(&mut client, "mem").await,
         0,
         "memory only: gone"
     );
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_interval_keeps_timers_across_a_clean_restart() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = start_on(&data, SyncMode::Interval).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Interval).await;
     let ids = register_sequence(&mut client, "interval", 50).await;
     let cancelled = ids[7].clone();
-    let answer = client
-        .cancel(CancelRequest {
-            timer: by_id("interval", &cancelled),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(answer.cancelled);
-    drop(client);
-    server.stop().await;
+    assert!(cancel(&mut client, by_id("interval", &cancelled)).await);
+    stop(server, client).await;
 
-    let server = start_on(&data, SyncMode::Interval).await;
-    let mut client = server.client().await;
+    let (server, mut client) = start_on(&data, SyncMode::Interval).await;
     let pending: Vec<String> = list_pending(&mut client, "interval")
         .await
         .into_keys()
         .collect();
     let expected: Vec<String> = ids.into_iter().filter(|id| *id != cancelled).collect();
     assert_eq!(pending, expected);
-    drop(client);
-    server.stop().await;
+    stop(server, client).await;
 }

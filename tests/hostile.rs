@@ -8,7 +8,6 @@
 //! `tests/polyglot.rs`; `TICKD_SKIP_POLYGLOT=1` skips them).
 
 mod common;
-mod support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -16,11 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::daemon::{tickd_command, Daemon};
 use common::metrics::{scrape, scrape_until, Scrape};
 use common::raw_codec::RawCodec;
 use common::tooling::{polyglot_python, repo, skip_polyglot};
 use common::*;
-use support::daemon::{tickd_command, Daemon};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;

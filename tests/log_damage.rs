@@ -7,15 +7,14 @@
 #![allow(clippy::needless_update)]
 
 mod common;
-mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::daemon::{tickd_command, Daemon};
 use common::*;
-use support::daemon::{tickd_command, Daemon};
 use tickd::metrics::Metrics;
 use tickd::store::frame::{self, FILE_HEADER, HEADER_BYTES};
 use tickd::store::records::{self as durable, record::Kind, Record};

@@ -10,6 +10,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::rng::Rng;
 use common::*;
 use prost::Message;
 use tickd::store::frame;
@@ -27,35 +28,14 @@ async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
         .expect("no answer in time")
 }
 
-/// SplitMix64: a small deterministic generator, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound.max(1) as u64) as usize
-    }
-
-    fn bytes(&mut self, length: usize) -> Vec<u8> {
-        (0..length).map(|_| self.next() as u8).collect()
-    }
-}
-
 fn random_record(rng: &mut Rng) -> Record {
     let timer = |rng: &mut Rng| durable::Timer {
         id: rng.next(),
-        namespace: "ns".repeat(rng.below(4)),
-        key: "k".repeat(rng.below(3)),
+        namespace: "ns".repeat(rng.below_usize(4)),
+        key: "k".repeat(rng.below_usize(3)),
         deadline_unix_nanos: rng.next(),
         payload: {
-            let length = rng.below(64);
+            let length = rng.below_usize(64);
             rng.bytes(length).into()
         },
         repeat_nanos: rng.next() % 3,
@@ -63,7 +43,7 @@ fn random_record(rng: &mut Rng) -> Record {
         fired_count: rng.next() % 5,
         ..Default::default()
     };
-    let kind = match rng.below(6) {
+    let kind = match rng.below_usize(6) {
         0 => Kind::Registered(timer(rng)),
         1 => Kind::Cancelled(durable::Cancelled {
             id: rng.next(),
@@ -136,7 +116,7 @@ fn check_decoded(bytes: &[u8]) -> frame::Decoded {
 fn the_decoder_never_panics_on_random_or_mutated_frames() {
     let mut rng = Rng(0x7469_636b_6421);
     for _ in 0..2_000 {
-        let length = rng.below(300);
+        let length = rng.below_usize(300);
         check_decoded(&rng.bytes(length));
         let mut headed = frame::FILE_HEADER.to_vec();
         headed.extend(rng.bytes(length));
@@ -144,7 +124,7 @@ fn the_decoder_never_panics_on_random_or_mutated_frames() {
     }
     for round in 0..6_000 {
         let legacy = round % 2 == 1;
-        let records: Vec<Record> = (0..1 + rng.below(6))
+        let records: Vec<Record> = (0..1 + rng.below_usize(6))
             .map(|_| random_record(&mut rng))
             .collect();
         let (bytes, first) = file_of(&records, legacy);
@@ -153,14 +133,14 @@ fn the_decoder_never_panics_on_random_or_mutated_frames() {
         assert!(decoded.damage.is_none());
 
         let mut mutated = bytes.clone();
-        match rng.below(6) {
+        match rng.below_usize(6) {
             0 => {
-                let at = rng.below(mutated.len());
-                mutated[at] ^= 1 << rng.below(8);
+                let at = rng.below_usize(mutated.len());
+                mutated[at] ^= 1 << rng.below_usize(8);
             }
-            1 => mutated.truncate(rng.below(bytes.len())),
+            1 => mutated.truncate(rng.below_usize(bytes.len())),
             2 => {
-                let at = rng.below(mutated.len());
+                let at = rng.below_usize(mutated.len());
                 mutated.insert(at, rng.next() as u8);
             }
             3 => {
@@ -170,15 +150,15 @@ fn the_decoder_never_panics_on_random_or_mutated_frames() {
                     frame::MAX_RECORD_BYTES as u32 + 1,
                     rng.next() as u32 % 512,
                 ];
-                mutated[first..first + 4].copy_from_slice(&field[rng.below(3)].to_le_bytes());
+                mutated[first..first + 4].copy_from_slice(&field[rng.below_usize(3)].to_le_bytes());
             }
             4 => {
-                let extra = rng.below(16);
+                let extra = rng.below_usize(16);
                 mutated.extend(rng.bytes(extra));
             }
             _ => {
-                for _ in 0..1 + rng.below(8) {
-                    let at = rng.below(mutated.len());
+                for _ in 0..1 + rng.below_usize(8) {
+                    let at = rng.below_usize(mutated.len());
                     mutated[at] = rng.next() as u8;
                 }
             }

@@ -5,26 +5,16 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::metrics::*;
+use common::pki::{write_file, CertAndKey, TestCa};
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
-
-const PATIENCE: Duration = Duration::from_secs(20);
-
-async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .expect("no answer in time")
-}
 
 // ---------------------------------------------------------------------------------------
 // Metrics
@@ -49,15 +39,7 @@ async fn metrics_endpoint_counts_the_life_of_timers_and_calls() {
     let doomed = register(&mut client, spec("m", 3_600_000, b"never")).await;
     let first = register(&mut client, spec("m", 50, b"one")).await;
     let second = register(&mut client, spec("m", 80, b"two")).await;
-    let cancelled = client
-        .cancel(CancelRequest {
-            timer: by_id("m", &doomed.id),
-        })
-        .await
-        .expect("cancel")
-        .into_inner()
-        .cancelled;
-    assert!(cancelled);
+    assert!(cancel(&mut client, by_id("m", &doomed.id)).await);
 
     let mut fired = Vec::new();
     let mut delivery_ids = Vec::new();
@@ -72,10 +54,7 @@ async fn metrics_endpoint_counts_the_life_of_timers_and_calls() {
     assert_eq!(fired, expected);
     assert_eq!(ack(&mut client, "m", delivery_ids).await.acknowledged, 2);
 
-    let missing = client
-        .get(GetRequest {
-            timer: by_key("m", "no-such-key"),
-        })
+    let missing = get(&mut client, by_key("m", "no-such-key"))
         .await
         .expect_err("no such timer");
     assert_eq!(missing.code(), Code::NotFound);
@@ -137,92 +116,33 @@ async fn metrics_endpoint_counts_the_life_of_timers_and_calls() {
 // ---------------------------------------------------------------------------------------
 // TLS
 
-/// A CA and what it signs, in PEM.
-struct Pki {
-    ca_pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+fn server_cert(ca: &TestCa) -> CertAndKey {
+    ca.server("tickd", &["localhost", "127.0.0.1"])
 }
 
-struct CertAndKey {
-    cert_pem: String,
-    key_pem: String,
-}
-
-impl Pki {
-    fn new(name: &str) -> Self {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::CrlSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = rcgen::KeyPair::generate().unwrap();
-        let ca = params.self_signed(&key).unwrap();
-        Self {
-            ca_pem: ca.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    fn sign(
-        &self,
-        common_name: &str,
-        names: &[&str],
-        usage: rcgen::ExtendedKeyUsagePurpose,
-    ) -> CertAndKey {
-        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
-        let mut params = rcgen::CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, common_name);
-        params.extended_key_usages = vec![usage];
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        CertAndKey {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-
-    fn server(&self) -> CertAndKey {
-        self.sign(
-            "tickd",
-            &["localhost", "127.0.0.1"],
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-        )
-    }
-
-    fn client(&self) -> CertAndKey {
-        self.sign(
-            "tickd client",
-            &[],
-            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
-        )
-    }
-}
-
-fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, contents).expect("write test file");
-    path
-}
-
-/// Connects over TLS trusting `ca_pem`, optionally presenting a client identity, and makes
-/// one Timers call and one health call; any failure (handshake, certificate, call) is an Err.
+/// Connects over TLS trusting `ca`, presenting a client certificate signed by
+/// `client_signer` if one is given, and makes one Timers call and one health call; any
+/// failure (handshake, certificate, call) is an Err.
 async fn tls_call(
     addr: SocketAddr,
     host: &str,
-    ca_pem: &str,
-    identity: Option<&CertAndKey>,
+    ca: &TestCa,
+    client_signer: Option<&TestCa>,
+) -> Result<(), String> {
+    within(tls_call_inner(addr, host, ca, client_signer)).await
+}
+
+async fn tls_call_inner(
+    addr: SocketAddr,
+    host: &str,
+    ca: &TestCa,
+    client_signer: Option<&TestCa>,
 ) -> Result<(), String> {
     let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca_pem))
+        .ca_certificate(Certificate::from_pem(&ca.pem))
         .domain_name("localhost");
-    if let Some(identity) = identity {
+    if let Some(signer) = client_signer {
+        let identity = signer.client("tickd client");
         tls = tls.identity(Identity::from_pem(&identity.cert_pem, &identity.key_pem));
     }
     let endpoint = Endpoint::from_shared(format!("https://{host}:{}", addr.port()))
@@ -246,12 +166,10 @@ async fn tls_call(
         .timer
         .ok_or("no timer")?;
     assert_eq!(timer.namespace, "tls");
-    let health = HealthClient::new(channel)
-        .check(HealthCheckRequest::default())
+    let health = check_health(channel, "")
         .await
-        .map_err(|status| format!("health: {status:?}"))?
-        .into_inner();
-    assert_eq!(health.status, ServingStatus::Serving as i32);
+        .map_err(|status| format!("health: {status:?}"))?;
+    assert_eq!(health, ServingStatus::Serving);
     Ok(())
 }
 
@@ -264,8 +182,7 @@ async fn plaintext_call(addr: SocketAddr) -> Result<(), String> {
         .connect()
         .await
         .map_err(|error| format!("connect: {error}"))?;
-    HealthClient::new(channel)
-        .check(HealthCheckRequest::default())
+    check_health(channel, "")
         .await
         .map(|_| ())
         .map_err(|status| format!("health: {status:?}"))
@@ -273,34 +190,27 @@ async fn plaintext_call(addr: SocketAddr) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_handshake_needs_the_right_ca() {
-    let pki = Pki::new("good");
-    let other = Pki::new("other");
+    let pki = TestCa::new("good");
+    let other = TestCa::new("other");
     let dir = tempfile::tempdir().unwrap();
-    let server_cert = pki.server();
-    let cert = write(dir.path(), "server.pem", &server_cert.cert_pem);
-    let key = write(dir.path(), "server.key", &server_cert.key_pem);
+    let (cert, key) = server_cert(&pki).write(dir.path(), "server");
     let server = TestServer::start_with(config(|c| {
         c.tls_cert = Some(cert);
         c.tls_key = Some(key);
     }))
     .await;
 
-    within(tls_call(server.addr, "127.0.0.1", &pki.ca_pem, None))
+    tls_call(server.addr, "127.0.0.1", &pki, None)
         .await
         .expect("TLS with the server's CA");
-    within(tls_call(server.addr, "localhost", &pki.ca_pem, None))
+    tls_call(server.addr, "localhost", &pki, None)
         .await
         .expect("TLS by name");
     // A client certificate is harmless when none is asked for.
-    within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &pki.ca_pem,
-        Some(&pki.client()),
-    ))
-    .await
-    .expect("TLS with an unrequested client certificate");
-    let wrong_ca = within(tls_call(server.addr, "127.0.0.1", &other.ca_pem, None)).await;
+    tls_call(server.addr, "127.0.0.1", &pki, Some(&pki))
+        .await
+        .expect("TLS with an unrequested client certificate");
+    let wrong_ca = tls_call(server.addr, "127.0.0.1", &other, None).await;
     assert!(
         wrong_ca.is_err(),
         "a server cert from another CA was trusted"
@@ -319,13 +229,11 @@ async fn tls_handshake_needs_the_right_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_a_client_certificate_from_the_client_ca() {
-    let pki = Pki::new("good");
-    let other = Pki::new("other");
+    let pki = TestCa::new("good");
+    let other = TestCa::new("other");
     let dir = tempfile::tempdir().unwrap();
-    let server_cert = pki.server();
-    let cert = write(dir.path(), "server.pem", &server_cert.cert_pem);
-    let key = write(dir.path(), "server.key", &server_cert.key_pem);
-    let client_ca = write(dir.path(), "clients.pem", &pki.ca_pem);
+    let (cert, key) = server_cert(&pki).write(dir.path(), "server");
+    let client_ca = pki.write(dir.path(), "clients.pem");
     let server = TestServer::start_with_unix_socket(config(|c| {
         c.tls_cert = Some(cert);
         c.tls_key = Some(key);
@@ -333,58 +241,31 @@ async fn mutual_tls_needs_a_client_certificate_from_the_client_ca() {
     }))
     .await;
 
-    within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &pki.ca_pem,
-        Some(&pki.client()),
-    ))
-    .await
-    .expect("mTLS with a client cert signed by the client CA");
-    let without = within(tls_call(server.addr, "127.0.0.1", &pki.ca_pem, None)).await;
+    tls_call(server.addr, "127.0.0.1", &pki, Some(&pki))
+        .await
+        .expect("mTLS with a client cert signed by the client CA");
+    let without = tls_call(server.addr, "127.0.0.1", &pki, None).await;
     assert!(
         without.is_err(),
         "mTLS accepted a client with no certificate"
     );
-    let foreign = within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &pki.ca_pem,
-        Some(&other.client()),
-    ))
-    .await;
+    let foreign = tls_call(server.addr, "127.0.0.1", &pki, Some(&other)).await;
     assert!(
         foreign.is_err(),
         "mTLS accepted a client cert from another CA"
     );
     // A client that does not trust the server fails even with a good certificate.
-    let distrust = within(tls_call(
-        server.addr,
-        "127.0.0.1",
-        &other.ca_pem,
-        Some(&pki.client()),
-    ))
-    .await;
+    let distrust = tls_call(server.addr, "127.0.0.1", &other, Some(&pki)).await;
     assert!(distrust.is_err());
 
     // The Unix socket stays plaintext (guarded by its file mode).
-    let path = server.unix_socket.clone().expect("unix socket");
-    let channel = Endpoint::from_static("http://[::]:50051")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
+    let channel = unix_channel(server.unix_socket.clone().expect("unix socket"))
         .await
         .expect("connect over the unix socket");
-    let health = within(HealthClient::new(channel).check(HealthCheckRequest::default()))
+    let health = within(check_health(channel, ""))
         .await
-        .expect("health over the unix socket")
-        .into_inner();
-    assert_eq!(health.status, ServingStatus::Serving as i32);
+        .expect("health over the unix socket");
+    assert_eq!(health, ServingStatus::Serving);
     server.stop().await;
 }
 
@@ -402,6 +283,68 @@ fn with_token<T>(message: T, token: Option<&str>) -> Request<T> {
     request
 }
 
+/// One call of each kind on `namespace` with `token` (the timer `id` for Cancel), and its
+/// outcome.
+async fn every_call(
+    client: &mut TimersClient<Channel>,
+    namespace: &str,
+    token: Option<&str>,
+    id: &str,
+) -> Vec<(&'static str, Result<(), tonic::Status>)> {
+    let new = NewTimeoutRequest {
+        timer: Some(spec(namespace, 3_600_000, b"x")),
+    };
+    let get = GetRequest {
+        timer: by_key(namespace, "k"),
+    };
+    let cancel = CancelRequest {
+        timer: by_id(namespace, id),
+    };
+    let touch = TouchRequest {
+        timer: by_key(namespace, "k"),
+        ttl: Some(millis(1_000)),
+    };
+    let subscribe = SubscribeRequest {
+        namespace: namespace.into(),
+        ..Default::default()
+    };
+    let ack = AckRequest {
+        namespace: namespace.into(),
+        delivery_ids: vec!["1".into()],
+    };
+    let pending = PendingRequest {
+        namespace: namespace.into(),
+        ..Default::default()
+    };
+    vec![
+        (
+            "NewTimeout",
+            client.new_timeout(with_token(new, token)).await.map(drop),
+        ),
+        ("Get", client.get(with_token(get, token)).await.map(drop)),
+        (
+            "Cancel",
+            client.cancel(with_token(cancel, token)).await.map(drop),
+        ),
+        (
+            "Touch",
+            client.touch(with_token(touch, token)).await.map(drop),
+        ),
+        (
+            "Subscribe",
+            client
+                .subscribe(with_token(subscribe, token))
+                .await
+                .map(drop),
+        ),
+        ("Ack", client.ack(with_token(ack, token)).await.map(drop)),
+        (
+            "Pending",
+            client.pending(with_token(pending, token)).await.map(drop),
+        ),
+    ]
+}
+
 const TOKEN_FILE: &str = "\
 # test tokens
 admin-secret *
@@ -412,7 +355,7 @@ team-ab-secret a,c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_matrix_missing_wrong_namespace_right() {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = write(dir.path(), "tokens", TOKEN_FILE);
+    let tokens = write_file(dir.path(), "tokens", TOKEN_FILE);
     let server = TestServer::start_with(config(|c| c.auth_token_file = Some(tokens))).await;
     let mut client = server.client().await;
     let new = |namespace: &str| NewTimeoutRequest {
@@ -444,17 +387,10 @@ async fn token_matrix_missing_wrong_namespace_right() {
         .await
         .unwrap_err();
     assert_eq!(error.code(), Code::Unauthenticated);
-    let error = client
-        .subscribe(with_token(
-            SubscribeRequest {
-                namespace: "a".into(),
-                ..Default::default()
-            },
-            None,
-        ))
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Code::Unauthenticated);
+    for (what, outcome) in every_call(&mut client, "a", None, "00000000deadbeef").await {
+        let error = outcome.expect_err(what);
+        assert_eq!(error.code(), Code::Unauthenticated, "{what}: {error:?}");
+    }
 
     // The right token on its namespace: OK.
     let a = Some("team-a-secret");
@@ -516,100 +452,18 @@ async fn token_matrix_missing_wrong_namespace_right() {
         .expect("second namespace of a multi-namespace token");
 
     // The same token outside its namespaces: PERMISSION_DENIED, whatever the call.
-    let denied = |result: Result<Code, tonic::Status>, what: &str| match result {
-        Ok(_) => panic!("{what}: allowed outside the token's namespaces"),
-        Err(status) => assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}"),
-    };
-    denied(
-        client
-            .new_timeout(with_token(new("b"), a))
-            .await
-            .map(|_| Code::Ok),
-        "NewTimeout",
-    );
-    denied(
-        client
-            .get(with_token(
-                GetRequest {
-                    timer: by_key("b", "k"),
-                },
-                a,
-            ))
-            .await
-            .map(|_| Code::Ok),
-        "Get",
-    );
-    denied(
-        client
-            .cancel(with_token(
-                CancelRequest {
-                    timer: by_id("b", &timer.id),
-                },
-                a,
-            ))
-            .await
-            .map(|_| Code::Ok),
-        "Cancel",
-    );
-    denied(
-        client
-            .touch(with_token(
-                TouchRequest {
-                    timer: by_key("b", "k"),
-                    ttl: Some(millis(1_000)),
-                },
-                a,
-            ))
-            .await
-            .map(|_| Code::Ok),
-        "Touch",
-    );
-    denied(
-        client
-            .subscribe(with_token(
-                SubscribeRequest {
-                    namespace: "b".into(),
-                    ..Default::default()
-                },
-                a,
-            ))
-            .await
-            .map(|_| Code::Ok),
-        "Subscribe",
-    );
-    denied(
-        client
-            .ack(with_token(
-                AckRequest {
-                    namespace: "b".into(),
-                    delivery_ids: vec!["1".into()],
-                },
-                a,
-            ))
-            .await
-            .map(|_| Code::Ok),
-        "Ack",
-    );
-    denied(
-        client
-            .pending(with_token(
-                PendingRequest {
-                    namespace: "b".into(),
-                    ..Default::default()
-                },
-                a,
-            ))
-            .await
-            .map(|_| Code::Ok),
-        "Pending in another namespace",
-    );
-    denied(
-        client
-            .pending(with_token(PendingRequest::default(), a))
-            .await
-            .map(|_| Code::Ok),
+    let mut outcomes = every_call(&mut client, "b", a, &timer.id).await;
+    let without_namespace = client.pending(with_token(PendingRequest::default(), a));
+    outcomes.push((
         "Pending without a namespace",
-    );
+        without_namespace.await.map(drop),
+    ));
+    for (what, outcome) in outcomes {
+        match outcome {
+            Ok(()) => panic!("{what}: allowed outside the token's namespaces"),
+            Err(status) => assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}"),
+        }
+    }
 
     // A batch mixing namespaces: the allowed item registers, the other fails alone.
     let results = client
@@ -665,12 +519,11 @@ async fn token_matrix_missing_wrong_namespace_right() {
     assert_eq!(b, 0);
 
     // Kubernetes probes send no metadata: health stays open.
-    let health = HealthClient::new(server.channel().await)
-        .check(HealthCheckRequest::default())
-        .await
-        .expect("health without a token")
-        .into_inner();
-    assert_eq!(health.status, ServingStatus::Serving as i32);
+    let health = check_health(server.channel().await, "").await;
+    assert_eq!(
+        health.expect("health without a token"),
+        ServingStatus::Serving
+    );
     server.stop().await;
 }
 
@@ -762,12 +615,11 @@ async fn overload_is_shed_with_resource_exhausted_and_memory_stays_bounded() {
     let mut client = server.client().await;
     assert_eq!(within(pending_count(&mut client, "burst")).await, accepted);
     register(&mut client, spec("after", 3_600_000, b"fine")).await;
-    let health = HealthClient::new(server.channel().await)
-        .check(HealthCheckRequest::default())
-        .await
-        .expect("health after the burst")
-        .into_inner();
-    assert_eq!(health.status, ServingStatus::Serving as i32);
+    let health = check_health(server.channel().await, "").await;
+    assert_eq!(
+        health.expect("health after the burst"),
+        ServingStatus::Serving
+    );
 
     // Bounded memory: the bursts leave no queue behind, and repeating them does not grow it.
     eprintln!(

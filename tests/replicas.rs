@@ -22,7 +22,6 @@
 //! deadline; nothing here depends on how fast the machine is.
 
 mod common;
-mod support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::{ready, Future};
@@ -33,9 +32,11 @@ use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::daemon::{tickd_command, Daemon};
+use common::postgres::{explain, Postgres};
+use common::tooling::skip_postgres;
+use common::wait;
 use common::*;
-use support::daemon::{tickd_command, Daemon};
-use support::postgres::{explain, Postgres};
 use tempfile::TempDir;
 use tickd::proto::timers_client::TimersClient;
 use tokio::sync::watch;
@@ -75,6 +76,9 @@ const NOTABLE_LOG_LINES: [&str; 7] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_fixture_answers_queries() {
+    if skip_postgres("postgres_fixture_answers_queries") {
+        return;
+    }
     let postgres = Postgres::start().await;
     let rows = postgres.query("SELECT 40 + 2").await;
     let answer: i32 = rows[0].get(0);
@@ -83,6 +87,9 @@ async fn postgres_fixture_answers_queries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_fire_each_timer_once() {
+    if skip_postgres("three_replicas_fire_each_timer_once") {
+        return;
+    }
     const IDS: [&str; 3] = ["r1", "r2", "r3"];
     let cluster = Cluster::start(&IDS).await;
     let ledger = SharedLedger::default();
@@ -104,6 +111,9 @@ async fn three_replicas_fire_each_timer_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_replica_partitions_are_taken_over() {
+    if skip_postgres("killed_replica_partitions_are_taken_over") {
+        return;
+    }
     const IDS: [&str; 3] = ["r1", "r2", "r3"];
     const VICTIM: &str = "r2";
     let mut cluster = Cluster::start(&IDS).await;
@@ -155,6 +165,9 @@ async fn killed_replica_partitions_are_taken_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_owner_cannot_fire_after_losing_its_lease() {
+    if skip_postgres("paused_owner_cannot_fire_after_losing_its_lease") {
+        return;
+    }
     const PAUSED: &str = "a";
     const SUCCESSOR: &str = "b";
     let mut cluster = Cluster::start(&[PAUSED]).await;
@@ -223,6 +236,9 @@ async fn paused_owner_cannot_fire_after_losing_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_loses_nothing() {
+    if skip_postgres("rolling_restart_loses_nothing") {
+        return;
+    }
     const IDS: [&str; 3] = ["r1", "r2", "r3"];
     let mut cluster = Cluster::start(&IDS).await;
     let ledger = SharedLedger::default();
@@ -516,24 +532,12 @@ impl Cluster {
 
     /// Checks `condition` every [`POLL`] until it holds; after [`PATIENCE`], panics with its
     /// last explanation and the state of the database and the replicas.
-    async fn eventually<F, Fut>(&self, what: &str, mut condition: F)
+    async fn eventually<F, Fut>(&self, what: &str, condition: F)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<(), String>>,
     {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let Err(explanation) = condition().await else {
-                return;
-            };
-            if Instant::now() > deadline {
-                panic!(
-                    "still not true after {PATIENCE:?}: {what} ({explanation})\n{}",
-                    self.report().await
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        wait::eventually(what, PATIENCE, POLL, condition, || self.report()).await
     }
 
     async fn wait_until_delivered(&self, ledger: &SharedLedger) {
@@ -1061,6 +1065,9 @@ impl Background {
 /// anew, not renew them forever while never loading their timers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_restarted_in_place_fires_its_old_partitions_timers() {
+    if skip_postgres("a_replica_restarted_in_place_fires_its_old_partitions_timers") {
+        return;
+    }
     const ID: &str = "pod-0";
     let mut cluster = Cluster::start(&[ID]).await;
     cluster
@@ -1087,6 +1094,9 @@ async fn a_replica_restarted_in_place_fires_its_old_partitions_timers() {
 /// and delivering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_reconnects_after_its_connections_are_dropped() {
+    if skip_postgres("a_replica_reconnects_after_its_connections_are_dropped") {
+        return;
+    }
     const ID: &str = "r1";
     let cluster = Cluster::start(&[ID]).await;
     cluster
@@ -1129,6 +1139,9 @@ async fn a_replica_reconnects_after_its_connections_are_dropped() {
 /// and then it is dead, listed by Pending on any replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
+    if skip_postgres("deliveries_are_acked_redelivered_and_buried_across_replicas") {
+        return;
+    }
     use tickd::proto::{AckRequest, PendingRequest};
     const SEMANTICS: &str = "semantics";
     // Long enough that the first ack is surely in time on a loaded machine; each
@@ -1232,6 +1245,9 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
 /// observers that copy without taking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_answers_the_api_like_one_node() {
+    if skip_postgres("a_replica_answers_the_api_like_one_node") {
+        return;
+    }
     use tickd::proto::subscribe_request::Mode;
     use tickd::proto::{
         AckRequest, CancelRequest, GetRequest, NewTimeoutRequest, PendingRequest, SubscribeRequest,
@@ -1494,6 +1510,9 @@ async fn replica_parts(
 /// lease holder does fire, which shows the check is what refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_firing_without_the_current_lease_changes_nothing() {
+    if skip_postgres("a_firing_without_the_current_lease_changes_nothing") {
+        return;
+    }
     use tickd::cluster::firing::Firing;
     use tickd::cluster::schedule::DueTimer;
 
@@ -1561,6 +1580,9 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
 /// observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_acknowledged_expirations_are_trimmed() {
+    if skip_postgres("dead_and_acknowledged_expirations_are_trimmed") {
+        return;
+    }
     use tickd::cluster::delivery::ClusterDeliveries;
     use tickd::cluster::Wakeups;
     use tickd::delivery::DeliveryConfig;

@@ -17,16 +17,18 @@
 //! fast the machine is.
 
 mod common;
-mod support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::daemon::{tickd_command, Daemon};
+use common::pki::TestCa;
+use common::postgres::{Postgres, ServerTls};
+use common::tooling::skip_postgres;
+use common::wait;
 use common::*;
-use support::daemon::{tickd_command, Daemon};
-use support::postgres::{Postgres, TestCa};
 use tempfile::TempDir;
 use tickd::cluster::Database;
 use tickd::proto::timers_client::TimersClient;
@@ -46,6 +48,9 @@ const POLL: Duration = Duration::from_millis(50);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_follows_the_sslmode() {
+    if skip_postgres("verification_follows_the_sslmode") {
+        return;
+    }
     let fixture = Fixture::start(false).await;
     let (right, wrong) = (Some(fixture.ca_file()), Some(fixture.wrong_ca_file()));
 
@@ -108,6 +113,9 @@ async fn verification_follows_the_sslmode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plaintext_is_refused_where_the_server_requires_tls() {
+    if skip_postgres("plaintext_is_refused_where_the_server_requires_tls") {
+        return;
+    }
     let fixture = Fixture::start(true).await;
     let refused = try_connect(&fixture.url("127.0.0.1", "disable"), None)
         .await
@@ -123,6 +131,9 @@ async fn plaintext_is_refused_where_the_server_requires_tls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefer_falls_back_to_plaintext_where_the_server_has_no_tls() {
+    if skip_postgres("prefer_falls_back_to_plaintext_where_the_server_has_no_tls") {
+        return;
+    }
     let postgres = Postgres::start().await;
     let url = |mode: &str| {
         let port = postgres.port();
@@ -142,6 +153,9 @@ async fn prefer_falls_back_to_plaintext_where_the_server_has_no_tls() {
 /// connection it opens (API calls, listener, leases, firing, delivery) must have used it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_starts_only_with_a_database_it_can_verify() {
+    if skip_postgres("a_replica_starts_only_with_a_database_it_can_verify") {
+        return;
+    }
     let fixture = Fixture::start(true).await;
     let url = fixture.url("localhost", "verify-full");
 
@@ -240,7 +254,8 @@ struct Fixture {
 impl Fixture {
     async fn start(tls_only: bool) -> Fixture {
         let ca = TestCa::new("store");
-        let postgres = Postgres::start_tls(ca.server_tls(&["localhost"], tls_only)).await;
+        let postgres =
+            Postgres::start_tls(ServerTls::signed_by(&ca, &["localhost"], tls_only)).await;
         let files = tempfile::tempdir().expect("temp dir");
         std::fs::write(files.path().join("ca.pem"), &ca.pem).expect("write ca.pem");
         let wrong = TestCa::new("another");
@@ -308,22 +323,11 @@ fn client_for(daemon: &Daemon) -> TimersClient<Channel> {
 
 /// Checks `condition` every [`POLL`] until it holds; after [`PATIENCE`], panics with its
 /// last explanation and the replica's log.
-async fn eventually<F, Fut>(daemon: &Daemon, what: &str, mut condition: F)
+async fn eventually<F, Fut>(daemon: &Daemon, what: &str, condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let Err(explanation) = condition().await else {
-            return;
-        };
-        if Instant::now() > deadline {
-            panic!(
-                "still not true after {PATIENCE:?}: {what} ({explanation}); log:\n{}",
-                daemon.log_text()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let log = || async { format!("log:\n{}", daemon.log_text()) };
+    wait::eventually(what, PATIENCE, POLL, condition, log).await
 }

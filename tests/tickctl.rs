@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use common::pki::TestCa;
 use common::TestServer;
 
 /// Only a safety net, so a broken build fails instead of hanging: never a synchronisation.
@@ -85,11 +86,34 @@ impl Ran {
         );
         lines[0]
     }
+
+    /// A failure with exit code `code`, reported as one line on stderr: that line.
+    fn failed(&self, code: i32) -> &str {
+        assert_eq!(self.code, code, "exit code; stderr:\n{}", self.stderr);
+        self.one_error_line()
+    }
 }
 
 /// Runs tickctl to completion (off the async workers, which serve the server).
 async fn run(endpoint: &str, args: &[&str]) -> Ran {
     run_with_stdin(endpoint, args, None).await
+}
+
+/// Runs tickctl, which must succeed, and returns what it printed.
+async fn stdout(endpoint: &str, args: &[&str]) -> String {
+    run(endpoint, args).await.ok().stdout
+}
+
+/// Runs tickctl, which must succeed printing JSON, and returns that.
+async fn json(endpoint: &str, args: &[&str]) -> Value {
+    run(endpoint, args).await.ok().json()
+}
+
+/// Runs `tickctl add ARGS`, which must succeed printing the new timer's id alone: the id.
+async fn add(endpoint: &str, args: &[&str]) -> String {
+    let added = stdout(endpoint, &[&["add"], args].concat()).await;
+    assert_eq!(added.lines().count(), 1, "add prints the id alone: {added}");
+    added.trim().to_owned()
 }
 
 async fn run_with_stdin(endpoint: &str, args: &[&str], stdin: Option<&[u8]>) -> Ran {
@@ -209,10 +233,9 @@ async fn add_then_watch_prints_the_expiration() {
         assert!(ready.contains("watching namespace orders"), "{ready}");
     }
 
-    let added = run(
+    let id = add(
         &endpoint,
         &[
-            "add",
             "-n",
             "orders",
             "--delay",
@@ -223,10 +246,7 @@ async fn add_then_watch_prints_the_expiration() {
             "close order 42",
         ],
     )
-    .await
-    .ok();
-    let id = added.stdout.trim().to_owned();
-    assert_eq!(added.stdout.lines().count(), 1, "add prints the id alone");
+    .await;
     assert!(!id.is_empty());
 
     let line = text.stdout_line().await;
@@ -254,25 +274,19 @@ async fn add_then_watch_prints_the_expiration() {
 async fn pending_lists_timers_and_cancel_removes_them() {
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    let first = run(
+    let first = add(
         &endpoint,
-        &["add", "-n", "jobs", "--delay", "1h", "--payload", "one"],
+        &["-n", "jobs", "--delay", "1h", "--payload", "one"],
     )
-    .await
-    .ok();
-    let first = first.stdout.trim().to_owned();
-    let second = run(
+    .await;
+    let second = add(
         &endpoint,
-        &["add", "-n", "jobs", "--delay", "2h", "--key", "nightly"],
+        &["-n", "jobs", "--delay", "2h", "--key", "nightly"],
     )
-    .await
-    .ok();
-    let second = second.stdout.trim().to_owned();
-    run(&endpoint, &["add", "-n", "other", "--delay", "1h"])
-        .await
-        .ok();
+    .await;
+    add(&endpoint, &["-n", "other", "--delay", "1h"]).await;
 
-    let table = run(&endpoint, &["pending", "-n", "jobs"]).await.ok().stdout;
+    let table = stdout(&endpoint, &["pending", "-n", "jobs"]).await;
     let lines: Vec<_> = table.lines().collect();
     assert!(
         lines[0].starts_with("ID") && lines[0].contains("DEADLINE"),
@@ -288,19 +302,13 @@ async fn pending_lists_timers_and_cancel_removes_them() {
     );
     assert_eq!(lines[3], "2 pending", "{table}");
     // Without a namespace: every namespace.
-    let all = run(&endpoint, &["pending"]).await.ok().stdout;
+    let all = stdout(&endpoint, &["pending"]).await;
     assert!(all.ends_with("3 pending\n"), "{all}");
     // Counting only.
-    let count = run(&endpoint, &["pending", "-n", "jobs", "--limit", "0"])
-        .await
-        .ok()
-        .stdout;
+    let count = stdout(&endpoint, &["pending", "-n", "jobs", "--limit", "0"]).await;
     assert_eq!(count, "2 pending\n");
 
-    let listed = run(&endpoint, &["pending", "-n", "jobs", "--output", "json"])
-        .await
-        .ok()
-        .json();
+    let listed = json(&endpoint, &["pending", "-n", "jobs", "--output", "json"]).await;
     assert_eq!(listed["count"], 2);
     let ids: Vec<_> = listed["timers"]
         .as_array()
@@ -316,27 +324,18 @@ async fn pending_lists_timers_and_cancel_removes_them() {
     assert_eq!(listed["timers"][0]["payload"], "one");
 
     assert_eq!(
-        run(&endpoint, &["cancel", "-n", "jobs", &first])
-            .await
-            .ok()
-            .stdout,
+        stdout(&endpoint, &["cancel", "-n", "jobs", &first]).await,
         "cancelled\n"
     );
-    let again = run(&endpoint, &["cancel", "-n", "jobs", &first, "-o", "json"])
-        .await
-        .ok();
-    assert_eq!(again.json()["cancelled"], false);
-    let cancelled = run(
+    let again = json(&endpoint, &["cancel", "-n", "jobs", &first, "-o", "json"]).await;
+    assert_eq!(again["cancelled"], false);
+    let cancelled = json(
         &endpoint,
         &["cancel", "-n", "jobs", "--key", "nightly", "-o", "json"],
     )
-    .await
-    .ok();
-    assert_eq!(cancelled.json()["cancelled"], true);
-    let listed = run(&endpoint, &["pending", "-n", "jobs", "-o", "json"])
-        .await
-        .ok()
-        .json();
+    .await;
+    assert_eq!(cancelled["cancelled"], true);
+    let listed = json(&endpoint, &["pending", "-n", "jobs", "-o", "json"]).await;
     assert_eq!(listed["count"], 0);
     assert_eq!(listed["timers"], Value::Array(vec![]));
     server.stop().await;
@@ -346,44 +345,35 @@ async fn pending_lists_timers_and_cancel_removes_them() {
 async fn get_touch_and_keepalive_a_lease() {
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    let id = run(
+    let id = add(
         &endpoint,
-        &["add", "-n", "workers", "--ttl", "1h", "--key", "worker-1"],
+        &["-n", "workers", "--ttl", "1h", "--key", "worker-1"],
     )
-    .await
-    .ok();
-    let id = id.stdout.trim().to_owned();
+    .await;
 
-    let got = run(
+    let got = json(
         &endpoint,
         &["get", "-n", "workers", "--key", "worker-1", "-o", "json"],
     )
-    .await
-    .ok()
-    .json();
+    .await;
     assert_eq!(got["id"], id.as_str());
     assert_eq!(got["ttl"], "3600s");
-    let text = run(&endpoint, &["get", "-n", "workers", &id])
-        .await
-        .ok()
-        .stdout;
+    let text = stdout(&endpoint, &["get", "-n", "workers", &id]).await;
     assert!(
         text.contains(&format!("id: {id}\n")) && text.contains("ttl: 1h\n"),
         "{text}"
     );
 
-    let touched = run(
+    let touched = json(
         &endpoint,
         &["touch", "-n", "workers", &id, "--ttl", "2h", "-o", "json"],
     )
-    .await
-    .ok()
-    .json();
+    .await;
     // now + 2h is later than the deadline the lease had (about now + 1h).
     assert!(touched["deadline"].as_str().unwrap() > got["deadline"].as_str().unwrap());
 
     // Two rounds of heartbeats for the lease, by id and by key, over one stream.
-    let kept = run(
+    let kept = stdout(
         &endpoint,
         &[
             "keepalive",
@@ -398,10 +388,9 @@ async fn get_touch_and_keepalive_a_lease() {
             "2",
         ],
     )
-    .await
-    .ok();
-    let lines: Vec<_> = kept.stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{}", kept.stdout);
+    .await;
+    let lines: Vec<_> = kept.lines().collect();
+    assert_eq!(lines.len(), 4, "{kept}");
     for (index, line) in lines.iter().enumerate() {
         assert!(
             line.starts_with(&format!("kept id={id} deadline=")),
@@ -410,7 +399,7 @@ async fn get_touch_and_keepalive_a_lease() {
         assert!(line.ends_with(&format!("sequence={}", index + 1)), "{line}");
     }
     // The default interval comes from the lease's own ttl, read with Get.
-    let kept = run(
+    let kept = json(
         &endpoint,
         &[
             "keepalive",
@@ -423,22 +412,14 @@ async fn get_touch_and_keepalive_a_lease() {
             "json",
         ],
     )
-    .await
-    .ok();
-    assert_eq!(kept.json()["id"], id.as_str());
+    .await;
+    assert_eq!(kept["id"], id.as_str());
 
     // Not a lease: nothing to derive the interval from.
-    let plain = run(&endpoint, &["add", "-n", "workers", "--delay", "1h"])
-        .await
-        .ok();
-    let refused = run(
-        &endpoint,
-        &["keepalive", "-n", "workers", plain.stdout.trim()],
-    )
-    .await;
-    assert_eq!(refused.code, 2);
+    let plain = add(&endpoint, &["-n", "workers", "--delay", "1h"]).await;
+    let refused = run(&endpoint, &["keepalive", "-n", "workers", &plain]).await;
     assert!(
-        refused.one_error_line().contains("not a lease"),
+        refused.failed(2).contains("not a lease"),
         "{}",
         refused.stderr
     );
@@ -454,12 +435,7 @@ async fn keepalive_stops_with_the_code_when_the_lease_is_gone() {
         &["keepalive", "-n", "workers", "--key", "gone", "--ttl", "1s"],
     )
     .await;
-    assert_eq!(lost.code, 1);
-    assert!(
-        lost.one_error_line().contains("NOT_FOUND"),
-        "{}",
-        lost.stderr
-    );
+    assert!(lost.failed(1).contains("NOT_FOUND"), "{}", lost.stderr);
     server.stop().await;
 }
 
@@ -492,13 +468,11 @@ async fn consume_prints_and_acknowledges() {
     .await
     .ok();
     let first = ran.stdout.trim().to_owned();
-    let second = run(
+    let second = add(
         &endpoint,
-        &["add", "-n", "mail", "--delay", "20ms", "--payload", "2"],
+        &["-n", "mail", "--delay", "20ms", "--payload", "2"],
     )
-    .await
-    .ok();
-    let second = second.stdout.trim().to_owned();
+    .await;
 
     let mut deliveries = Vec::new();
     for expected in [&first, &second] {
@@ -518,9 +492,8 @@ async fn consume_prints_and_acknowledges() {
         &["ack", "-n", "mail", &deliveries[0], &deliveries[1]],
     )
     .await;
-    assert_eq!(again.code, 1);
+    assert!(again.failed(1).contains(&deliveries[0]));
     assert_eq!(again.stdout, "acknowledged 0\n");
-    assert!(again.one_error_line().contains(&deliveries[0]));
     server.stop().await;
 }
 
@@ -531,25 +504,20 @@ async fn ack_acknowledges_a_delivery() {
     // A sharing subscriber that leaves acknowledging to tickctl.
     let mut client = server.client().await;
     let mut stream = common::subscribe(&mut client, "acks", 60_000, 10).await;
-    let id = run(&endpoint, &["add", "-n", "acks", "--delay", "1ms"])
-        .await
-        .ok();
+    let id = add(&endpoint, &["-n", "acks", "--delay", "1ms"]).await;
     let expiration = common::next_expiration(&mut stream).await;
-    assert_eq!(expiration.timer.unwrap().id, id.stdout.trim());
+    assert_eq!(expiration.timer.unwrap().id, id);
 
-    let acked = run(&endpoint, &["ack", "-n", "acks", &expiration.delivery_id])
-        .await
-        .ok();
-    assert_eq!(acked.stdout, "acknowledged 1\n");
+    let acked = stdout(&endpoint, &["ack", "-n", "acks", &expiration.delivery_id]).await;
+    assert_eq!(acked, "acknowledged 1\n");
     let again = run(
         &endpoint,
         &["ack", "-n", "acks", &expiration.delivery_id, "-o", "json"],
     )
     .await;
-    assert_eq!(again.code, 1);
+    assert!(again.failed(1).contains(&expiration.delivery_id));
     assert_eq!(again.json()["acknowledged"], 0);
     assert_eq!(again.json()["unknown"][0], expiration.delivery_id.as_str());
-    assert!(again.one_error_line().contains(&expiration.delivery_id));
     server.stop().await;
 }
 
@@ -567,21 +535,17 @@ async fn add_batch_reports_each_item() {
         "{}",
         lines[1]
     );
-    let got = run(
+    let got = json(
         &endpoint,
         &["get", "-n", "elsewhere", lines[2], "-o", "json"],
     )
-    .await
-    .ok()
-    .json();
+    .await;
     assert_eq!(got["deadline"], "2100-01-01T00:00:00.000000000Z");
-    let got = run(
+    let got = json(
         &endpoint,
         &["get", "-n", "batch", "--key", "a", "-o", "json"],
     )
-    .await
-    .ok()
-    .json();
+    .await;
     assert_eq!(got["id"], lines[0]);
     server.stop().await;
 }
@@ -590,37 +554,27 @@ async fn add_batch_reports_each_item() {
 async fn deadlines_with_offsets_and_health() {
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    let id = run(
+    let id = add(
         &endpoint,
         &[
-            "add",
             "--deadline",
             "2100-01-01T01:30:00+01:30",
             "--payload",
             "y2k1",
         ],
     )
-    .await
-    .ok();
-    let got = run(&endpoint, &["get", id.stdout.trim(), "-o", "json"])
-        .await
-        .ok()
-        .json();
+    .await;
+    let got = json(&endpoint, &["get", &id, "-o", "json"]).await;
     assert_eq!(got["deadline"], "2100-01-01T00:00:00.000000000Z");
 
-    assert_eq!(run(&endpoint, &["health"]).await.ok().stdout, "SERVING\n");
+    assert_eq!(stdout(&endpoint, &["health"]).await, "SERVING\n");
     assert_eq!(
-        run(&endpoint, &["health", "--service", ""])
-            .await
-            .ok()
-            .stdout,
+        stdout(&endpoint, &["health", "--service", ""]).await,
         "SERVING\n"
     );
     // A token is sent as metadata; today's server does not check it.
-    let with_token = run(&endpoint, &["--token", "s3cret", "health", "-o", "json"])
-        .await
-        .ok();
-    assert_eq!(with_token.json()["status"], "SERVING");
+    let with_token = json(&endpoint, &["--token", "s3cret", "health", "-o", "json"]).await;
+    assert_eq!(with_token["status"], "SERVING");
     server.stop().await;
 }
 
@@ -628,17 +582,10 @@ async fn deadlines_with_offsets_and_health() {
 async fn works_over_a_unix_socket() {
     let server = TestServer::start_with_unix_socket(tickd::config::Config::defaults()).await;
     let endpoint = format!("unix:{}", server.unix_socket.as_ref().unwrap().display());
-    assert_eq!(run(&endpoint, &["health"]).await.ok().stdout, "SERVING\n");
-    let id = run(&endpoint, &["add", "-n", "sidecar", "--delay", "1h"])
-        .await
-        .ok();
-    let got = run(
-        &endpoint,
-        &["get", "-n", "sidecar", id.stdout.trim(), "-o", "json"],
-    )
-    .await
-    .ok();
-    assert_eq!(got.json()["id"], id.stdout.trim());
+    assert_eq!(stdout(&endpoint, &["health"]).await, "SERVING\n");
+    let id = add(&endpoint, &["-n", "sidecar", "--delay", "1h"]).await;
+    let got = json(&endpoint, &["get", "-n", "sidecar", &id, "-o", "json"]).await;
+    assert_eq!(got["id"], id.as_str());
     server.stop().await;
 }
 
@@ -666,32 +613,19 @@ async fn errors_are_one_clear_line_with_an_exit_code() {
         bad.stderr
     );
     let bad = run(&endpoint, &["add", "--payload", "x"]).await;
-    assert_eq!(bad.code, 2);
-    assert!(bad.one_error_line().contains("--delay"), "{}", bad.stderr);
+    assert!(bad.failed(2).contains("--delay"), "{}", bad.stderr);
     let bad = run(&endpoint, &["--token-file", "/nonexistent/token", "health"]).await;
-    assert_eq!(bad.code, 2);
-    assert!(
-        bad.one_error_line()
-            .starts_with("tickctl: reading --token-file"),
-        "{}",
-        bad.stderr
-    );
+    let line = bad.failed(2);
+    assert!(line.starts_with("tickctl: reading --token-file"), "{line}");
 
     // Server errors: exit 1, naming the gRPC code.
     let missing = run(&endpoint, &["get", "-n", "jobs", "--key", "no-such-key"]).await;
-    assert_eq!(missing.code, 1);
-    let line = missing.one_error_line();
+    let line = missing.failed(1);
     assert!(line.starts_with("tickctl: NOT_FOUND: "), "{line}");
     assert!(missing.stdout.is_empty());
     let invalid = run(&endpoint, &["cancel", "not-an-id"]).await;
-    assert_eq!(invalid.code, 1);
-    assert!(
-        invalid
-            .one_error_line()
-            .starts_with("tickctl: INVALID_ARGUMENT: "),
-        "{}",
-        invalid.stderr
-    );
+    let line = invalid.failed(1);
+    assert!(line.starts_with("tickctl: INVALID_ARGUMENT: "), "{line}");
     server.stop().await;
 
     // Unreachable: exit 3. A port that was just free refuses connections.
@@ -702,22 +636,15 @@ async fn errors_are_one_clear_line_with_an_exit_code() {
         .port();
     let endpoint = format!("127.0.0.1:{port}");
     let down = run(&endpoint, &["pending"]).await;
-    assert_eq!(down.code, 3);
-    let line = down.one_error_line();
+    let line = down.failed(3);
     assert!(
         line.starts_with(&format!("tickctl: cannot reach tickd at {endpoint}: ")),
         "{line}"
     );
     assert!(line.to_lowercase().contains("refused"), "{line}");
     let socket = run("unix:/nonexistent/tickd.sock", &["health"]).await;
-    assert_eq!(socket.code, 3);
-    assert!(
-        socket
-            .one_error_line()
-            .contains("unix:/nonexistent/tickd.sock"),
-        "{}",
-        socket.stderr
-    );
+    let line = socket.failed(3);
+    assert!(line.contains("unix:/nonexistent/tickd.sock"), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -731,38 +658,22 @@ async fn bearer_tokens_are_sent() {
     let endpoint = endpoint(&server);
 
     let refused = run(&endpoint, &["add", "-n", "orders", "--delay", "1h"]).await;
-    assert_eq!(refused.code, 1);
-    assert!(
-        refused
-            .one_error_line()
-            .starts_with("tickctl: UNAUTHENTICATED: "),
-        "{}",
-        refused.stderr
-    );
+    let line = refused.failed(1);
+    assert!(line.starts_with("tickctl: UNAUTHENTICATED: "), "{line}");
 
-    let added = run(
+    let added = stdout(
         &endpoint,
         &["--token", "s3cret", "add", "-n", "orders", "--delay", "1h"],
     )
-    .await
-    .ok();
+    .await;
+    let added = added.trim();
     let token_file = token_file.to_str().unwrap();
-    let got = run(
+    let got = stdout(
         &endpoint,
-        &[
-            "--token-file",
-            token_file,
-            "get",
-            "-n",
-            "orders",
-            added.stdout.trim(),
-        ],
+        &["--token-file", token_file, "get", "-n", "orders", added],
     )
-    .await
-    .ok();
-    assert!(got
-        .stdout
-        .starts_with(&format!("id: {}", added.stdout.trim())));
+    .await;
+    assert!(got.starts_with(&format!("id: {added}")));
     let mut from_env = tickctl(&endpoint);
     from_env
         .env("TICKCTL_TOKEN", "s3cret")
@@ -773,102 +684,37 @@ async fn bearer_tokens_are_sent() {
     assert_eq!(Ran::from(output).ok().stdout, "1 pending\n");
 
     let elsewhere = run(&endpoint, &["--token", "s3cret", "pending", "-n", "jobs"]).await;
-    assert_eq!(elsewhere.code, 1);
-    assert!(
-        elsewhere
-            .one_error_line()
-            .starts_with("tickctl: PERMISSION_DENIED: "),
-        "{}",
-        elsewhere.stderr
-    );
+    let line = elsewhere.failed(1);
+    assert!(line.starts_with("tickctl: PERMISSION_DENIED: "), "{line}");
     // Health stays open, for probes.
-    assert_eq!(run(&endpoint, &["health"]).await.ok().stdout, "SERVING\n");
+    assert_eq!(stdout(&endpoint, &["health"]).await, "SERVING\n");
     server.stop().await;
-}
-
-/// A CA, and a certificate it signed, in PEM files.
-struct Pki {
-    dir: tempfile::TempDir,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "tickctl test CA");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = rcgen::KeyPair::generate().unwrap();
-        let ca = params.self_signed(&key).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        Self {
-            dir,
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// Writes NAME.pem and NAME.key, and returns their paths.
-    fn sign(
-        &self,
-        name: &str,
-        names: &[&str],
-        usage: rcgen::ExtendedKeyUsagePurpose,
-    ) -> (String, String) {
-        let mut params =
-            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let cert_path = self.dir.path().join(format!("{name}.pem"));
-        let key_path = self.dir.path().join(format!("{name}.key"));
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        (
-            cert_path.display().to_string(),
-            key_path.display().to_string(),
-        )
-    }
-
-    fn ca(&self) -> String {
-        self.dir.path().join("ca.pem").display().to_string()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_mutual_tls() {
-    let pki = Pki::new();
-    let (cert, key) = pki.sign(
-        "tickd",
-        &["localhost", "127.0.0.1"],
-        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let (client_cert, client_key) =
-        pki.sign("client", &[], rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+    let pki = TestCa::new("tickctl");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = pki
+        .server("tickd", &["localhost", "127.0.0.1"])
+        .write(dir.path(), "tickd");
+    let (client_cert, client_key) = pki.client("client").write(dir.path(), "client");
+    let ca_file = pki.write(dir.path(), "ca.pem");
     let server = TestServer::start_with(common::config(|c| {
-        c.tls_cert = Some(cert.clone().into());
-        c.tls_key = Some(key.clone().into());
+        c.tls_cert = Some(cert.clone());
+        c.tls_key = Some(key.clone());
     }))
     .await;
     let port = server.addr.port();
-    let ca = pki.ca();
+    let ca = ca_file.display().to_string();
     let https = format!("https://127.0.0.1:{port}");
     assert_eq!(
-        run(&https, &["--tls-ca", &ca, "health"]).await.ok().stdout,
+        stdout(&https, &["--tls-ca", &ca, "health"]).await,
         "SERVING\n"
     );
     // HOST:PORT with a TLS flag means https; the certificate is checked against a given name.
     let plain = format!("127.0.0.1:{port}");
-    let added = run(
+    let added = stdout(
         &plain,
         &[
             "--tls-ca",
@@ -880,17 +726,11 @@ async fn tls_and_mutual_tls() {
             "1h",
         ],
     )
-    .await
-    .ok();
-    assert!(!added.stdout.trim().is_empty());
+    .await;
+    assert!(!added.trim().is_empty());
 
     let no_ca = run(&https, &["health"]).await;
-    assert_eq!(no_ca.code, 2);
-    assert!(
-        no_ca.one_error_line().contains("--tls-ca"),
-        "{}",
-        no_ca.stderr
-    );
+    assert!(no_ca.failed(2).contains("--tls-ca"), "{}", no_ca.stderr);
     let wrong_name = run(
         &https,
         &[
@@ -908,26 +748,27 @@ async fn tls_and_mutual_tls() {
 
     // Mutual TLS: a client certificate signed by the client CA is required.
     let server = TestServer::start_with(common::config(|c| {
-        c.tls_cert = Some(cert.into());
-        c.tls_key = Some(key.into());
-        c.tls_client_ca = Some(ca.clone().into());
+        c.tls_cert = Some(cert);
+        c.tls_key = Some(key);
+        c.tls_client_ca = Some(ca_file.clone());
     }))
     .await;
     let https = format!("https://127.0.0.1:{}", server.addr.port());
-    let with_identity = run(
+    let (client_cert, client_key) = (client_cert.display(), client_key.display());
+    let with_identity = stdout(
         &https,
         &[
             "--tls-ca",
             &ca,
             "--tls-cert",
-            &client_cert,
+            &client_cert.to_string(),
             "--tls-key",
-            &client_key,
+            &client_key.to_string(),
             "pending",
         ],
     )
     .await;
-    assert_eq!(with_identity.ok().stdout, "0 pending\n");
+    assert_eq!(with_identity, "0 pending\n");
     let without = run(&https, &["--tls-ca", &ca, "pending"]).await;
     assert_ne!(without.code, 0);
     without.one_error_line();

@@ -3,7 +3,9 @@
 //! requirements under `target/`.
 //!
 //! Environment: `TICKD_PYTHON` picks the interpreter venvs are built from (default
-//! `python3`); `TICKD_SKIP_POLYGLOT=1` skips the tests that need other languages.
+//! `python3`); `TICKD_SKIP_POLYGLOT=1` skips the tests that need other languages (and so
+//! PyPI, npm or a JDK); `TICKD_SKIP_POSTGRES=1` skips the tests that need PostgreSQL (which
+//! they would otherwise install with apt when it is missing).
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -21,9 +23,19 @@ pub fn target_dir() -> PathBuf {
 
 /// True (and said on stderr) when `TICKD_SKIP_POLYGLOT=1`.
 pub fn skip_polyglot(what: &str) -> bool {
-    let skip = std::env::var_os("TICKD_SKIP_POLYGLOT").is_some_and(|value| value == "1");
+    skip_when_set("TICKD_SKIP_POLYGLOT", what)
+}
+
+/// True (and said on stderr) when `TICKD_SKIP_POSTGRES=1`: checked first by every test that
+/// starts a PostgreSQL server.
+pub fn skip_postgres(what: &str) -> bool {
+    skip_when_set("TICKD_SKIP_POSTGRES", what)
+}
+
+fn skip_when_set(variable: &str, what: &str) -> bool {
+    let skip = std::env::var_os(variable).is_some_and(|value| value == "1");
     if skip {
-        eprintln!("{what}: skipped (TICKD_SKIP_POLYGLOT=1)");
+        eprintln!("{what}: skipped: {variable}=1");
     }
     skip
 }

@@ -2,13 +2,15 @@
 //! directory, listening on 127.0.0.1 on a free port, stopped (and deleted) when dropped.
 //!
 //! It runs Debian's binaries (`/usr/lib/postgresql/VERSION/bin`) and installs the
-//! `postgresql` package when they are missing, since CI may run on a fresh machine.
+//! `postgresql` package when they are missing, since CI may run on a fresh machine; tests
+//! needing it check [`super::tooling::skip_postgres`] first, so `TICKD_SKIP_POSTGRES=1`
+//! skips them offline.
 //! PostgreSQL refuses to run as root, so under root the cluster belongs to, and the server
 //! runs as, the `postgres` user that package creates.
 //!
-//! [`Postgres::start_tls`] serves TLS too, with a certificate from a throwaway [`TestCa`],
-//! and can refuse plaintext TCP connections (`hostssl` only in `pg_hba.conf`). The test's
-//! own connections go through [`tickd::cluster::Database`] with the default
+//! [`Postgres::start_tls`] serves TLS too, with a certificate from a throwaway [`TestCa`]
+//! ([`ServerTls::signed_by`]), and can refuse plaintext TCP connections (`hostssl` only in
+//! `pg_hba.conf`). The test's own connections go through [`tickd::cluster::Database`] with the default
 //! `sslmode=prefer`, so they work against either kind of server.
 
 use std::fs::{self, File};
@@ -22,7 +24,8 @@ use tickd::cluster::Database;
 use tokio_postgres::Row;
 
 use super::daemon::send_signal;
-use crate::common::tooling::{install_lock, run};
+use super::pki::TestCa;
+use super::tooling::{install_lock, run};
 
 /// Where Debian puts each major version's binaries.
 const DEBIAN_POSTGRESQL: &str = "/usr/lib/postgresql";
@@ -42,44 +45,13 @@ pub struct ServerTls {
     pub tls_only: bool,
 }
 
-/// A throwaway CA, for the certificates of one test.
-pub struct TestCa {
-    pub pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-impl TestCa {
-    pub fn new(name: &str) -> TestCa {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = rcgen::KeyPair::generate().expect("CA key");
-        let pem = params.self_signed(&key).expect("self-signed CA").pem();
-        TestCa {
-            pem,
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// A server certificate for `names` (DNS names or IP addresses) only.
-    pub fn server_tls(&self, names: &[&str], tls_only: bool) -> ServerTls {
-        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
-        let mut params = rcgen::CertificateParams::new(names).expect("server params");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "tickd test database");
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-        let key = rcgen::KeyPair::generate().expect("server key");
-        let cert = params.signed_by(&key, &self.issuer).expect("server cert");
+impl ServerTls {
+    /// A server certificate from `ca` for `names` (DNS names or IP addresses) only.
+    pub fn signed_by(ca: &TestCa, names: &[&str], tls_only: bool) -> ServerTls {
+        let signed = ca.server("tickd test database", names);
         ServerTls {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            cert_pem: signed.cert_pem,
+            key_pem: signed.key_pem,
             tls_only,
         }
     }
