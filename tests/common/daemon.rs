@@ -15,7 +15,7 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 /// its output piped: callers add the arguments of the mode under test, then
 /// [`Daemon::start`] it. `TICKD_TEST_BIN` runs another binary (the release build, say)
 /// instead of the one cargo built for the tests.
-pub fn tickd_command() -> Command {
+pub(crate) fn tickd_command() -> Command {
     let binary =
         std::env::var_os("TICKD_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tickd").into());
     let mut command = Command::new(binary);
@@ -30,7 +30,7 @@ pub fn tickd_command() -> Command {
 }
 
 /// A `tickd` process; killed (SIGKILL) when dropped, so a failing test leaves none behind.
-pub struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     pub addr: SocketAddr,
     log: Arc<Mutex<Vec<String>>>,
@@ -39,7 +39,7 @@ pub struct Daemon {
 impl Daemon {
     /// Spawns `command` (from [`tickd_command`]) and waits for its "tickd serving" line, which
     /// says where it listens. Panics with the log if it exits or stays silent instead.
-    pub fn start(mut command: Command) -> Daemon {
+    pub(crate) fn start(mut command: Command) -> Daemon {
         let mut child = command.spawn().expect("spawn tickd");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (address_sender, address) = std::sync::mpsc::channel();
@@ -65,7 +65,7 @@ impl Daemon {
     /// Spawns `command` for a start that must be refused: waits (at most `patience`) for
     /// the process to exit by itself, and returns how it exited with everything it logged.
     /// A refused start never logs "tickd serving", so [`Daemon::start`] would not return.
-    pub fn refused(mut command: Command, patience: Duration) -> (ExitStatus, String) {
+    pub(crate) fn refused(mut command: Command, patience: Duration) -> (ExitStatus, String) {
         let mut child = command.spawn().expect("spawn tickd");
         let log = Arc::new(Mutex::new(Vec::new()));
         capture_lines(child.stdout.take().expect("stdout"), log.clone(), None);
@@ -84,24 +84,24 @@ impl Daemon {
         (status, daemon.log_text())
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// SIGKILL, and wait for the process to be gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.child.kill().expect("kill");
         self.child.wait().expect("wait");
     }
 
     /// Sends a signal by name ("TERM", "STOP", "CONT", ...).
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         send_signal(self.pid(), name);
     }
 
     /// Waits for the process to exit on its own (after a SIGTERM, say); panics with the log
     /// if it is still running after `patience`.
-    pub fn wait_for_exit(&mut self, patience: Duration) -> ExitStatus {
+    pub(crate) fn wait_for_exit(&mut self, patience: Duration) -> ExitStatus {
         let deadline = Instant::now() + patience;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -119,13 +119,13 @@ impl Daemon {
     }
 
     /// Log lines containing `needle` so far.
-    pub fn count(&self, needle: &str) -> usize {
+    pub(crate) fn count(&self, needle: &str) -> usize {
         let log = self.log.lock().unwrap();
         log.iter().filter(|line| line.contains(needle)).count()
     }
 
     /// Log lines containing any of `needles` so far.
-    pub fn lines_with(&self, needles: &[&str]) -> Vec<String> {
+    pub(crate) fn lines_with(&self, needles: &[&str]) -> Vec<String> {
         let log = self.log.lock().unwrap();
         log.iter()
             .filter(|line| needles.iter().any(|needle| line.contains(needle)))
@@ -133,15 +133,15 @@ impl Daemon {
             .collect()
     }
 
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
 
-    pub fn assert_running(&mut self) {
+    pub(crate) fn assert_running(&mut self) {
         if let Some(status) = self.child.try_wait().unwrap() {
             panic!(
                 "tickd exited on its own ({status}); log:\n{}",
@@ -160,7 +160,7 @@ impl Drop for Daemon {
 
 /// Sends the signal `name` to `pid` with the shell's built-in `kill`: no crate among the
 /// dependencies binds kill(2), and /bin/kill (procps) is not on every machine.
-pub fn send_signal(pid: u32, name: &str) {
+pub(crate) fn send_signal(pid: u32, name: &str) {
     let status = Command::new("sh")
         .args(["-c", "kill -s \"$1\" \"$2\"", "sh", name, &pid.to_string()])
         .status()

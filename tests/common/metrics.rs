@@ -11,10 +11,10 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 /// One scrape: `name{label="value",...}` (labels sorted by name) → value.
 #[derive(Debug)]
-pub struct Scrape(BTreeMap<String, f64>);
+pub(crate) struct Scrape(BTreeMap<String, f64>);
 
 impl Scrape {
-    pub fn parse(text: &str) -> Self {
+    pub(crate) fn parse(text: &str) -> Self {
         let mut samples = BTreeMap::new();
         for line in text.lines() {
             let line = line.trim();
@@ -35,12 +35,12 @@ impl Scrape {
     }
 
     /// The value of `series` (written with or without labels, in any label order).
-    pub fn get(&self, series: &str) -> Option<f64> {
+    pub(crate) fn get(&self, series: &str) -> Option<f64> {
         self.0.get(&canonical(series)).copied()
     }
 
     /// How many series the metric `name` has (one per label set).
-    pub fn series(&self, name: &str) -> usize {
+    pub(crate) fn series(&self, name: &str) -> usize {
         let prefix = format!("{name}{{");
         self.0
             .keys()
@@ -48,7 +48,7 @@ impl Scrape {
             .count()
     }
 
-    pub fn value(&self, series: &str) -> f64 {
+    pub(crate) fn value(&self, series: &str) -> f64 {
         self.get(series)
             .unwrap_or_else(|| panic!("no series {series} in the scrape:\n{self:#?}"))
     }
@@ -96,7 +96,7 @@ fn canonical(series: &str) -> String {
 }
 
 /// `GET /metrics` over a plain TCP stream (HTTP/1.0, so the body ends with the connection).
-pub async fn scrape_text(addr: SocketAddr) -> String {
+pub(crate) async fn scrape_text(addr: SocketAddr) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect to metrics");
@@ -123,13 +123,13 @@ pub async fn scrape_text(addr: SocketAddr) -> String {
     body.to_owned()
 }
 
-pub async fn scrape(addr: SocketAddr) -> Scrape {
+pub(crate) async fn scrape(addr: SocketAddr) -> Scrape {
     Scrape::parse(&scrape_text(addr).await)
 }
 
 /// Scrapes until `ready` holds (the counters of a call are updated as it ends, a moment
 /// after its answer left), at most for [`PATIENCE`].
-pub async fn scrape_until(addr: SocketAddr, ready: impl Fn(&Scrape) -> bool) -> Scrape {
+pub(crate) async fn scrape_until(addr: SocketAddr, ready: impl Fn(&Scrape) -> bool) -> Scrape {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let scrape = scrape(addr).await;

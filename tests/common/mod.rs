@@ -18,16 +18,16 @@
 //! re-exports, which a binary using only `tooling`, say, does not touch).
 #![allow(dead_code)]
 
-pub mod daemon;
-pub mod metrics;
-pub mod pki;
-pub mod postgres;
-pub mod raw_codec;
-pub mod rng;
-pub mod rpc;
-pub mod server;
-pub mod tooling;
-pub mod wait;
+pub(crate) mod daemon;
+pub(crate) mod metrics;
+pub(crate) mod pki;
+pub(crate) mod postgres;
+pub(crate) mod raw_codec;
+pub(crate) mod rng;
+pub(crate) mod rpc;
+pub(crate) mod server;
+pub(crate) mod tooling;
+pub(crate) mod wait;
 
 #[allow(unused_imports)]
-pub use {rpc::*, server::*, tickd::proto::*};
+pub(crate) use {rpc::*, server::*, tickd::proto::*};

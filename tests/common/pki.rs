@@ -4,20 +4,20 @@
 use std::path::{Path, PathBuf};
 
 /// A CA made for one test; its certificate is `pem`.
-pub struct TestCa {
+pub(crate) struct TestCa {
     pub pem: String,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
 }
 
 /// A certificate and its private key, in PEM.
-pub struct CertAndKey {
+pub(crate) struct CertAndKey {
     pub cert_pem: String,
     pub key_pem: String,
 }
 
 impl TestCa {
     /// A CA whose common name is "NAME test CA".
-    pub fn new(name: &str) -> TestCa {
+    pub(crate) fn new(name: &str) -> TestCa {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params
             .distinguished_name
@@ -37,7 +37,7 @@ impl TestCa {
     }
 
     /// A certificate for `names` (DNS names or IP addresses) only, for `usage`.
-    pub fn sign(
+    pub(crate) fn sign(
         &self,
         common_name: &str,
         names: &[&str],
@@ -58,7 +58,7 @@ impl TestCa {
     }
 
     /// A server certificate for `names`.
-    pub fn server(&self, common_name: &str, names: &[&str]) -> CertAndKey {
+    pub(crate) fn server(&self, common_name: &str, names: &[&str]) -> CertAndKey {
         self.sign(
             common_name,
             names,
@@ -67,19 +67,19 @@ impl TestCa {
     }
 
     /// A client certificate (no names).
-    pub fn client(&self, common_name: &str) -> CertAndKey {
+    pub(crate) fn client(&self, common_name: &str) -> CertAndKey {
         self.sign(common_name, &[], rcgen::ExtendedKeyUsagePurpose::ClientAuth)
     }
 
     /// Writes the CA's certificate to `dir/NAME` and returns its path.
-    pub fn write(&self, dir: &Path, name: &str) -> PathBuf {
+    pub(crate) fn write(&self, dir: &Path, name: &str) -> PathBuf {
         write_file(dir, name, &self.pem)
     }
 }
 
 impl CertAndKey {
     /// Writes `dir/NAME.pem` and `dir/NAME.key`, and returns their paths.
-    pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    pub(crate) fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         (
             write_file(dir, &format!("{name}.pem"), &self.cert_pem),
             write_file(dir, &format!("{name}.key"), &self.key_pem),
@@ -88,7 +88,7 @@ impl CertAndKey {
 }
 
 /// Writes `contents` to `dir/NAME` and returns the path.
-pub fn write_file(dir: &Path, name: &str, contents: &str) -> PathBuf {
+pub(crate) fn write_file(dir: &Path, name: &str, contents: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     path

@@ -39,7 +39,7 @@ const START_ATTEMPTS: usize = 3;
 /// What a TLS-serving cluster is given: its certificate and key (PEM), and whether TCP
 /// connections must use TLS (`hostssl` lines only in `pg_hba.conf`).
 #[derive(Clone)]
-pub struct ServerTls {
+pub(crate) struct ServerTls {
     pub cert_pem: String,
     pub key_pem: String,
     pub tls_only: bool,
@@ -47,7 +47,7 @@ pub struct ServerTls {
 
 impl ServerTls {
     /// A server certificate from `ca` for `names` (DNS names or IP addresses) only.
-    pub fn signed_by(ca: &TestCa, names: &[&str], tls_only: bool) -> ServerTls {
+    pub(crate) fn signed_by(ca: &TestCa, names: &[&str], tls_only: bool) -> ServerTls {
         let signed = ca.server("tickd test database", names);
         ServerTls {
             cert_pem: signed.cert_pem,
@@ -57,7 +57,7 @@ impl ServerTls {
     }
 }
 
-pub struct Postgres {
+pub(crate) struct Postgres {
     server: Child,
     port: u16,
     log: PathBuf,
@@ -66,12 +66,12 @@ pub struct Postgres {
 
 impl Postgres {
     /// Creates a cluster and starts a server on it; returns once it accepts connections.
-    pub async fn start() -> Postgres {
+    pub(crate) async fn start() -> Postgres {
         Postgres::start_with(None).await
     }
 
     /// [`Postgres::start`] with `ssl=on` and `tls`'s certificate.
-    pub async fn start_tls(tls: ServerTls) -> Postgres {
+    pub(crate) async fn start_tls(tls: ServerTls) -> Postgres {
         Postgres::start_with(Some(tls)).await
     }
 
@@ -91,17 +91,17 @@ impl Postgres {
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`: trusted, no password.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// Sends `signal` ("STOP", "CONT", ...) to the server and every process it started, so
     /// that the whole database pauses or resumes (its connections too).
-    pub fn signal_all(&self, signal: &str) {
+    pub(crate) fn signal_all(&self, signal: &str) {
         let postmaster = self.server.id();
         let mut pids = vec![postmaster];
         for entry in fs::read_dir("/proc").expect("read /proc").flatten() {
@@ -123,12 +123,12 @@ impl Postgres {
     }
 
     /// [`Postgres::url`] as tickd reads it: TLS if the server offers it, unverified.
-    pub fn database(&self) -> Database {
+    pub(crate) fn database(&self) -> Database {
         Database::new(&self.url(), None).expect("the fixture's own URL")
     }
 
     /// A new connection (its driver runs on a task of its own).
-    pub async fn connect(&self) -> tokio_postgres::Client {
+    pub(crate) async fn connect(&self) -> tokio_postgres::Client {
         self.database()
             .connect()
             .await
@@ -136,7 +136,7 @@ impl Postgres {
     }
 
     /// Runs one statement without parameters on a connection of its own.
-    pub async fn query(&self, sql: &str) -> Vec<Row> {
+    pub(crate) async fn query(&self, sql: &str) -> Vec<Row> {
         self.connect()
             .await
             .query(sql, &[])
@@ -145,7 +145,7 @@ impl Postgres {
     }
 
     /// The server's own log so far (for failure messages).
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_else(|error| format!("(no log: {error})"))
     }
 
@@ -237,7 +237,7 @@ impl Drop for Postgres {
 }
 
 /// The server's message for a failed statement (the error's own text is only "db error").
-pub fn explain(error: &tokio_postgres::Error) -> String {
+pub(crate) fn explain(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
         None => error.to_string(),

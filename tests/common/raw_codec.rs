@@ -7,7 +7,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 /// Sends raw bytes as a request message and decodes nothing: to send what no generated
 /// client would.
 #[derive(Clone, Default)]
-pub struct RawCodec;
+pub(crate) struct RawCodec;
 
 impl Codec for RawCodec {
     type Encode = Bytes;

@@ -9,7 +9,7 @@ use tickd::proto::timers_client::TimersClient;
 use tickd::proto::*;
 use tonic::transport::Channel;
 
-pub fn millis(ms: u64) -> prost_types::Duration {
+pub(crate) fn millis(ms: u64) -> prost_types::Duration {
     let duration = Duration::from_millis(ms);
     prost_types::Duration {
         seconds: duration.as_secs() as i64,
@@ -17,7 +17,7 @@ pub fn millis(ms: u64) -> prost_types::Duration {
     }
 }
 
-pub fn spec(namespace: &str, delay_ms: u64, payload: &[u8]) -> TimerSpec {
+pub(crate) fn spec(namespace: &str, delay_ms: u64, payload: &[u8]) -> TimerSpec {
     TimerSpec {
         namespace: namespace.into(),
         delay: Some(millis(delay_ms)),
@@ -26,21 +26,21 @@ pub fn spec(namespace: &str, delay_ms: u64, payload: &[u8]) -> TimerSpec {
     }
 }
 
-pub fn by_id(namespace: &str, id: &str) -> Option<TimerRef> {
+pub(crate) fn by_id(namespace: &str, id: &str) -> Option<TimerRef> {
     Some(TimerRef {
         namespace: namespace.into(),
         target: Some(timer_ref::Target::Id(id.into())),
     })
 }
 
-pub fn by_key(namespace: &str, key: &str) -> Option<TimerRef> {
+pub(crate) fn by_key(namespace: &str, key: &str) -> Option<TimerRef> {
     Some(TimerRef {
         namespace: namespace.into(),
         target: Some(timer_ref::Target::Key(key.into())),
     })
 }
 
-pub async fn register(client: &mut TimersClient<Channel>, spec: TimerSpec) -> Timer {
+pub(crate) async fn register(client: &mut TimersClient<Channel>, spec: TimerSpec) -> Timer {
     client
         .new_timeout(NewTimeoutRequest { timer: Some(spec) })
         .await
@@ -51,7 +51,7 @@ pub async fn register(client: &mut TimersClient<Channel>, spec: TimerSpec) -> Ti
 }
 
 /// Opens a sharing subscription with the given ack timeout and window.
-pub async fn subscribe(
+pub(crate) async fn subscribe(
     client: &mut TimersClient<Channel>,
     namespace: &str,
     ack_timeout_ms: u64,
@@ -69,7 +69,9 @@ pub async fn subscribe(
         .into_inner()
 }
 
-pub async fn next_expiration(stream: &mut tonic::Streaming<SubscribeResponse>) -> Expiration {
+pub(crate) async fn next_expiration(
+    stream: &mut tonic::Streaming<SubscribeResponse>,
+) -> Expiration {
     stream
         .message()
         .await
@@ -79,7 +81,7 @@ pub async fn next_expiration(stream: &mut tonic::Streaming<SubscribeResponse>) -
         .expect("expiration")
 }
 
-pub async fn ack(
+pub(crate) async fn ack(
     client: &mut TimersClient<Channel>,
     namespace: &str,
     ids: Vec<String>,
@@ -94,7 +96,7 @@ pub async fn ack(
         .into_inner()
 }
 
-pub async fn pending_count(client: &mut TimersClient<Channel>, namespace: &str) -> u64 {
+pub(crate) async fn pending_count(client: &mut TimersClient<Channel>, namespace: &str) -> u64 {
     client
         .pending(PendingRequest {
             namespace: namespace.into(),
@@ -106,11 +108,11 @@ pub async fn pending_count(client: &mut TimersClient<Channel>, namespace: &str) 
         .count
 }
 
-pub fn unix_nanos(timestamp: &prost_types::Timestamp) -> i128 {
+pub(crate) fn unix_nanos(timestamp: &prost_types::Timestamp) -> i128 {
     i128::from(timestamp.seconds) * 1_000_000_000 + i128::from(timestamp.nanos)
 }
 
-pub fn now_unix_nanos() -> i128 {
+pub(crate) fn now_unix_nanos() -> i128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -119,7 +121,7 @@ pub fn now_unix_nanos() -> i128 {
 
 /// Registers every spec in one NewTimeouts call (one worker command, hence one clock
 /// reading: timers with the same delay share a deadline and fire in the same batch).
-pub async fn register_all(
+pub(crate) async fn register_all(
     client: &mut TimersClient<Channel>,
     specs: Vec<TimerSpec>,
 ) -> Vec<String> {
@@ -142,13 +144,13 @@ pub async fn register_all(
         .collect()
 }
 
-pub fn specs(namespace: &str, count: usize, delay_ms: u64) -> Vec<TimerSpec> {
+pub(crate) fn specs(namespace: &str, count: usize, delay_ms: u64) -> Vec<TimerSpec> {
     (0..count)
         .map(|index| spec(namespace, delay_ms, format!("payload-{index}").as_bytes()))
         .collect()
 }
 
-pub async fn pending_with_dead(
+pub(crate) async fn pending_with_dead(
     client: &mut TimersClient<Channel>,
     namespace: &str,
 ) -> PendingResponse {
@@ -164,7 +166,7 @@ pub async fn pending_with_dead(
 }
 
 /// The health of `service` ("" for the whole server), or None if tickd does not answer.
-pub async fn health(
+pub(crate) async fn health(
     addr: SocketAddr,
     service: &str,
 ) -> Option<tonic_health::pb::health_check_response::ServingStatus> {
@@ -186,17 +188,17 @@ pub async fn health(
 
 /// How long a test waits for one answer: a safety net so that a bug fails the test instead
 /// of hanging it, never a synchronisation.
-pub const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 
 /// `future`, or a test failure if it does not finish within [`PATIENCE`].
-pub async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(PATIENCE, future)
         .await
         .expect("no answer in time")
 }
 
 /// Cancels `timer`; true if it was pending.
-pub async fn cancel(client: &mut TimersClient<Channel>, timer: Option<TimerRef>) -> bool {
+pub(crate) async fn cancel(client: &mut TimersClient<Channel>, timer: Option<TimerRef>) -> bool {
     client
         .cancel(CancelRequest { timer })
         .await
@@ -206,7 +208,7 @@ pub async fn cancel(client: &mut TimersClient<Channel>, timer: Option<TimerRef>)
 }
 
 /// The stored timer (with its payload), or the refusal.
-pub async fn get(
+pub(crate) async fn get(
     client: &mut TimersClient<Channel>,
     timer: Option<TimerRef>,
 ) -> Result<Timer, tonic::Status> {
@@ -217,7 +219,7 @@ pub async fn get(
 }
 
 /// One page of the pending timers of `namespace` ("" for all).
-pub async fn pending_page(
+pub(crate) async fn pending_page(
     client: &mut TimersClient<Channel>,
     namespace: &str,
     page_size: u32,
@@ -235,7 +237,7 @@ pub async fn pending_page(
 }
 
 /// Every pending timer of `namespace` ("" for all), paging through the listing, by id.
-pub async fn list_pending(
+pub(crate) async fn list_pending(
     client: &mut TimersClient<Channel>,
     namespace: &str,
 ) -> std::collections::BTreeMap<String, Timer> {
@@ -256,7 +258,7 @@ pub async fn list_pending(
 }
 
 /// The id of the timer an expiration carries.
-pub fn timer_id(expiration: &Expiration) -> String {
+pub(crate) fn timer_id(expiration: &Expiration) -> String {
     expiration
         .timer
         .as_ref()
@@ -266,7 +268,7 @@ pub fn timer_id(expiration: &Expiration) -> String {
 }
 
 /// The health of `service` ("" for the whole server) as the server behind `channel` tells.
-pub async fn check_health(
+pub(crate) async fn check_health(
     channel: Channel,
     service: &str,
 ) -> Result<tonic_health::pb::health_check_response::ServingStatus, tonic::Status> {
@@ -280,7 +282,9 @@ pub async fn check_health(
 }
 
 /// A channel over the Unix socket at `path` (the URI is not used).
-pub async fn unix_channel(path: std::path::PathBuf) -> Result<Channel, tonic::transport::Error> {
+pub(crate) async fn unix_channel(
+    path: std::path::PathBuf,
+) -> Result<Channel, tonic::transport::Error> {
     tonic::transport::Endpoint::from_static("http://unix.socket")
         .connect_with_connector(tower::service_fn(move |_| {
             let path = path.clone();

@@ -13,7 +13,7 @@ use tickd::config::Config;
 use tickd::proto::timers_client::TimersClient;
 use tickd::server::Stopped;
 
-pub struct TestServer {
+pub(crate) struct TestServer {
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     /// Plaintext grpc.health.v1 only (`--health-listen`).
@@ -25,22 +25,22 @@ pub struct TestServer {
 }
 
 /// The embedded defaults, changed by `adjust`.
-pub fn config(adjust: impl FnOnce(&mut Config)) -> Config {
+pub(crate) fn config(adjust: impl FnOnce(&mut Config)) -> Config {
     let mut config = Config::defaults();
     adjust(&mut config);
     config
 }
 
 impl TestServer {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(Config::defaults()).await
     }
 
-    pub async fn start_with(config: Config) -> Self {
+    pub(crate) async fn start_with(config: Config) -> Self {
         Self::start_inner(config, false).await
     }
 
-    pub async fn start_with_unix_socket(config: Config) -> Self {
+    pub(crate) async fn start_with_unix_socket(config: Config) -> Self {
         Self::start_inner(config, true).await
     }
 
@@ -86,7 +86,7 @@ impl TestServer {
         }
     }
 
-    pub async fn channel(&self) -> Channel {
+    pub(crate) async fn channel(&self) -> Channel {
         Endpoint::from_shared(format!("http://{}", self.addr))
             .expect("endpoint")
             .connect()
@@ -94,12 +94,12 @@ impl TestServer {
             .expect("connect")
     }
 
-    pub async fn client(&self) -> TimersClient<Channel> {
+    pub(crate) async fn client(&self) -> TimersClient<Channel> {
         TimersClient::new(self.channel().await)
     }
 
     /// Triggers shutdown and waits for the server to finish draining.
-    pub async fn stop(mut self) -> Stopped {
+    pub(crate) async fn stop(mut self) -> Stopped {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }

@@ -11,24 +11,24 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `target/` (or `$CARGO_TARGET_DIR`): the parent of the integration tests' tmp dir.
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     tmp.parent().unwrap_or(tmp).to_path_buf()
 }
 
 /// True (and said on stderr) when `TICKD_SKIP_POLYGLOT=1`.
-pub fn skip_polyglot(what: &str) -> bool {
+pub(crate) fn skip_polyglot(what: &str) -> bool {
     skip_when_set("TICKD_SKIP_POLYGLOT", what)
 }
 
 /// True (and said on stderr) when `TICKD_SKIP_POSTGRES=1`: checked first by every test that
 /// starts a PostgreSQL server.
-pub fn skip_postgres(what: &str) -> bool {
+pub(crate) fn skip_postgres(what: &str) -> bool {
     skip_when_set("TICKD_SKIP_POSTGRES", what)
 }
 
@@ -40,7 +40,7 @@ fn skip_when_set(variable: &str, what: &str) -> bool {
     skip
 }
 
-pub fn describe(command: &Command) -> String {
+pub(crate) fn describe(command: &Command) -> String {
     let mut text = command.get_program().to_string_lossy().into_owned();
     for arg in command.get_args() {
         text.push(' ');
@@ -50,7 +50,7 @@ pub fn describe(command: &Command) -> String {
 }
 
 /// Runs a command to completion; a failure carries the command line and its output.
-pub fn run(mut command: Command) -> Result<Output, String> {
+pub(crate) fn run(mut command: Command) -> Result<Output, String> {
     let shown = describe(&command);
     let output = command
         .output()
@@ -68,13 +68,13 @@ pub fn run(mut command: Command) -> Result<Output, String> {
 }
 
 /// Like [`run`], panicking with the failure.
-pub fn must(command: Command) -> Output {
+pub(crate) fn must(command: Command) -> Output {
     run(command).unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// An exclusive lock on `target/NAME.lock`, held until dropped: serialises installs across
 /// test processes.
-pub fn install_lock(name: &str) -> Result<File, String> {
+pub(crate) fn install_lock(name: &str) -> Result<File, String> {
     let target = target_dir();
     fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
     let path = target.join(format!("{name}.lock"));
@@ -88,7 +88,7 @@ const MARKER: &str = ".tickd-requirements";
 
 /// Makes sure `target/NAME` is a venv holding exactly `requirements` (rebuilt when they or
 /// the base Python change), and returns its interpreter.
-pub fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
+pub(crate) fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
     let _lock = install_lock(name)?;
     let venv = target_dir().join(name);
     let base = std::env::var("TICKD_PYTHON").unwrap_or_else(|_| "python3".to_owned());
@@ -140,7 +140,7 @@ pub fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
 }
 
 /// The venv the Python tests and the Python client example share.
-pub fn polyglot_python() -> Result<PathBuf, String> {
+pub(crate) fn polyglot_python() -> Result<PathBuf, String> {
     python_venv(
         "polyglot-venv",
         &repo().join("tests/python/requirements.txt"),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Checks `condition` every `poll` until it holds; after `patience`, panics with `what`,
 /// the condition's last explanation and `report()`.
-pub async fn eventually<F, Fut, R, RFut>(
+pub(crate) async fn eventually<F, Fut, R, RFut>(
     what: &str,
     patience: Duration,
     poll: Duration,

@@ -49,7 +49,8 @@ pub(crate) struct RpcArgs {
 enum RpcCaller {
     Unary {
         client: TimersClient<Channel>,
-        spec: TimerSpec,
+        // Boxed: a spec is several hundred bytes, the batch variant a few dozen.
+        spec: Box<TimerSpec>,
     },
     Batch {
         client: TimersClient<Channel>,
@@ -65,7 +66,7 @@ impl Caller for RpcCaller {
         match self {
             RpcCaller::Unary { client, spec } => {
                 let request = NewTimeoutRequest {
-                    timer: Some(spec.clone()),
+                    timer: Some(spec.as_ref().clone()),
                 };
                 client.new_timeout(request).await?;
                 Ok(1)
@@ -132,7 +133,7 @@ pub(crate) fn run(args: RpcArgs) {
                 match mode {
                     Mode::Unary => RpcCaller::Unary {
                         client: TimersClient::new(channel),
-                        spec: spec.clone(),
+                        spec: Box::new(spec.clone()),
                     },
                     Mode::Batch => RpcCaller::Batch {
                         client: TimersClient::new(channel),
