@@ -12,7 +12,7 @@ pub struct Now {
     /// Nanoseconds since the clock's origin; never goes back.
     pub monotonic: u64,
     /// Nanoseconds since the Unix epoch.
-    pub(crate) unix: u64,
+    pub unix: u64,
 }
 
 impl Now {

@@ -174,7 +174,7 @@ impl<S: TimerState> Worker<S> {
     }
 
     /// False once the thread has ended: after `stop`, or by a panic.
-    pub(crate) fn is_running(&self) -> bool {
+    pub fn is_running(&self) -> bool {
         !self.thread.is_finished()
     }
 }
