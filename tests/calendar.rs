@@ -217,7 +217,10 @@ fn every_second_fires_on_whole_seconds_through_both_berlin_transitions() {
         let berlin = Manual::start(transition - 3);
         let firings = berlin.firings("*/1 * * * * *", "Europe/Berlin", 6);
         let expected: Vec<u64> = (transition - 2..=transition + 3).collect();
-        assert_eq!(firings, expected, "one firing a second, none doubled or lost");
+        assert_eq!(
+            firings, expected,
+            "one firing a second, none doubled or lost"
+        );
     }
 }
 
@@ -252,7 +255,10 @@ fn missed_cron_firings_collapse_into_one_late_firing() {
     let late = utc.fired.recv_timeout(PATIENCE).unwrap();
     assert_eq!(late.deadline_unix, (1_767_225_600 + 60) * SECOND);
     assert_eq!(late.fired_count, 1);
-    assert!(utc.fired.try_recv().is_err(), "the missed minutes fired in a burst");
+    assert!(
+        utc.fired.try_recv().is_err(),
+        "the missed minutes fired in a burst"
+    );
     let next = utc.get("cron").unwrap().deadline_unix;
     assert!(next > utc.now_unix(), "the next firing is after now");
     assert_eq!(next % (60 * SECOND), 0, "on a whole minute");
@@ -315,10 +321,19 @@ fn a_replaced_timer_takes_its_new_schedule_and_keeps_its_id() {
     assert_eq!(replaced.timer.id, first.id);
     assert_eq!(replaced.timer.deadline_unix, (start + 10) * SECOND);
     let fired = manual.next_firing("job");
-    assert_eq!((fired.payload.as_ref(), fired.deadline_unix), (&b"v2"[..], (start + 10) * SECOND));
+    assert_eq!(
+        (fired.payload.as_ref(), fired.deadline_unix),
+        (&b"v2"[..], (start + 10) * SECOND)
+    );
     // Nothing at the replaced timer's old deadline but its own schedule's firing.
-    assert_eq!(manual.next_firing("job").deadline_unix, (start + 20) * SECOND);
-    assert_eq!(manual.next_firing("job").deadline_unix, (start + 30) * SECOND);
+    assert_eq!(
+        manual.next_firing("job").deadline_unix,
+        (start + 20) * SECOND
+    );
+    assert_eq!(
+        manual.next_firing("job").deadline_unix,
+        (start + 30) * SECOND
+    );
 }
 
 proptest! {
