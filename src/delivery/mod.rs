@@ -36,6 +36,7 @@ use crate::domain::{
     RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::metrics::Metrics;
+use crate::namespaces::LiveNamespaces;
 use crate::store::StoreHandle;
 use crate::worker::table::Handoff;
 
@@ -131,9 +132,10 @@ impl DeliveryHandle {
         store: Option<StoreHandle>,
         mut recovered: Vec<Expiration>,
         metrics: Arc<Metrics>,
+        live: Arc<LiveNamespaces>,
     ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut delivery = task::Delivery::new(config, store, metrics);
+        let mut delivery = task::Delivery::new(config, store, metrics, live);
         recovered.sort_unstable_by_key(|expiration| {
             (
                 expiration.fired_unix,

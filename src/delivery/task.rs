@@ -21,6 +21,7 @@ use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
 use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, SubscribeOptions};
 use crate::metrics::Metrics;
+use crate::namespaces::LiveNamespaces;
 use crate::store::records::{record::Kind, Record, Settled};
 use crate::store::{Batch, StoreHandle};
 use crate::wheel::Wheel;
@@ -30,6 +31,9 @@ use crate::worker::table::Handoff;
 pub(super) struct Delivery {
     config: DeliveryConfig,
     namespaces: FxHashMap<Arc<str>, NamespaceQueue>,
+    /// The process's live namespaces: a queue holds its namespace there, and the table's
+    /// holds come over with its handoffs, for this task to let go.
+    live: Arc<LiveNamespaces>,
     budget: Budget,
     ack_deadlines: Wheel<(Arc<str>, u64)>,
     origin: Instant,
@@ -48,8 +52,10 @@ impl Delivery {
         config: DeliveryConfig,
         store: Option<StoreHandle>,
         metrics: Arc<Metrics>,
+        live: Arc<LiveNamespaces>,
     ) -> Self {
         Self {
+            live,
             config,
             namespaces: FxHashMap::default(),
             budget: Budget::new(config.buffered_total, config.dead_total),
@@ -132,7 +138,7 @@ impl Delivery {
 
     /// The namespace's queue, created (with a hold on the live namespace) if need be.
     fn queue(&mut self, namespace: &Arc<str>) -> &mut NamespaceQueue {
-        let live = &self.metrics.namespaces;
+        let live = &self.live;
         self.namespaces.entry(namespace.clone()).or_insert_with(|| {
             live.hold(namespace);
             NamespaceQueue::default()
@@ -146,7 +152,7 @@ impl Delivery {
             .is_some_and(NamespaceQueue::is_idle)
         {
             self.namespaces.remove(namespace);
-            self.metrics.namespaces.release(namespace);
+            self.live.release(namespace);
         }
     }
 
@@ -158,7 +164,7 @@ impl Delivery {
                 Handoff::Fired(expiration) => fired.push(expiration),
                 Handoff::Forgotten(namespace) => {
                     self.enqueue_fired(std::mem::take(&mut fired));
-                    self.metrics.namespaces.release(&namespace);
+                    self.live.release(&namespace);
                 }
             }
         }

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::domain::TimerId;
+use crate::namespaces::LiveNamespaces;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
     Expiration {
@@ -28,7 +29,9 @@ fn expiration(namespace: &str, id: u64) -> Expiration {
 fn delivery(adjust: impl FnOnce(&mut DeliveryConfig)) -> Delivery {
     let mut config = DeliveryConfig::default();
     adjust(&mut config);
-    Delivery::new(config, None, Metrics::new())
+    let metrics = Metrics::new();
+    let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
+    Delivery::new(config, None, metrics, live)
 }
 
 fn ids(list: &DeadList) -> Vec<u64> {
@@ -45,7 +48,7 @@ impl Delivery {
         assert_eq!(self.budget.dead(), dead, "dead");
         assert_eq!(self.metrics.delivery_buffered.get(), waiting as i64);
         assert_eq!(self.metrics.delivery_dead.get(), dead as i64);
-        assert_eq!(self.metrics.namespaces.len(), self.namespaces.len());
+        assert_eq!(self.live.len(), self.namespaces.len());
         for queue in self.namespaces.values() {
             assert!(!queue.is_idle(), "an idle queue is kept");
             assert!(queue.dead.len() <= self.config.dead_capacity);
@@ -137,24 +140,24 @@ fn dead_count_is_what_is_listed_within_max_dead() {
 #[test]
 fn a_namespace_stays_live_until_both_the_worker_and_delivery_let_go() {
     let mut delivery = delivery(|_| {});
-    let live = delivery.metrics.clone();
+    let live = delivery.live.clone();
     // The worker's hold, as its table takes it.
-    live.namespaces.hold(&Arc::from("orders"));
+    live.hold(&Arc::from("orders"));
     let mut stream = delivery.subscribe_to("orders", 1, 10);
     delivery.handoff(vec![
         Handoff::Fired(expiration("orders", 1)),
         Handoff::Forgotten(Arc::from("orders")),
     ]);
     delivery.check_counts();
-    assert_eq!(live.namespaces.len(), 1, "in flight: still live");
+    assert_eq!(live.len(), 1, "in flight: still live");
     let delivered = stream.try_recv().expect("delivered");
     let (reply, _answer) = tokio::sync::oneshot::channel();
     delivery.ack("orders", vec![delivered.delivery_id], reply);
     delivery.check_counts();
-    assert_eq!(live.namespaces.len(), 1, "subscribed: still live");
+    assert_eq!(live.len(), 1, "subscribed: still live");
     delivery.unsubscribe(&Arc::from("orders"), 1);
     delivery.check_counts();
-    assert_eq!(live.namespaces.len(), 0);
+    assert_eq!(live.len(), 0);
 }
 
 #[test]

@@ -26,8 +26,6 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
 use tracing::{debug, warn};
 
-use crate::namespaces::LiveNamespaces;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct NamespaceLabels {
     pub(crate) namespace: String,
@@ -78,10 +76,9 @@ pub struct Metrics {
     pub(crate) connections: connections::ConnectionMetrics,
     /// 1 while tickd reports SERVING, 0 otherwise (its store failed or is unreachable).
     pub(crate) serving: Gauge,
-    /// The live namespaces, `tickd_namespaces`. Kept here because this is the one object
-    /// a running server shares between the worker's table, which creates namespaces, and
-    /// the delivery task, which lets them go.
-    pub(crate) namespaces: LiveNamespaces,
+    /// How many namespaces are live, `tickd_namespaces` (the set is
+    /// [`crate::namespaces::LiveNamespaces`], shared by the table and delivery).
+    pub(crate) namespaces: Gauge,
 }
 
 impl Metrics {
@@ -107,7 +104,7 @@ impl Metrics {
             partitions_owned: Gauge::default(),
             connections: connections::ConnectionMetrics::default(),
             serving: Gauge::default(),
-            namespaces: LiveNamespaces::new(namespaces.clone()),
+            namespaces: namespaces.clone(),
         };
         metrics.register_all(namespaces);
         Arc::new(metrics)

@@ -53,6 +53,8 @@ impl Backend {
             store_handle.clone(),
             recovered,
             metrics.clone(),
+            // Namespaces the table creates are let go by delivery: one live set for both.
+            table.live_namespaces(),
         );
         let sink = fired_sink(store_handle, delivery.clone());
         let worker = Worker::spawn(table, clock, config.worker(metrics), sink)

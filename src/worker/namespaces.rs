@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 
 use crate::domain::TimerError;
 use crate::metrics::Metrics;
+use crate::namespaces::LiveNamespaces;
 
 /// How long a namespace stays empty before it is forgotten.
 pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(1);
@@ -59,6 +60,9 @@ pub(crate) struct Namespaces {
     emptied: VecDeque<(u64, u32)>,
     /// `--max-namespaces` (0: no limit).
     max: usize,
+    /// The namespaces live in the process: the table takes a hold on each it creates,
+    /// delivery lets it go (see [`crate::namespaces`]).
+    live: Arc<LiveNamespaces>,
     metrics: Arc<Metrics>,
 }
 
@@ -93,8 +97,14 @@ impl Namespaces {
                 .map_or(0, |since| since.as_nanos() as u64),
             emptied: VecDeque::new(),
             max,
+            live: Arc::new(LiveNamespaces::new(metrics.namespaces.clone())),
             metrics,
         }
+    }
+
+    /// The live set, for delivery to share (it lets the table's holds go).
+    pub(crate) fn live(&self) -> Arc<LiveNamespaces> {
+        self.live.clone()
     }
 
     pub(crate) fn slot(&self, name: &str) -> Option<u32> {
@@ -108,7 +118,7 @@ impl Namespaces {
             return Ok(slot);
         }
         let name: Arc<str> = Arc::from(name);
-        let live = &self.metrics.namespaces;
+        let live = &self.live;
         match admission {
             Admission::Checked => live.try_hold(&name, self.max).map_err(|full| {
                 TimerError::ResourceExhausted(format!(
@@ -258,7 +268,7 @@ mod tests {
         assert!(!metrics.encode().contains("namespace=\"a\""));
         // The table's hold is the receiver's to let go; until then "a" is still live.
         assert!(namespaces.intern("c", Admission::Checked).is_err());
-        metrics.namespaces.release("a");
+        namespaces.live.release("a");
         let c = namespaces.intern("c", Admission::Checked).unwrap();
         assert_eq!(c, a, "the slot is reused");
         assert_ne!(namespaces[c].number, number_of_a, "the number is not");
@@ -284,7 +294,7 @@ mod tests {
         let mut namespaces = Namespaces::new(1, metrics.clone());
         namespaces.intern("a", Admission::Restored).unwrap();
         namespaces.intern("b", Admission::Restored).unwrap();
-        assert_eq!(metrics.namespaces.len(), 2);
+        assert_eq!(namespaces.live.len(), 2);
         namespaces.next_number = u64::from(crate::domain::ALL_NAMESPACES);
         let c = namespaces.intern("c", Admission::Restored).unwrap();
         assert_eq!(namespaces[c].number, 1 << 32);

@@ -120,6 +120,12 @@ impl TimerTable {
         self.wheel.len()
     }
 
+    /// The live namespaces, which delivery shares with the table (see
+    /// [`crate::namespaces`]).
+    pub(crate) fn live_namespaces(&self) -> Arc<crate::namespaces::LiveNamespaces> {
+        self.namespaces.live()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.wheel.is_empty()
     }
