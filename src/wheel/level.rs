@@ -1,4 +1,4 @@
-//! One level of the wheel, and the wheel's geometry.
+//! One level of the wheel.
 //!
 //! A [`Level`] owns its 64 slots and the occupancy bitmap over them. A slot at level `L` covers
 //! `64^L` ticks. What a slot holds is the id of a list in the wheel's shared
@@ -14,21 +14,8 @@
 //!
 //! The free functions map a tick to its level and slot as seen from the elapsed tick.
 
+use super::geometry::{LEVEL_COUNT, SLOTS_PER_LEVEL, SLOT_BITS, SLOT_MASK, TOP_LEVEL};
 use super::lists::{slot_home, ListId};
-
-/// log2 of the slots per level.
-pub(crate) const SLOT_BITS: u32 = 6;
-/// Slots per level; a power of two so slot arithmetic is masking.
-pub(crate) const SLOTS_PER_LEVEL: usize = 1 << SLOT_BITS;
-/// Mask selecting a slot number from a shifted tick.
-pub(crate) const SLOT_MASK: u64 = SLOTS_PER_LEVEL as u64 - 1;
-/// Number of levels: 7 * 6 bits = 42 bits of ticks (about 139 years at 1 ms).
-pub(crate) const LEVEL_COUNT: usize = 7;
-/// The highest level, which also holds clamped far-future timers.
-pub(crate) const TOP_LEVEL: usize = LEVEL_COUNT - 1;
-/// Ticks spanned by the whole wheel. A clock jump at least this long visits every slot anyway,
-/// so the wheel handles it by re-placing every timer at once.
-pub(crate) const WHEEL_SPAN_TICKS: u64 = 1 << (SLOT_BITS * LEVEL_COUNT as u32);
 
 /// One level: which list serves each of its 64 slots, and which of those lists hold timers.
 #[derive(Debug)]

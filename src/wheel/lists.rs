@@ -20,7 +20,7 @@
 //! A list keeps its allocation when it is emptied, so steady state allocates nothing (see
 //! [`ListPool::give_back`] for when it is shrunk instead).
 
-use super::level::{LEVEL_COUNT, SLOTS_PER_LEVEL};
+use super::geometry::{LEVEL_COUNT, SLOTS_PER_LEVEL};
 use super::slab::Entry;
 
 /// Names one list of the pool; also the type of an entry's `location`.

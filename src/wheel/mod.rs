@@ -52,6 +52,7 @@
 //! cancelled or drained.
 
 mod chunks;
+mod geometry;
 mod level;
 mod lists;
 mod slab;
@@ -61,9 +62,8 @@ mod tests;
 
 use std::fmt;
 
-use level::{
-    level_for, slot_for, top_level_slot_for, Level, LEVEL_COUNT, TOP_LEVEL, WHEEL_SPAN_TICKS,
-};
+use geometry::{LEVEL_COUNT, TOP_LEVEL, WHEEL_SPAN_TICKS};
+use level::{level_for, slot_for, top_level_slot_for, Level};
 use lists::{slot_of_home, ListId, ListPool, DUE_LIST};
 use slab::{Slab, LOCATION_FREE};
 use staging::Staging;

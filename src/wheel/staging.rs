@@ -22,7 +22,8 @@
 //!
 //! The top level is never staged: its clamped timers are re-checked rather than cascaded.
 
-use super::level::{slot_for, LEVEL_COUNT, SLOTS_PER_LEVEL, SLOT_BITS, TOP_LEVEL};
+use super::geometry::{LEVEL_COUNT, SLOTS_PER_LEVEL, SLOT_BITS, TOP_LEVEL};
+use super::level::slot_for;
 use super::lists::{bucket_home, slot_home, ListId};
 use super::{Expired, Wheel};
 

@@ -2,7 +2,7 @@
 //! ordering, long jumps and draining. Staging, a level's bitmap, the list pool and the slab
 //! have their own tests beside their code.
 
-use super::level::WHEEL_SPAN_TICKS;
+use super::geometry::WHEEL_SPAN_TICKS;
 use super::lists::RETAINED_CAPACITY_FLOOR;
 use super::*;
 

@@ -2,41 +2,16 @@
 //! Reschedule (a new next firing, perhaps a new payload), and a registration that replaces
 //! the pending timer under its key.
 //!
-//! Schedules live beside the wheel, by timer id: most timers have none, and a record stays
-//! 72 bytes with one flag. Each of these changes is logged as the whole timer (a
+//! Schedules live beside the wheel, by timer id (see [`super::record::Calendars`]). Each of these changes is logged as the whole timer (a
 //! `Registered` record), which replay puts back in place of the older copy.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use rustc_hash::FxHashMap;
-use tracing::warn;
 
-use super::record::{duration_nanos, TimerRecord};
+use super::record::{duration_nanos, timer_fields, TimerRecord};
 use super::TimerTable;
-use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
 use crate::wheel::Handle;
 use crate::worker::clock::Now;
-
-/// The schedules of the pending cron timers, by id.
-pub(super) type Calendars = FxHashMap<u64, Calendar>;
-
-/// A stored schedule read back (from the log, or a recovered expiration). A schedule the
-/// compiled-in time zone database no longer knows is dropped, with a warning: the timer
-/// keeps its next deadline and fires once more, as a one-shot timer.
-pub(super) fn stored_calendar(cron: &str, time_zone: &str) -> Option<Calendar> {
-    if cron.is_empty() {
-        return None;
-    }
-    match CalendarSchedule::parse(cron, time_zone) {
-        Ok(schedule) => Some(Calendar(Arc::new(schedule))),
-        Err(error) => {
-            warn!(cron, time_zone, %error, "stored cron schedule no longer parses: it fires once more, then ends");
-            None
-        }
-    }
-}
 
 /// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
 /// the first cron time at or after that.
@@ -149,11 +124,7 @@ impl TimerTable {
     fn log_whole(&mut self, handle: Handle) {
         if let Some(journal) = &mut self.journal {
             let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
-            journal.record_registered(&super::record::timer_fields(
-                &self.namespaces,
-                &self.calendars,
-                record,
-            ));
+            journal.record_registered(&timer_fields(&self.namespaces, &self.calendars, record));
         }
     }
 }

@@ -63,7 +63,7 @@ pub struct TimerTable {
     handles: IdIndex,
     namespaces: Namespaces,
     /// The schedules of cron timers (see [`calendar`]).
-    calendars: calendar::Calendars,
+    calendars: record::Calendars,
     next_id: u64,
     /// With a data directory: where records and deferred replies go.
     journal: Option<Journal>,
@@ -80,7 +80,7 @@ impl TimerTable {
             wheel: Wheel::new(tick, config.max_pending),
             handles: IdIndex::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
-            calendars: calendar::Calendars::default(),
+            calendars: record::Calendars::default(),
             next_id: 1,
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,

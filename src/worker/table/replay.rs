@@ -3,8 +3,7 @@
 
 use tracing::warn;
 
-use super::calendar::stored_calendar;
-use super::record::{timer_fields, OptionalNanos, TimerRecord};
+use super::record::{stored_calendar, timer_fields, OptionalNanos, TimerRecord};
 use super::{TimerTable, SCAN_POSITIONS};
 use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::Handle;
