@@ -293,6 +293,19 @@ fn a_rescheduled_timer_fires_at_its_new_time_only() {
     assert!(manual.fired.try_recv().is_err(), "fired at its old time");
     let one_shot = manual.next_firing("one-shot");
     assert_eq!(one_shot.deadline_unix, (start + 20) * SECOND);
+    // A heartbeat does not make a cron timer a lease.
+    let (reply, answer) = oneshot::channel();
+    manual
+        .handle
+        .send(Command::Touch {
+            timer: reference("cron"),
+            ttl: Some(Duration::from_secs(1)),
+            reply,
+        })
+        .unwrap();
+    let refused = answer.blocking_recv().unwrap().unwrap_err();
+    assert!(refused.to_string().starts_with("ttl: a cron timer is not a lease"), "{refused}");
+    assert_eq!(manual.get("cron").unwrap().ttl, None);
     // Fired and gone: NOT_FOUND, and nothing changes.
     let gone = manual.reschedule("one-shot", Due::After(Duration::from_secs(1)));
     assert!(matches!(gone, Err(tickd::domain::TimerError::NotFound(_))));

@@ -295,6 +295,12 @@ impl TimerTable {
             .wheel
             .get_mut(handle)
             .expect("indexed handles are live");
+        if record.calendar {
+            // Its deadline is its calendar's; a heartbeat would make it a lease as well.
+            return Err(TimerError::FailedPrecondition(
+                "ttl: a cron timer is not a lease; use Reschedule to move its next firing".into(),
+            ));
+        }
         let given_ttl = ttl;
         let ttl = ttl.or(record.ttl.get()).ok_or_else(|| {
             TimerError::FailedPrecondition(
