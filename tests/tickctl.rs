@@ -12,8 +12,6 @@ mod schedules;
 #[path = "tickctl/support.rs"]
 mod support;
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use common::pki::TestCa;

@@ -39,7 +39,7 @@ async fn add_cron_shows_the_schedule_and_its_next_firing() {
     // 09:00 in Berlin is 07:00 or 08:00 UTC, by the season.
     let deadline = timer["deadline"].as_str().unwrap();
     assert!(
-        deadline.ends_with("T07:00:00Z") || deadline.ends_with("T08:00:00Z"),
+        deadline.ends_with("T07:00:00.000000000Z") || deadline.ends_with("T08:00:00.000000000Z"),
         "{deadline}"
     );
 
@@ -62,7 +62,10 @@ async fn add_cron_shows_the_schedule_and_its_next_firing() {
     assert_eq!(json_add["created"], true);
     assert_eq!(json_add["timer"]["cron"], "0 12 * * *");
     assert_eq!(json_add["timer"]["time_zone"], "UTC");
-    assert_eq!(json_add["timer"]["deadline"], "2030-01-01T12:00:00Z");
+    assert_eq!(
+        json_add["timer"]["deadline"],
+        "2030-01-01T12:00:00.000000000Z"
+    );
 
     let table = stdout(&endpoint, &["pending", "-n", "cal"]).await;
     assert!(table.lines().next().unwrap().contains("CRON"), "{table}");
@@ -209,7 +212,7 @@ async fn reschedule_moves_the_next_firing() {
             "--key",
             "report",
             "--deadline",
-            "2031-05-06T07:08:09Z",
+            "2031-05-06T07:08:09.000000000Z",
             "--payload",
             "v2",
         ],
@@ -221,7 +224,7 @@ async fn reschedule_moves_the_next_firing() {
         "{moved}"
     );
     let timer = json(&endpoint, &["get", "-n", "jobs", &id, "-o", "json"]).await;
-    assert_eq!(timer["deadline"], "2031-05-06T07:08:09Z");
+    assert_eq!(timer["deadline"], "2031-05-06T07:08:09.000000000Z");
     assert_eq!(timer["payload"], "v2");
 
     // By id, with a delay; the payload is kept when none is given.
@@ -240,7 +243,7 @@ async fn reschedule_moves_the_next_firing() {
     )
     .await;
     assert_eq!(by_id["id"], id.as_str());
-    assert_ne!(by_id["deadline"], "2031-05-06T07:08:09Z");
+    assert_ne!(by_id["deadline"], "2031-05-06T07:08:09.000000000Z");
     let timer = json(&endpoint, &["get", "-n", "jobs", &id, "-o", "json"]).await;
     assert_eq!(timer["payload"], "v2");
 
