@@ -95,11 +95,16 @@ async fn python_example() {
 }
 
 /// What the Python and Node examples print when everything checked out.
-const EXAMPLE_LINES: [&str; 3] = [
+const EXAMPLE_LINES: [&str; 4] = [
     "timeouts ok: 3 fired in deadline order and were acknowledged; the cancelled one never fired",
     "lease ok: 3 heartbeats kept it alive; it expired once they stopped",
+    SCHEDULES_LINE,
     "all ok",
 ];
+
+/// What every example prints once its cron timer, Reschedule and Redrive calls checked out.
+const SCHEDULES_LINE: &str =
+    "schedules ok: a cron timer was registered, replaced and rescheduled; redrive found nothing dead";
 
 // ---------------------------------------------------------------- Node.js
 
@@ -229,6 +234,7 @@ async fn java_example() {
             "newTimeout ok: 3 tasks ran in deadline order; the cancelled one did not run",
             "lease ok: 3 heartbeats kept it alive; its task ran once they stopped",
             "consume ok: a payload timer from another service was handled and acknowledged",
+            SCHEDULES_LINE,
             "all ok",
         ],
     )

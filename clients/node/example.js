@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // tickd from Node.js (@grpc/grpc-js + @grpc/proto-loader): register timeouts, consume and
-// acknowledge their expirations, and keep a heartbeat lease alive with KeepAlive.
+// acknowledge their expirations, keep a heartbeat lease alive with KeepAlive, and register a
+// cron timer, replace it under its key, reschedule it and ask for dead expirations to be redriven.
 //
 //   cd clients/node && npm ci && TICKD_ADDR=127.0.0.1:50051 node example.js
 //
@@ -168,6 +169,45 @@ async function lease(client, namespace, subscription) {
   console.log(`lease ok: ${beats} heartbeats kept it alive; it expired once they stopped`);
 }
 
+/**
+ * A cron timer (09:00 on weekdays in Berlin), replaced under its key, then rescheduled; and
+ * Redrive, which finds nothing dead in a fresh namespace.
+ */
+async function schedules(client, namespace) {
+  const created = await call(client, 'NewTimeout', {
+    timer: { namespace, key: 'standup', cron: '0 9 * * MON-FRI', time_zone: 'Europe/Berlin', payload: Buffer.from('standup') },
+  });
+  const cronTimer = created.timer;
+  check(created.created && cronTimer.cron === '0 9 * * MON-FRI' && cronTimer.time_zone === 'Europe/Berlin',
+    'the cron timer shows its schedule');
+  check(nanos(cronTimer.deadline) > BigInt(Date.now()) * 1_000_000n, 'its next firing is ahead');
+
+  // replace: true with the key: the pending timer is replaced whole, keeping its id.
+  const replaced = await call(client, 'NewTimeout', {
+    timer: { namespace, key: 'standup', cron: '30 9 * * MON-FRI', time_zone: 'Europe/Berlin', replace: true },
+  });
+  check(!replaced.created && replaced.replaced && replaced.timer.id === cronTimer.id, 'replaced under its key');
+  check(replaced.timer.cron === '30 9 * * MON-FRI', 'the new schedule');
+
+  // Reschedule moves this firing (the schedule carries on after it), with a new payload.
+  const newDeadline = { seconds: '1893488400', nanos: 0 }; // 2030-01-01T09:00:00Z
+  const { timer: moved } = await call(client, 'Reschedule', {
+    timer: { namespace, key: 'standup' }, deadline: newDeadline, payload: Buffer.from('moved'),
+  });
+  check(moved.deadline.seconds === newDeadline.seconds, 'rescheduled to the new deadline');
+  const { timer: got } = await call(client, 'Get', { timer: { namespace, id: moved.id } });
+  check(got.payload.toString() === 'moved', 'the new payload');
+  await call(client, 'Cancel', { timer: { namespace, id: moved.id } });
+
+  // Redrive: no ids means every dead expiration of the namespace (none here); ids that are not
+  // dead expirations come back in not_dead.
+  const all = await call(client, 'Redrive', { namespace });
+  check(all.redriven === 0 && all.not_dead.length === 0, 'nothing dead to redrive');
+  const named = await call(client, 'Redrive', { namespace, delivery_ids: ['00000000000000ff'] });
+  check(named.not_dead.length === 1 && named.not_dead[0] === '00000000000000ff', 'an unknown id is not dead');
+  console.log('schedules ok: a cron timer was registered, replaced and rescheduled; redrive found nothing dead');
+}
+
 async function main() {
   const Timers = loadTimers();
   const client = new Timers(ADDR, grpc.credentials.createInsecure(), { 'grpc.enable_http_proxy': 0 });
@@ -178,6 +218,7 @@ async function main() {
   try {
     await timeouts(client, namespace, subscription);
     await lease(client, namespace, subscription);
+    await schedules(client, namespace);
   } finally {
     subscription.close();
     client.close();

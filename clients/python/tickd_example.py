@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tickd from Python (grpcio): register timeouts, consume and acknowledge their expirations,
-and keep a heartbeat lease alive with KeepAlive.
+keep a heartbeat lease alive with KeepAlive, and register a cron timer, replace it under its
+key, reschedule it and ask for dead expirations to be redriven.
 
     pip install -r clients/python/requirements.txt
     TICKD_ADDR=127.0.0.1:50051 python3 clients/python/tickd_example.py
@@ -23,6 +24,7 @@ import uuid
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_tools import protoc
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -182,6 +184,47 @@ def lease(pb, stub, namespace, subscription):
     print(f"lease ok: {beats} heartbeats kept it alive; it expired once they stopped")
 
 
+def schedules(pb, stub, namespace):
+    """A cron timer (09:00 on weekdays in Berlin), replaced under its key, then rescheduled;
+    and Redrive, which finds nothing dead in a fresh namespace."""
+    spec = pb.TimerSpec(namespace=namespace, key="standup", cron="0 9 * * MON-FRI",
+                        time_zone="Europe/Berlin", payload=b"standup")
+    answer = stub.NewTimeout(pb.NewTimeoutRequest(timer=spec), timeout=PATIENCE)
+    cron_timer = answer.timer
+    check(answer.created and cron_timer.cron == "0 9 * * MON-FRI"
+          and cron_timer.time_zone == "Europe/Berlin", "the cron timer shows its schedule")
+    check(cron_timer.deadline.ToNanoseconds() > time.time_ns(), "its next firing is ahead")
+
+    # replace=True with the key: the pending timer is replaced whole, keeping its id.
+    spec = pb.TimerSpec(namespace=namespace, key="standup", cron="30 9 * * MON-FRI",
+                        time_zone="Europe/Berlin", replace=True)
+    answer = stub.NewTimeout(pb.NewTimeoutRequest(timer=spec), timeout=PATIENCE)
+    check(not answer.created and answer.replaced and answer.timer.id == cron_timer.id,
+          "replaced under its key")
+    check(answer.timer.cron == "30 9 * * MON-FRI", "the new schedule")
+
+    # Reschedule moves this firing (the schedule carries on after it), with a new payload.
+    new_deadline = Timestamp(seconds=1_893_488_400)  # 2030-01-01T09:00:00Z
+    moved = stub.Reschedule(pb.RescheduleRequest(
+        timer=pb.TimerRef(namespace=namespace, key="standup"), deadline=new_deadline,
+        payload=b"moved"), timeout=PATIENCE).timer
+    check(moved.deadline.seconds == new_deadline.seconds, "rescheduled to the new deadline")
+    got = stub.Get(pb.GetRequest(timer=pb.TimerRef(namespace=namespace, id=moved.id)),
+                   timeout=PATIENCE).timer
+    check(got.payload == b"moved", "the new payload")
+    stub.Cancel(pb.CancelRequest(timer=pb.TimerRef(namespace=namespace, id=moved.id)),
+                timeout=PATIENCE)
+
+    # Redrive: no ids means every dead expiration of the namespace (none here); ids that are
+    # not dead expirations come back in not_dead.
+    redrive = stub.Redrive(pb.RedriveRequest(namespace=namespace), timeout=PATIENCE)
+    check(redrive.redriven == 0 and not redrive.not_dead, "nothing dead to redrive")
+    redrive = stub.Redrive(pb.RedriveRequest(namespace=namespace, delivery_ids=["00000000000000ff"]),
+                           timeout=PATIENCE)
+    check(list(redrive.not_dead) == ["00000000000000ff"], "an unknown id is not dead")
+    print("schedules ok: a cron timer was registered, replaced and rescheduled; redrive found nothing dead")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="tickd-stubs-") as stubs_dir:
         pb, pb_grpc = generate_stubs(stubs_dir)
@@ -197,6 +240,7 @@ def main():
             try:
                 timeouts(pb, stub, namespace, subscription)
                 lease(pb, stub, namespace, subscription)
+                schedules(pb, stub, namespace)
             finally:
                 subscription.close()
     print("all ok")

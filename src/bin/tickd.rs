@@ -1,10 +1,13 @@
 //! The tickd daemon: `tickd` alone starts a server with the embedded defaults;
-//! `tickd check DIR` reads a data directory without serving.
+//! `tickd check DIR` reads a data directory without serving; `tickd --version` names the
+//! release and the time zone database compiled in.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Parser;
+use std::sync::LazyLock;
+
+use clap::{CommandFactory, FromArgMatches};
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{error, info};
 
@@ -19,9 +22,25 @@ use tickd::worker::table::TimerTable;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// What `--version` and `-V` print after the name: `0.1.0 (tz database 2025b)`. Cron
+/// schedules are read with the compiled-in database, so its release is part of the version.
+static VERSION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} (tz database {})",
+        env!("CARGO_PKG_VERSION"),
+        tickd::cron::time_zone_database_version()
+    )
+});
+
+/// The command line, with the version text above.
+fn parse_config() -> Config {
+    let matches = Config::command().version(VERSION.as_str()).get_matches();
+    Config::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = Config::parse();
+    let config = parse_config();
     init_logging(config.log_format);
     if let Some(Command::Check { dir }) = &config.command {
         return check(&config, dir);

@@ -105,6 +105,8 @@ pub(crate) fn timer_json(timer: &Timer) -> Value {
         "repeat": json_duration(timer.repeat.as_ref()),
         "ttl": json_duration(timer.ttl.as_ref()),
         "fired_count": timer.fired_count,
+        "cron": non_empty(&timer.cron),
+        "time_zone": non_empty(&timer.time_zone),
         "payload": std::str::from_utf8(&timer.payload).ok(),
         "payload_base64": base64(&timer.payload),
     })
@@ -158,6 +160,8 @@ pub(crate) fn timer_details(timer: &Timer) -> String {
         ("repeat", duration_text(timer.repeat.as_ref())),
         ("ttl", duration_text(timer.ttl.as_ref())),
         ("fired_count", timer.fired_count.to_string()),
+        ("cron", or_dash(&timer.cron).to_owned()),
+        ("time_zone", or_dash(&timer.time_zone).to_owned()),
         ("payload", payload_text(&timer.payload)),
     ];
     rows.iter()
@@ -201,11 +205,12 @@ pub(crate) fn timer_row(timer: &Timer) -> Vec<String> {
         duration_text(timer.remaining.as_ref()),
         duration_text(timer.repeat.as_ref()),
         duration_text(timer.ttl.as_ref()),
+        schedule_text(timer),
         payload_text(&timer.payload),
     ]
 }
 
-pub(crate) const TIMER_HEADER: [&str; 8] = [
+pub(crate) const TIMER_HEADER: [&str; 9] = [
     "ID",
     "NAMESPACE",
     "KEY",
@@ -213,6 +218,7 @@ pub(crate) const TIMER_HEADER: [&str; 8] = [
     "REMAINING",
     "REPEAT",
     "TTL",
+    "CRON",
     "PAYLOAD",
 ];
 
@@ -231,6 +237,23 @@ pub(crate) fn dead_expiration_row(dead: &Expiration) -> Vec<String> {
         dead.attempt.to_string(),
         payload_text(&timer.payload),
     ]
+}
+
+/// A cron timer's schedule and zone, `0 9 * * MON-FRI (Europe/Berlin)`; `-` for others.
+fn schedule_text(timer: &Timer) -> String {
+    if timer.cron.is_empty() {
+        return "-".to_owned();
+    }
+    format!("{} ({})", timer.cron, or_dash(&timer.time_zone))
+}
+
+/// A text field for JSON: null when empty, as an absent proto3 string reads.
+fn non_empty(text: &str) -> Value {
+    if text.is_empty() {
+        Value::Null
+    } else {
+        json!(text)
+    }
 }
 
 /// Empty text fields show as `-`, so text columns and `key=value` pairs never go blank.

@@ -5,6 +5,7 @@
 mod allocator;
 mod client;
 mod core;
+mod cron;
 mod e2e;
 mod etcd;
 mod keepalive;
@@ -30,6 +31,8 @@ struct Cli {
 enum Benchmark {
     /// The wheel worker alone, on the workload of shared/peers/netty/run.
     Core(core::CoreArgs),
+    /// Cron timers registered and fired on the worker thread, against plain timers.
+    Cron(cron::CronArgs),
     /// Unary NewTimeout, NewTimeouts batches or health Check in a closed loop against a server.
     Rpc(rpc::RpcArgs),
     /// Timers registered at a steady rate, received and acknowledged by subscribers: lateness.
@@ -47,6 +50,7 @@ enum Benchmark {
 fn main() {
     match Cli::parse().benchmark {
         Benchmark::Core(args) => core::run(args),
+        Benchmark::Cron(args) => cron::run(args),
         Benchmark::Rpc(args) => rpc::run(args),
         Benchmark::E2e(args) => e2e::run(args),
         Benchmark::Keepalive(args) => keepalive::run(args),

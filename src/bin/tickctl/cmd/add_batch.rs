@@ -21,8 +21,9 @@ use tickd::proto::{NewTimeoutsRequest, TimerSpec};
 #[derive(Debug, Args)]
 #[command(
     after_help = "Each non-empty input line is one JSON object with any of the fields\n\
-  namespace, key, delay, deadline, payload, repeat, ttl (durations and deadline as strings,\n\
-  e.g. {\"key\": \"order-42\", \"delay\": \"30m\", \"payload\": \"close order 42\"}).\n\
+  namespace, key, delay, deadline, payload, repeat, ttl, cron, time_zone (strings: durations\n\
+  and deadline as `add` takes them) and replace (true or false), e.g.\n\
+  {\"key\": \"order-42\", \"delay\": \"30m\", \"payload\": \"close order 42\"}.\n\
   A missing namespace means --namespace."
 )]
 pub(crate) struct AddBatch {
@@ -62,6 +63,7 @@ impl AddBatch {
                         output::print_json_line(&json!({
                             "line": line,
                             "created": registered.created,
+                            "replaced": registered.replaced,
                             "timer": output::timer_json(&timer),
                         }));
                     } else {
@@ -101,8 +103,8 @@ impl AddBatch {
     }
 }
 
-/// One JSON line as a TimerSpec. Every field is a string, parsed like the `add` flags of the
-/// same name; a line without `namespace` takes `--namespace`.
+/// One JSON line as a TimerSpec. Every field but `replace` (a boolean) is a string, parsed
+/// like the `add` flags of the same name; a line without `namespace` takes `--namespace`.
 fn timer_spec_of_line(
     default_namespace: &str,
     line_number: usize,
@@ -119,6 +121,12 @@ fn timer_spec_of_line(
     };
     let parse_duration = |text: &str| duration(text).map(to_proto_duration).map_err(bad_line);
     for (field, value) in object {
+        if field == "replace" {
+            spec.replace = value
+                .as_bool()
+                .ok_or_else(|| bad_line("replace: expected true or false".into()))?;
+            continue;
+        }
         let text = value
             .as_str()
             .ok_or_else(|| bad_line(format!("{field}: expected a string")))?;
@@ -129,6 +137,8 @@ fn timer_spec_of_line(
             "delay" => spec.delay = Some(parse_duration(text)?),
             "repeat" => spec.repeat = Some(parse_duration(text)?),
             "ttl" => spec.ttl = Some(parse_duration(text)?),
+            "cron" => spec.cron = text.to_owned(),
+            "time_zone" => spec.time_zone = text.to_owned(),
             "deadline" => {
                 spec.deadline = Some(to_proto_timestamp(rfc3339(text).map_err(bad_line)?))
             }

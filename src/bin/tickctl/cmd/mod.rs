@@ -13,6 +13,8 @@ mod get;
 mod health;
 mod keepalive;
 mod pending;
+mod redrive;
+mod reschedule;
 mod touch;
 mod watch;
 
@@ -30,18 +32,20 @@ pub(crate) enum Command {
     AddBatch(add_batch::AddBatch),
     Cancel(cancel::Cancel),
     Get(get::Get),
+    Reschedule(reschedule::Reschedule),
     Pending(pending::Pending),
     Touch(touch::Touch),
     Keepalive(keepalive::Keepalive),
     Watch(watch::Watch),
     Consume(consume::Consume),
     Ack(ack::Ack),
+    Redrive(redrive::Redrive),
     Health(health::Health),
 }
 
 impl Command {
     /// Runs the subcommand. Its exit code is 0, or 1 when the server refused part of the work
-    /// (a timer of a batch, an unknown delivery id) or is not serving; whatever stops the
+    /// (a timer of a batch, an unknown or not dead delivery id) or is not serving; whatever stops the
     /// subcommand as a whole is a [`Failure`].
     pub(crate) async fn run(self, session: &Session) -> Result<ExitCode, Failure> {
         match self {
@@ -49,12 +53,14 @@ impl Command {
             Command::AddBatch(add_batch) => add_batch.run(session).await,
             Command::Cancel(cancel) => cancel.run(session).await,
             Command::Get(get) => get.run(session).await,
+            Command::Reschedule(reschedule) => reschedule.run(session).await,
             Command::Pending(pending) => pending.run(session).await,
             Command::Touch(touch) => touch.run(session).await,
             Command::Keepalive(keepalive) => keepalive.run(session).await,
             Command::Watch(watch) => watch.run(session).await,
             Command::Consume(consume) => consume.run(session).await,
             Command::Ack(ack) => ack.run(session).await,
+            Command::Redrive(redrive) => redrive.run(session).await,
             Command::Health(health) => health.run(session).await,
         }
     }

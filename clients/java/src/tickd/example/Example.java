@@ -18,7 +18,9 @@ import tickd.v1.TimersGrpc;
 
 /**
  * Moving from Netty's HashedWheelTimer to tickd: timeouts, a heartbeat lease, and consuming
- * expirations registered by another service. Exits non-zero if anything does not happen.
+ * expirations registered by another service; then, with the generated stub, a cron timer
+ * replaced under its key and rescheduled, and Redrive. Exits non-zero if anything does not
+ * happen.
  *
  * <p>Run with TICKD_ADDR=host:port (default 127.0.0.1:50051); see clients/java/run.sh.
  */
@@ -33,6 +35,7 @@ public final class Example {
             timeouts(timer);
             lease(timer);
             consume(timer, addr);
+            schedules(timer.namespace(), addr);
         }
         System.out.println("all ok");
     }
@@ -105,6 +108,66 @@ public final class Example {
             channel.shutdownNow();
         }
         System.out.println("consume ok: a payload timer from another service was handled and acknowledged");
+    }
+
+    /**
+     * A cron timer (09:00 on weekdays in Berlin), replaced under its key, then rescheduled;
+     * and Redrive, which finds nothing dead in a fresh namespace.
+     */
+    private static void schedules(String namespace, String addr) {
+        ManagedChannel channel = ManagedChannelBuilder.forTarget(addr).usePlaintext().build();
+        try {
+            TimersGrpc.TimersBlockingStub stub = TimersGrpc.newBlockingStub(channel)
+                    .withDeadlineAfter(PATIENCE_SECONDS, TimeUnit.SECONDS);
+            Tickd.NewTimeoutResponse created = stub.newTimeout(Tickd.NewTimeoutRequest.newBuilder()
+                    .setTimer(Tickd.TimerSpec.newBuilder()
+                            .setNamespace(namespace)
+                            .setKey("standup")
+                            .setCron("0 9 * * MON-FRI")
+                            .setTimeZone("Europe/Berlin"))
+                    .build());
+            Tickd.Timer cronTimer = created.getTimer();
+            check(created.getCreated() && cronTimer.getCron().equals("0 9 * * MON-FRI")
+                    && cronTimer.getTimeZone().equals("Europe/Berlin"), "the cron timer shows its schedule");
+            check(nanos(cronTimer.getDeadline()) > System.currentTimeMillis() * 1_000_000L, "its next firing is ahead");
+
+            // replace with the key: the pending timer is replaced whole, keeping its id.
+            Tickd.NewTimeoutResponse replaced = stub.newTimeout(Tickd.NewTimeoutRequest.newBuilder()
+                    .setTimer(Tickd.TimerSpec.newBuilder()
+                            .setNamespace(namespace)
+                            .setKey("standup")
+                            .setCron("30 9 * * MON-FRI")
+                            .setTimeZone("Europe/Berlin")
+                            .setReplace(true))
+                    .build());
+            check(!replaced.getCreated() && replaced.getReplaced()
+                    && replaced.getTimer().getId().equals(cronTimer.getId()), "replaced under its key");
+            check(replaced.getTimer().getCron().equals("30 9 * * MON-FRI"), "the new schedule");
+
+            // Reschedule moves this firing (the schedule carries on after it), with a new payload.
+            long newSeconds = 1_893_488_400L; // 2030-01-01T09:00:00Z
+            Tickd.TimerRef byKey = Tickd.TimerRef.newBuilder().setNamespace(namespace).setKey("standup").build();
+            Tickd.Timer moved = stub.reschedule(Tickd.RescheduleRequest.newBuilder()
+                    .setTimer(byKey)
+                    .setDeadline(com.google.protobuf.Timestamp.newBuilder().setSeconds(newSeconds))
+                    .setPayload(ByteString.copyFrom("moved", StandardCharsets.UTF_8))
+                    .build()).getTimer();
+            check(moved.getDeadline().getSeconds() == newSeconds, "rescheduled to the new deadline");
+            Tickd.Timer got = stub.get(Tickd.GetRequest.newBuilder().setTimer(byKey).build()).getTimer();
+            check(got.getPayload().toStringUtf8().equals("moved"), "the new payload");
+            stub.cancel(Tickd.CancelRequest.newBuilder().setTimer(byKey).build());
+
+            // Redrive: no ids means every dead expiration of the namespace (none here); ids that
+            // are not dead expirations come back in not_dead.
+            Tickd.RedriveResponse all = stub.redrive(Tickd.RedriveRequest.newBuilder().setNamespace(namespace).build());
+            check(all.getRedriven() == 0 && all.getNotDeadCount() == 0, "nothing dead to redrive");
+            Tickd.RedriveResponse named = stub.redrive(Tickd.RedriveRequest.newBuilder()
+                    .setNamespace(namespace).addDeliveryIds("00000000000000ff").build());
+            check(named.getNotDeadList().equals(List.of("00000000000000ff")), "an unknown id is not dead");
+        } finally {
+            channel.shutdownNow();
+        }
+        System.out.println("schedules ok: a cron timer was registered, replaced and rescheduled; redrive found nothing dead");
     }
 
     private static long nanos(com.google.protobuf.Timestamp timestamp) {
