@@ -6,37 +6,17 @@
 //! 72 bytes with one flag. Each of these changes is logged as the whole timer (a
 //! `Registered` record), which replay puts back in place of the older copy.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
-use tracing::warn;
 
 use super::record::{duration_nanos, TimerRecord};
 use super::TimerTable;
-use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
 use crate::wheel::Handle;
 use crate::worker::clock::Now;
 
 /// The schedules of the pending cron timers, by id.
 pub(super) type Calendars = FxHashMap<u64, Calendar>;
-
-/// A stored schedule read back (from the log, or a recovered expiration). A schedule the
-/// compiled-in time zone database no longer knows is dropped, with a warning: the timer
-/// keeps its next deadline and fires once more, as a one-shot timer.
-pub(super) fn stored_calendar(cron: &str, time_zone: &str) -> Option<Calendar> {
-    if cron.is_empty() {
-        return None;
-    }
-    match CalendarSchedule::parse(cron, time_zone) {
-        Ok(schedule) => Some(Calendar(Arc::new(schedule))),
-        Err(error) => {
-            warn!(cron, time_zone, %error, "stored cron schedule no longer parses: it fires once more, then ends");
-            None
-        }
-    }
-}
 
 /// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
 /// the first cron time at or after that.
@@ -51,9 +31,7 @@ pub(super) fn first_deadline(
     };
     let deadline_unix = match calendar {
         None => earliest,
-        Some(calendar) => calendar.next_at_or_after(earliest).ok_or_else(|| {
-            TimerError::invalid("cron", "has no firing after the given delay or deadline")
-        })?,
+        Some(calendar) => calendar.first_firing(earliest)?,
     };
     let deadline_monotonic = match due {
         // A delay counts on the monotonic clock, so a wall-clock step does not move it.
@@ -75,7 +53,7 @@ impl TimerTable {
         now: Now,
     ) -> Option<(u64, u64)> {
         let calendar = self.calendars.get(&record.id)?;
-        let next = calendar.next_after(now.unix.max(record.deadline_unix))?;
+        let next = calendar.next_firing(record.deadline_unix, now.unix)?;
         debug_assert!(
             next > record.deadline_unix,
             "cron firings strictly increase"

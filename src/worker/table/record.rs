@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use super::calendar::{stored_calendar, Calendars};
-use crate::domain::{Expiration, TimerId};
+use super::calendar::Calendars;
+use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
 use crate::worker::clock::Now;
@@ -137,7 +137,7 @@ pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> 
         repeat: OptionalNanos(timer.repeat_nanos).get(),
         ttl: OptionalNanos(timer.ttl_nanos).get(),
         fired_count: timer.fired_count,
-        calendar: stored_calendar(&timer.cron, &timer.time_zone),
+        calendar: Calendar::stored(&timer.cron, &timer.time_zone),
         late: false,
     })
 }
