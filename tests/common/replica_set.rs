@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 use tickd::proto::timers_client::TimersClient;
-use tickd::proto::PendingRequest;
 use tonic::transport::{Channel, Endpoint};
 
 use super::daemon::{tickd_command, Daemon};
@@ -71,18 +70,7 @@ impl ReplicaSet {
         let client = client_at(&daemon, Some(Duration::from_secs(5)));
         self.running.insert(id.into(), daemon);
         self.eventually("the new replica answers calls", || {
-            let mut client = client.clone();
-            async move {
-                let request = PendingRequest {
-                    namespace: "replica-set".into(),
-                    ..Default::default()
-                };
-                client
-                    .pending(request)
-                    .await
-                    .map(drop)
-                    .map_err(|status| status.to_string())
-            }
+            super::rpc::answers_calls(client.clone(), "replica-set")
         })
         .await;
     }

@@ -195,18 +195,12 @@ impl ClusterDeliveries {
             .query(ACK, &[&namespace, &seqs, &attempts])
             .await
             .map_err(ClusterError::query("acknowledging"))?;
-        let acknowledged: FxHashSet<u64> = rows
-            .iter()
-            .map(|row| delivery_id(row.get(0), row.get(1)))
-            .collect();
         // Room for this replica's subscribers of the namespace.
         self.wakeups.wake(&namespace);
+        let (acknowledged, unknown) = answered(&rows, delivery_ids);
         Ok(AckOutcome {
-            acknowledged: acknowledged.len() as u32,
-            unknown: delivery_ids
-                .into_iter()
-                .filter(|id| !acknowledged.contains(id))
-                .collect(),
+            acknowledged,
+            unknown,
         })
     }
 
@@ -283,21 +277,11 @@ impl ClusterDeliveries {
             )
             .await
             .map_err(ClusterError::query("redriving dead expirations"))?;
-        let redriven: FxHashSet<u64> = rows
-            .iter()
-            .map(|row| delivery_id(row.get(0), row.get(1)))
-            .collect();
         // The notification reaches this replica's subscribers too; waking them here
         // spares them its round trip.
         self.wakeups.wake(&namespace);
-        Ok(RedriveOutcome {
-            redriven: redriven.len() as u32,
-            not_dead: ids
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|id| !redriven.contains(id))
-                .collect(),
-        })
+        let (redriven, not_dead) = answered(&rows, ids.unwrap_or_default());
+        Ok(RedriveOutcome { redriven, not_dead })
     }
 }
 
@@ -338,6 +322,20 @@ fn delivery_id(seq: i64, attempt: i32) -> u64 {
 
 fn split_delivery_id(delivery_id: u64) -> (i64, i32) {
     ((delivery_id >> 16) as i64, (delivery_id & 0xffff) as i32)
+}
+
+/// How many deliveries `rows` (whose first columns are `seq, attempts`) settled, and
+/// which of the delivery ids `given` they do not name.
+fn answered(rows: &[Row], given: Vec<u64>) -> (u32, Vec<u64>) {
+    let settled: FxHashSet<u64> = rows
+        .iter()
+        .map(|row| delivery_id(row.get(0), row.get(1)))
+        .collect();
+    let others = given
+        .into_iter()
+        .filter(|id| !settled.contains(id))
+        .collect();
+    (settled.len() as u32, others)
 }
 
 /// Reads [`EXPIRATION_COLUMNS`].
