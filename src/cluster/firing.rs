@@ -6,9 +6,10 @@
 //! claim skips the row and tries again at its next round), and a firing that starts after
 //! it sees the new owner: a replica that lost a partition (paused, cut off, slow) can
 //! never fire from it again. Then, in the same statement, each one-shot timer is deleted
-//! (or a repeating or cron one re-armed at its next deadline) *if its deadline is still the one the wheel was given*,
-//! and an expiration is recorded for every timer fired. A timer cancelled or moved
-//! elsewhere matches nothing and fires nothing; a moved one is loaded again.
+//! (or a repeating or cron one re-armed at its next deadline) *if its deadline is still
+//! the one the wheel was given*, and an expiration is recorded for every timer fired. A
+//! timer cancelled or moved elsewhere matches nothing and fires nothing; a moved one is
+//! loaded again. A cron timer takes a second statement (see [`FIRE`]).
 //!
 //! If the database cannot be reached the batch is retried until it can: the timers are
 //! still in their rows, so nothing is lost, only late.
