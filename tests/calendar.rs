@@ -304,7 +304,12 @@ fn a_rescheduled_timer_fires_at_its_new_time_only() {
         })
         .unwrap();
     let refused = answer.blocking_recv().unwrap().unwrap_err();
-    assert!(refused.to_string().starts_with("ttl: a cron timer is not a lease"), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .starts_with("ttl: a cron timer is not a lease"),
+        "{refused}"
+    );
     assert_eq!(manual.get("cron").unwrap().ttl, None);
     // Fired and gone: NOT_FOUND, and nothing changes.
     let gone = manual.reschedule("one-shot", Due::After(Duration::from_secs(1)));

@@ -32,7 +32,6 @@ use common::*;
 use tempfile::TempDir;
 use tickd::cluster::Database;
 use tickd::proto::timers_client::TimersClient;
-use tickd::proto::PendingRequest;
 use tonic::transport::{Channel, Endpoint};
 
 /// In every URL below. The server trusts its clients and never asks for it: it is there
@@ -175,18 +174,7 @@ async fn a_replica_starts_only_with_a_database_it_can_verify() {
     let replica = Daemon::start(fixture.replica(&url, &fixture.ca_file()));
     let mut client = client_for(&replica);
     eventually(&replica, "the replica answers calls", || {
-        let mut client = client.clone();
-        async move {
-            let request = PendingRequest {
-                namespace: NAMESPACE.into(),
-                ..Default::default()
-            };
-            client
-                .pending(request)
-                .await
-                .map(drop)
-                .map_err(|status| status.to_string())
-        }
+        answers_calls(client.clone(), NAMESPACE)
     })
     .await;
     let timer = register(&mut client, spec(NAMESPACE, 100, b"over tls")).await;

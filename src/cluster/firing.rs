@@ -6,9 +6,10 @@
 //! claim skips the row and tries again at its next round), and a firing that starts after
 //! it sees the new owner: a replica that lost a partition (paused, cut off, slow) can
 //! never fire from it again. Then, in the same statement, each one-shot timer is deleted
-//! (or a repeating one re-armed) *if its deadline is still the one the wheel was given*,
-//! and an expiration is recorded for every timer fired. A timer cancelled or moved
-//! elsewhere matches nothing and fires nothing; a moved one is loaded again.
+//! (or a repeating or cron one re-armed at its next deadline) *if its deadline is still
+//! the one the wheel was given*, and an expiration is recorded for every timer fired. A
+//! timer cancelled or moved elsewhere matches nothing and fires nothing; a moved one is
+//! loaded again. A cron timer takes a second statement (see [`FIRE`]).
 //!
 //! If the database cannot be reached the batch is retried until it can: the timers are
 //! still in their rows, so nothing is lost, only late.
@@ -16,11 +17,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{mpsc, watch};
+use tokio_postgres::Row;
 use tracing::{debug, warn};
 
 use super::schedule::{DueTimer, ScheduleCommand};
+use super::timers::stored_calendar;
 use super::{ClusterError, Connections, Shared};
 use crate::metrics::Metrics;
 
@@ -36,6 +39,12 @@ const MAX_BATCH: usize = 10_000;
 /// still the one the wheel had; records one expiration per timer fired; announces the
 /// namespaces on `tickd_fired` (identical notifications in a transaction are sent once).
 /// Returns what was fired, with the next deadline (and version) of those that repeat.
+///
+/// Cron timers need their next firing computed here, from a schedule the wheel does not
+/// know: a first pass (`$10`, `$11` NULL) leaves them alone and returns them with their
+/// schedule and version ([`UNSCHEDULED`] set); the second fires them with the next firing
+/// (`$11`; NULL: the schedule has no more, so it ends as a one-shot) if their version is
+/// still `$10`, so the firing and its re-arm commit together.
 const FIRE: &str = "
 WITH held AS (
     SELECT p.partition FROM tickd_partitions p
@@ -45,17 +54,19 @@ WITH held AS (
     FOR SHARE OF p
 ),
 due AS (
-    SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[], $9::INT4[])
-        AS d(namespace, id, deadline, late, partition)
+    SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[], $9::INT4[],
+                         $10::INT8[], $11::INT8[])
+        AS d(namespace, id, deadline, late, partition, version, next_deadline)
     WHERE partition IN (SELECT partition FROM held)
 ),
 once AS (
     DELETE FROM tickd_timers t USING due
     WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
       AND t.partition = due.partition AND t.repeat_nanos IS NULL
+      AND (t.cron IS NULL OR (t.version = due.version AND due.next_deadline IS NULL))
     RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline,
-              t.version, due.late
+              t.version, due.late, t.cron, t.time_zone
 ),
 again AS (
     UPDATE tickd_timers t
@@ -65,17 +76,45 @@ again AS (
     WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
       AND t.partition = due.partition AND t.repeat_nanos IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
-              t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late
+              t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
+              t.cron, t.time_zone
 ),
-fired AS (SELECT * FROM once UNION ALL SELECT * FROM again),
+calendar AS (
+    UPDATE tickd_timers t
+    SET fired_count = t.fired_count + 1, version = t.version + 1, deadline = due.next_deadline
+    FROM due
+    WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
+      AND t.partition = due.partition AND t.cron IS NOT NULL
+      AND t.version = due.version AND due.next_deadline IS NOT NULL
+    RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
+              t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
+              t.cron, t.time_zone
+),
+unscheduled AS (
+    SELECT t.namespace, t.id, t.partition, t.deadline, t.version, t.cron, t.time_zone
+    FROM tickd_timers t JOIN due
+      ON t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
+     AND t.partition = due.partition
+    WHERE t.cron IS NOT NULL AND due.version IS NULL
+),
+fired AS (SELECT * FROM once UNION ALL SELECT * FROM again UNION ALL SELECT * FROM calendar),
 recorded AS (
     INSERT INTO tickd_expirations
-        (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos, fired_count, late)
-    SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count, late
+        (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos,
+         fired_count, late, cron, time_zone)
+    SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count,
+           late, cron, time_zone
     FROM fired
 )
-SELECT namespace, id, partition, next_deadline, version, pg_notify('tickd_fired', namespace)::TEXT
-FROM fired";
+SELECT namespace, id, partition, next_deadline, version,
+       pg_notify('tickd_fired', namespace)::TEXT, NULL AS cron, NULL AS time_zone
+FROM fired
+UNION ALL
+SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone FROM unscheduled";
+
+/// The column of [`FIRE`]'s rows that holds a cron timer's schedule when it is returned
+/// unfired, for its next firing to be computed (then `time_zone` follows).
+const UNSCHEDULED: usize = 6;
 
 /// Which of the partitions `$1` (granted at epochs `$2`) replica `$3` still holds.
 const HELD: &str = "
@@ -131,34 +170,17 @@ impl Firing {
     /// or moved).
     pub async fn fire(&mut self, batch: &[DueTimer]) -> Result<usize, ClusterError> {
         let started = std::time::Instant::now();
-        let (partitions, epochs) = self.granted(batch);
-        let now = self.shared.unix_now() as i64;
-        let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
-        let ids: Vec<i64> = batch.iter().map(|timer| timer.id as i64).collect();
-        let deadlines: Vec<i64> = batch.iter().map(|t| t.deadline_unix as i64).collect();
-        let late: Vec<bool> = batch.iter().map(|timer| timer.late).collect();
-        let timer_partitions: Vec<i32> = batch.iter().map(|t| t.partition as i32).collect();
-        let rows = self
-            .connections
-            .client()
+        let now = self.shared.unix_now();
+        let (mut rows, unscheduled): (Vec<Row>, Vec<Row>) = self
+            .run_fire(batch, None, now)
             .await?
-            .query(
-                FIRE,
-                &[
-                    &namespaces,
-                    &ids,
-                    &deadlines,
-                    &late,
-                    &now,
-                    &partitions,
-                    &epochs,
-                    &&*self.shared.replica_id,
-                    &timer_partitions,
-                ],
-            )
-            .await
-            .map_err(ClusterError::query("firing timers"))?;
-        self.count_fired(batch, &rows, now as u64);
+            .into_iter()
+            .partition(|row| row.get::<_, Option<&str>>(UNSCHEDULED).is_none());
+        if !unscheduled.is_empty() {
+            let (calendar_batch, next) = next_firings(batch, &unscheduled, now);
+            rows.extend(self.run_fire(&calendar_batch, Some(&next), now).await?);
+        }
+        self.count_fired(batch, &rows, now);
         debug!(
             timers = rows.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -171,7 +193,48 @@ impl Firing {
         Ok(rows.len())
     }
 
-    fn count_fired(&self, batch: &[DueTimer], rows: &[tokio_postgres::Row], now: u64) {
+    /// Runs [`FIRE`] for `batch`; `calendar` gives the cron timers' (version, next
+    /// deadline) for the second pass.
+    async fn run_fire(
+        &self,
+        batch: &[DueTimer],
+        calendar: Option<&[(i64, Option<i64>)]>,
+        now: u64,
+    ) -> Result<Vec<Row>, ClusterError> {
+        let (partitions, epochs) = self.granted(batch);
+        let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
+        let ids: Vec<i64> = batch.iter().map(|timer| timer.id as i64).collect();
+        let deadlines: Vec<i64> = batch.iter().map(|t| t.deadline_unix as i64).collect();
+        let late: Vec<bool> = batch.iter().map(|timer| timer.late).collect();
+        let timer_partitions: Vec<i32> = batch.iter().map(|t| t.partition as i32).collect();
+        let (versions, next_deadlines): (Vec<Option<i64>>, Vec<Option<i64>>) = match calendar {
+            Some(calendar) => calendar.iter().map(|&(v, next)| (Some(v), next)).unzip(),
+            None => batch.iter().map(|_| (None, None)).unzip(),
+        };
+        self.connections
+            .client()
+            .await?
+            .query(
+                FIRE,
+                &[
+                    &namespaces,
+                    &ids,
+                    &deadlines,
+                    &late,
+                    &(now as i64),
+                    &partitions,
+                    &epochs,
+                    &&*self.shared.replica_id,
+                    &timer_partitions,
+                    &versions,
+                    &next_deadlines,
+                ],
+            )
+            .await
+            .map_err(ClusterError::query("firing timers"))
+    }
+
+    fn count_fired(&self, batch: &[DueTimer], rows: &[Row], now: u64) {
         self.metrics.timers_fired.inc_by(rows.len() as u64);
         for timer in batch {
             let lateness = now.saturating_sub(timer.deadline_unix);
@@ -190,11 +253,7 @@ impl Firing {
     /// Timers that fired nothing were fenced (their partition is no longer this replica's),
     /// or cancelled or moved by another replica: the moved ones whose new deadline is
     /// inside the horizon go back into the wheel.
-    async fn settle_unfired(
-        &self,
-        batch: &[DueTimer],
-        rows: &[tokio_postgres::Row],
-    ) -> Result<(), ClusterError> {
+    async fn settle_unfired(&self, batch: &[DueTimer], rows: &[Row]) -> Result<(), ClusterError> {
         let fired: FxHashSet<i64> = rows.iter().map(|row| row.get(1)).collect();
         let unfired: Vec<&DueTimer> = batch
             .iter()
@@ -224,7 +283,7 @@ impl Firing {
     }
 
     /// Puts repeating timers back in the wheel at their next deadline.
-    fn rearm(&self, rows: &[tokio_postgres::Row]) {
+    fn rearm(&self, rows: &[Row]) {
         let horizon_end = self.shared.horizon_end();
         let rearmed: Vec<DueTimer> = rows
             .iter()
@@ -259,4 +318,25 @@ impl Firing {
         }
         Ok(())
     }
+}
+
+/// The cron timers returned unfired by the first pass, as the second pass's batch with
+/// each one's (version, next deadline): the first cron time after both its deadline and
+/// now, so that firings missed while no replica could fire them collapse into this one.
+fn next_firings(
+    batch: &[DueTimer],
+    unscheduled: &[Row],
+    now: u64,
+) -> (Vec<DueTimer>, Vec<(i64, Option<i64>)>) {
+    let by_id: FxHashMap<u64, &DueTimer> = batch.iter().map(|timer| (timer.id, timer)).collect();
+    unscheduled
+        .iter()
+        .filter_map(|row| {
+            let timer = *by_id.get(&(row.get::<_, i64>(1) as u64))?;
+            let version: i64 = row.get(4);
+            let next = stored_calendar(row, UNSCHEDULED)
+                .and_then(|calendar| calendar.next_firing(timer.deadline_unix, now));
+            Some((timer.clone(), (version, next.map(|next| next as i64))))
+        })
+        .unzip()
 }

@@ -85,6 +85,14 @@ const MIGRATIONS: &[&str] = &[
     r"
     ALTER TABLE tickd_timers ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
     ",
+    // 4: cron timers: the schedule beside the next deadline (NULL: none), copied into each
+    // expiration so that a delivery shows the schedule that fired it, as on one node.
+    r"
+    ALTER TABLE tickd_timers ADD COLUMN cron TEXT;
+    ALTER TABLE tickd_timers ADD COLUMN time_zone TEXT;
+    ALTER TABLE tickd_expirations ADD COLUMN cron TEXT;
+    ALTER TABLE tickd_expirations ADD COLUMN time_zone TEXT;
+    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The

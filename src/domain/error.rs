@@ -29,6 +29,15 @@ impl TimerError {
         )
     }
 
+    /// A call that needs a pending timer (Reschedule) found none: it fired (a one-shot
+    /// timer), was cancelled, or never existed.
+    pub fn no_longer_pending(timer: &super::TimerRef) -> Self {
+        Self::NotFound(format!(
+            "timer {:?} in namespace {:?} is no longer pending (fired or cancelled)",
+            timer.target, timer.namespace
+        ))
+    }
+
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             field,

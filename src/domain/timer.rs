@@ -69,6 +69,40 @@ impl PartialEq for Calendar {
 
 impl Eq for Calendar {}
 
+impl Calendar {
+    /// A stored schedule read back (from a log, a row, a recovered expiration); `None` for
+    /// no schedule (an empty expression). A schedule the compiled-in time zone database no
+    /// longer knows is dropped, with a warning: the timer keeps its next deadline and
+    /// fires once more, as a one-shot timer.
+    pub fn stored(cron: &str, time_zone: &str) -> Option<Calendar> {
+        if cron.is_empty() {
+            return None;
+        }
+        match CalendarSchedule::parse(cron, time_zone) {
+            Ok(schedule) => Some(Calendar(Arc::new(schedule))),
+            Err(error) => {
+                tracing::warn!(cron, time_zone, %error, "stored cron schedule no longer parses: it fires once more, then ends");
+                None
+            }
+        }
+    }
+
+    /// A new cron timer's first firing: the first cron time at or after `earliest_unix`
+    /// (its delay or deadline).
+    pub fn first_firing(&self, earliest_unix: u64) -> Result<u64, TimerError> {
+        self.next_at_or_after(earliest_unix).ok_or_else(|| {
+            TimerError::invalid("cron", "has no firing after the given delay or deadline")
+        })
+    }
+
+    /// The firing after the one due at `deadline_unix` that happens at `now_unix`: the
+    /// first cron time after both, so that firings missed while no one could fire them
+    /// collapse into the one happening now. `None`: the schedule has no more firings.
+    pub fn next_firing(&self, deadline_unix: u64, now_unix: u64) -> Option<u64> {
+        self.next_after(now_unix.max(deadline_unix))
+    }
+}
+
 impl std::ops::Deref for Calendar {
     type Target = CalendarSchedule;
     fn deref(&self) -> &CalendarSchedule {

@@ -4,6 +4,7 @@
 //! - [`rpc`]: the gRPC calls the tests make again and again, in short forms;
 //! - [`daemon`]: `tickd` processes launched from the built binary, their logs captured;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
+//! - [`replica_set`]: a few `tickd` replicas on one such server, called through the API;
 //! - [`pki`]: a throwaway CA and the certificates it signs;
 //! - [`metrics`]: scraping and parsing `/metrics`;
 //! - [`raw_codec`]: sending bytes no generated client would;
@@ -23,6 +24,7 @@ pub(crate) mod metrics;
 pub(crate) mod pki;
 pub(crate) mod postgres;
 pub(crate) mod raw_codec;
+pub(crate) mod replica_set;
 pub(crate) mod rng;
 pub(crate) mod rpc;
 pub(crate) mod server;

@@ -197,6 +197,23 @@ pub(crate) async fn within<T>(future: impl std::future::Future<Output = T>) -> T
         .expect("no answer in time")
 }
 
+/// Whether tickd answers a call (a Pending of `namespace`); the refusal's text otherwise.
+/// A replica serves before it has joined its cluster, and calls wait for that.
+pub(crate) async fn answers_calls(
+    mut client: TimersClient<Channel>,
+    namespace: &str,
+) -> Result<(), String> {
+    let request = PendingRequest {
+        namespace: namespace.into(),
+        ..Default::default()
+    };
+    client
+        .pending(request)
+        .await
+        .map(drop)
+        .map_err(|status| status.to_string())
+}
+
 /// Cancels `timer`; true if it was pending.
 pub(crate) async fn cancel(client: &mut TimersClient<Channel>, timer: Option<TimerRef>) -> bool {
     client

@@ -36,7 +36,8 @@ use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
 
-use crate::cluster::notifications::Wakeups;
+use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
+use crate::cluster::timers::stored_calendar;
 use crate::cluster::{ClusterError, Connections, Shared};
 use crate::delivery::DeliveryConfig;
 use crate::domain::{
@@ -52,7 +53,34 @@ const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// The columns an [`Expiration`] is read from, in [`expiration_of`]'s order.
 const EXPIRATION_COLUMNS: &str =
     "seq, attempts, namespace, timer_id, key, payload, deadline, fired_at, \
-     repeat_nanos, ttl_nanos, fired_count, late";
+     repeat_nanos, ttl_nanos, fired_count, late, cron, time_zone";
+
+/// A dead expiration: out of attempts (`$1`: `--max-attempts`), never acknowledged, and
+/// not under a live claim (its last attempt's ack deadline has passed).
+const DEAD: &str = "attempts >= $1 AND acked_at IS NULL \
+     AND (claim_until IS NULL OR claim_until < clock_timestamp())";
+
+/// Sends the dead expirations of namespace `$2` back to delivery, those named by `$3`
+/// (seqs) with `$4` (the attempt their delivery id names), or all of them when `$3` is
+/// NULL: their attempts start again from none, and every replica's subscribers of the
+/// namespace are woken to claim them. Returns the delivery ids' parts of those redriven.
+fn redrive_statement() -> String {
+    format!(
+        "WITH chosen AS (
+            SELECT e.seq, e.attempts FROM tickd_expirations e
+            WHERE e.namespace = $2 AND {DEAD}
+              AND ($3::INT8[] IS NULL
+                   OR (e.seq, e.attempts) IN (SELECT * FROM unnest($3::INT8[], $4::INT4[])))
+            FOR UPDATE
+        ),
+        redriven AS (
+            UPDATE tickd_expirations e SET attempts = 0, claimed_by = NULL, claim_until = NULL
+            FROM chosen WHERE e.seq = chosen.seq
+            RETURNING chosen.seq, chosen.attempts
+        )
+        SELECT seq, attempts, pg_notify('{FIRED_CHANNEL}', $2)::TEXT FROM redriven"
+    )
+}
 
 /// Settles the deliveries (`$2` seqs, `$3` attempts) of namespace `$1` whose claim is still
 /// live: deletes them, or, while the namespace has a live observer, marks them
@@ -167,18 +195,12 @@ impl ClusterDeliveries {
             .query(ACK, &[&namespace, &seqs, &attempts])
             .await
             .map_err(ClusterError::query("acknowledging"))?;
-        let acknowledged: FxHashSet<u64> = rows
-            .iter()
-            .map(|row| delivery_id(row.get(0), row.get(1)))
-            .collect();
         // Room for this replica's subscribers of the namespace.
         self.wakeups.wake(&namespace);
+        let (acknowledged, unknown) = answered(&rows, delivery_ids);
         Ok(AckOutcome {
-            acknowledged: acknowledged.len() as u32,
-            unknown: delivery_ids
-                .into_iter()
-                .filter(|id| !acknowledged.contains(id))
-                .collect(),
+            acknowledged,
+            unknown,
         })
     }
 
@@ -207,8 +229,7 @@ impl ClusterDeliveries {
                          SELECT {EXPIRATION_COLUMNS}, row_number() OVER (
                              PARTITION BY namespace ORDER BY seq DESC) AS newer
                          FROM tickd_expirations
-                         WHERE {in_namespace} attempts >= $1 AND acked_at IS NULL
-                           AND (claim_until IS NULL OR claim_until < clock_timestamp())
+                         WHERE {in_namespace} {DEAD}
                      ) dead
                      WHERE newer <= $2 ORDER BY seq"
                 ),
@@ -228,6 +249,39 @@ impl ClusterDeliveries {
                 })
                 .collect(),
         })
+    }
+
+    /// Sends the namespace's dead expirations named by `ids` (delivery ids as Pending
+    /// lists them; None: all of them) back to delivery, their attempts counted afresh.
+    /// Unlike one node's, it is not bounded by a buffer: the rows are already stored.
+    pub async fn redrive(
+        &self,
+        namespace: String,
+        ids: Option<Vec<u64>>,
+    ) -> Result<RedriveOutcome, TimerError> {
+        let max_attempts = self.config.max_attempts as i32;
+        let (seqs, attempts): (Option<Vec<i64>>, Option<Vec<i32>>) = match &ids {
+            Some(ids) => {
+                let (seqs, attempts) = ids.iter().map(|&id| split_delivery_id(id)).unzip();
+                (Some(seqs), Some(attempts))
+            }
+            None => (None, None),
+        };
+        let rows = self
+            .connections
+            .client()
+            .await?
+            .query(
+                &redrive_statement(),
+                &[&max_attempts, &namespace, &seqs, &attempts],
+            )
+            .await
+            .map_err(ClusterError::query("redriving dead expirations"))?;
+        // The notification reaches this replica's subscribers too; waking them here
+        // spares them its round trip.
+        self.wakeups.wake(&namespace);
+        let (redriven, not_dead) = answered(&rows, ids.unwrap_or_default());
+        Ok(RedriveOutcome { redriven, not_dead })
     }
 }
 
@@ -270,6 +324,20 @@ fn split_delivery_id(delivery_id: u64) -> (i64, i32) {
     ((delivery_id >> 16) as i64, (delivery_id & 0xffff) as i32)
 }
 
+/// How many deliveries `rows` (whose first columns are `seq, attempts`) settled, and
+/// which of the delivery ids `given` they do not name.
+fn answered(rows: &[Row], given: Vec<u64>) -> (u32, Vec<u64>) {
+    let settled: FxHashSet<u64> = rows
+        .iter()
+        .map(|row| delivery_id(row.get(0), row.get(1)))
+        .collect();
+    let others = given
+        .into_iter()
+        .filter(|id| !settled.contains(id))
+        .collect();
+    (settled.len() as u32, others)
+}
+
 /// Reads [`EXPIRATION_COLUMNS`].
 fn expiration_of(row: &Row) -> Expiration {
     Expiration {
@@ -286,7 +354,7 @@ fn expiration_of(row: &Row) -> Expiration {
             .get::<_, Option<i64>>(9)
             .map(|nanos| Duration::from_nanos(nanos as u64)),
         fired_count: row.get::<_, i64>(10) as u64,
-        calendar: None,
+        calendar: stored_calendar(row, 12),
         late: row.get(11),
     }
 }
@@ -307,10 +375,9 @@ impl Expirations for ClusterDeliveries {
         Box::pin(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
     }
 
-    fn redrive(&self, _namespace: String, _ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
-        Box::pin(std::future::ready(Err(TimerError::FailedPrecondition(
-            "Redrive is not served with --store postgres yet".into(),
-        ))))
+    fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
+        let deliveries = self.clone();
+        Box::pin(async move { ClusterDeliveries::redrive(&deliveries, namespace, ids).await })
     }
 }
 

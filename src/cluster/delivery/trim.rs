@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::ClusterDeliveries;
+use super::{ClusterDeliveries, DEAD};
 use crate::cluster::ClusterError;
 
 /// How often acknowledged expirations past their retention, and the oldest dead ones
@@ -68,15 +68,15 @@ impl ClusterDeliveries {
             .client()
             .await?
             .execute(
-                "DELETE FROM tickd_expirations WHERE seq IN (
-                    SELECT seq FROM (
-                        SELECT seq,
-                               row_number() OVER (PARTITION BY namespace ORDER BY seq DESC) AS newer
-                        FROM tickd_expirations
-                        WHERE attempts >= $1 AND acked_at IS NULL
-                          AND (claim_until IS NULL OR claim_until < clock_timestamp())
-                    ) dead
-                    WHERE newer > $2)",
+                &format!(
+                    "DELETE FROM tickd_expirations WHERE seq IN (
+                        SELECT seq FROM (
+                            SELECT seq, row_number() OVER (
+                                PARTITION BY namespace ORDER BY seq DESC) AS newer
+                            FROM tickd_expirations WHERE {DEAD}
+                        ) dead
+                        WHERE newer > $2)"
+                ),
                 &[
                     &(self.config.max_attempts as i32),
                     &(self.config.dead_capacity as i64),

@@ -26,9 +26,7 @@ pub(super) fn first_deadline(
     };
     let deadline_unix = match calendar {
         None => earliest,
-        Some(calendar) => calendar.next_at_or_after(earliest).ok_or_else(|| {
-            TimerError::invalid("cron", "has no firing after the given delay or deadline")
-        })?,
+        Some(calendar) => calendar.first_firing(earliest)?,
     };
     let deadline_monotonic = match due {
         // A delay counts on the monotonic clock, so a wall-clock step does not move it.
@@ -50,7 +48,7 @@ impl TimerTable {
         now: Now,
     ) -> Option<(u64, u64)> {
         let calendar = self.calendars.get(&record.id)?;
-        let next = calendar.next_after(now.unix.max(record.deadline_unix))?;
+        let next = calendar.next_firing(record.deadline_unix, now.unix)?;
         debug_assert!(
             next > record.deadline_unix,
             "cron firings strictly increase"

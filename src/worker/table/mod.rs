@@ -260,12 +260,8 @@ impl TimerTable {
 
     /// Like [`Self::lookup`], but a timer that is no longer pending is NOT_FOUND too.
     fn lookup_pending(&self, timer: &TimerRef) -> Result<Handle, TimerError> {
-        self.lookup(timer)?.ok_or_else(|| {
-            TimerError::NotFound(format!(
-                "timer {:?} in namespace {:?} is no longer pending (fired or cancelled)",
-                timer.target, timer.namespace
-            ))
-        })
+        self.lookup(timer)?
+            .ok_or_else(|| TimerError::no_longer_pending(timer))
     }
 
     fn cancel(&mut self, timer: &TimerRef, now: Now) -> Result<bool, TimerError> {

@@ -7,9 +7,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use rustc_hash::FxHashMap;
-use tracing::warn;
 
-use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
@@ -140,7 +138,7 @@ pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> 
         repeat: OptionalNanos(timer.repeat_nanos).get(),
         ttl: OptionalNanos(timer.ttl_nanos).get(),
         fired_count: timer.fired_count,
-        calendar: stored_calendar(&timer.cron, &timer.time_zone),
+        calendar: Calendar::stored(&timer.cron, &timer.time_zone),
         late: false,
     })
 }
@@ -148,22 +146,6 @@ pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> 
 /// The schedules of the pending cron timers, by id: most timers have none, so a record
 /// keeps a flag (`calendar`) and stays 72 bytes.
 pub(super) type Calendars = FxHashMap<u64, Calendar>;
-
-/// A stored schedule read back (from the log, or a recovered expiration). A schedule the
-/// compiled-in time zone database no longer knows is dropped, with a warning: the timer
-/// keeps its next deadline and fires once more, as a one-shot timer.
-pub(super) fn stored_calendar(cron: &str, time_zone: &str) -> Option<Calendar> {
-    if cron.is_empty() {
-        return None;
-    }
-    match CalendarSchedule::parse(cron, time_zone) {
-        Ok(schedule) => Some(Calendar(Arc::new(schedule))),
-        Err(error) => {
-            warn!(cron, time_zone, %error, "stored cron schedule no longer parses: it fires once more, then ends");
-            None
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

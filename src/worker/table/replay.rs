@@ -3,8 +3,9 @@
 
 use tracing::warn;
 
-use super::record::{stored_calendar, timer_fields, OptionalNanos, TimerRecord};
+use super::record::{timer_fields, OptionalNanos, TimerRecord};
 use super::{TimerTable, SCAN_POSITIONS};
+use crate::domain::Calendar;
 use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::Handle;
 use crate::worker::clock::Now;
@@ -102,7 +103,7 @@ impl TimerTable {
             let record = self.wheel.cancel(handle).expect("indexed handles are live");
             self.unindex(&record, now);
         }
-        let calendar = stored_calendar(&timer.cron, &timer.time_zone);
+        let calendar = Calendar::stored(&timer.cron, &timer.time_zone);
         let namespace = self
             .namespaces
             .intern(&timer.namespace, Admission::Restored)

@@ -3,16 +3,20 @@
 //! is behind it.
 //!
 //! Each command runs on its own task as single statements on the shared connections. A
-//! registration or heartbeat that moves a deadline inside the load horizon announces it
-//! on `tickd_due` in the same statement, so the partition's owner loads it when (and only
-//! if) it commits.
+//! registration, heartbeat or reschedule that moves a deadline inside the load horizon
+//! announces it on `tickd_due` in the same statement, so the partition's owner loads it
+//! when (and only if) it commits. Each change of a deadline bumps the row's version, so
+//! the owner's wheel replaces the old deadline by the new one whatever order it hears of
+//! them in, and the firing (which matches the deadline its wheel had) fires nothing at
+//! the old one. Registration is in [`register`].
+
+mod register;
 
 use std::future::{ready, Future};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rustc_hash::FxHashSet;
 use tokio::sync::{Mutex, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -20,8 +24,8 @@ use tokio_postgres::Row;
 use super::notifications::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
 use crate::domain::{
-    Answer, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
-    TimerId, TimerRef, TimerView, Timers, ALL_NAMESPACES,
+    Answer, Calendar, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
+    TimerError, TimerId, TimerRef, TimerView, Timers, ALL_NAMESPACES,
 };
 use crate::metrics::Metrics;
 
@@ -30,7 +34,7 @@ const MAX_IN_FLIGHT: usize = 4_096;
 
 /// The columns a [`TimerView`] is read from, in [`view_of`]'s order.
 const VIEW_COLUMNS: &str =
-    "id, namespace, key, deadline, payload, repeat_nanos, ttl_nanos, fired_count";
+    "id, namespace, key, deadline, payload, repeat_nanos, ttl_nanos, fired_count, cron, time_zone";
 
 /// Ids are handed out by a database sequence in blocks of this many (its INCREMENT), so a
 /// replica asks for ids once per thousand timers.
@@ -83,144 +87,6 @@ impl ClusterTimers {
             drop(permit);
             answer
         })
-    }
-
-    async fn register(&self, timers: Vec<NewTimer>) -> Vec<Result<Registered, TimerError>> {
-        match self.try_register(&timers).await {
-            Ok(registered) => registered.into_iter().map(Ok).collect(),
-            Err(error) => {
-                let error = TimerError::from(error);
-                timers.iter().map(|_| Err(error.clone())).collect()
-            }
-        }
-    }
-
-    /// Inserts every timer whose key is new, then answers the others with the timer that
-    /// holds their key.
-    async fn try_register(&self, timers: &[NewTimer]) -> Result<Vec<Registered>, ClusterError> {
-        if timers.is_empty() {
-            return Ok(Vec::new());
-        }
-        let now = self.shared.unix_now();
-        let ids = self.allocate_ids(timers.len()).await?;
-        let deadlines: Vec<u64> = timers.iter().map(|t| deadline_of(t.due, now)).collect();
-        let inserted = self.insert(timers, &ids, &deadlines).await?;
-        let mut registered = Vec::with_capacity(timers.len());
-        for ((timer, id), deadline) in timers.iter().zip(ids).zip(deadlines) {
-            if inserted.contains(&id) {
-                self.metrics.timers_registered.inc();
-                registered.push(Registered {
-                    timer: new_view(timer, id, deadline, now),
-                    created: true,
-                    replaced: false,
-                });
-            } else {
-                registered.push(self.existing_key(timer, now).await?);
-            }
-        }
-        Ok(registered)
-    }
-
-    /// Returns the ids of the timers inserted (not those whose key was taken).
-    async fn insert(
-        &self,
-        timers: &[NewTimer],
-        ids: &[u64],
-        deadlines: &[u64],
-    ) -> Result<FxHashSet<u64>, ClusterError> {
-        let ids_param: Vec<i64> = ids.iter().map(|&id| id as i64).collect();
-        let namespaces: Vec<&str> = timers.iter().map(|t| t.namespace.as_str()).collect();
-        let keys: Vec<Option<&str>> = timers.iter().map(|t| t.key.as_deref()).collect();
-        let partitions: Vec<i32> = ids
-            .iter()
-            .map(|&id| self.shared.partition_of(id) as i32)
-            .collect();
-        let deadlines: Vec<i64> = deadlines.iter().map(|&deadline| deadline as i64).collect();
-        let payloads: Vec<&[u8]> = timers.iter().map(|t| &t.payload[..]).collect();
-        let repeats: Vec<Option<i64>> = timers.iter().map(|t| nanos(t.repeat)).collect();
-        let ttls: Vec<Option<i64>> = timers.iter().map(|t| nanos(t.ttl)).collect();
-        let statement = format!(
-            "WITH inserted AS (
-                INSERT INTO tickd_timers
-                    (id, namespace, key, partition, deadline, payload, repeat_nanos, ttl_nanos)
-                SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], $4::INT4[], $5::INT8[],
-                                     $6::BYTEA[], $7::INT8[], $8::INT8[])
-                ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING
-                RETURNING id, namespace, partition, deadline, version)
-             SELECT id, {} FROM inserted",
-            announce_if_due(9)
-        );
-        let rows = self
-            .connections
-            .client()
-            .await?
-            .query(
-                &statement,
-                &[
-                    &ids_param,
-                    &namespaces,
-                    &keys,
-                    &partitions,
-                    &deadlines,
-                    &payloads,
-                    &repeats,
-                    &ttls,
-                    &self.announce_until(),
-                ],
-            )
-            .await
-            .map_err(ClusterError::query("registering timers"))?;
-        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
-    }
-
-    /// The timer already registered under `timer`'s key (an idempotent retry).
-    async fn existing_key(&self, timer: &NewTimer, now: u64) -> Result<Registered, ClusterError> {
-        let statement =
-            format!("SELECT {VIEW_COLUMNS} FROM tickd_timers WHERE namespace = $1 AND key = $2");
-        let row = self
-            .connections
-            .client()
-            .await?
-            .query_opt(&statement, &[&timer.namespace, &timer.key])
-            .await
-            .map_err(ClusterError::query("reading a timer by key"))?;
-        match row {
-            Some(row) => Ok(Registered {
-                timer: view_of(&row, now),
-                created: false,
-                replaced: false,
-            }),
-            // The key's timer fired or was cancelled between the two statements: register
-            // this one anew.
-            None => Ok(Box::pin(self.try_register(std::slice::from_ref(timer)))
-                .await?
-                .pop()
-                .expect("a registration answers each timer")),
-        }
-    }
-
-    async fn allocate_ids(&self, count: usize) -> Result<Vec<u64>, ClusterError> {
-        let mut block = self.ids.lock().await;
-        let mut ids = Vec::with_capacity(count);
-        while ids.len() < count {
-            if block.next == block.end {
-                let row = self
-                    .connections
-                    .client()
-                    .await?
-                    .query_one("SELECT nextval('tickd_timer_ids')", &[])
-                    .await
-                    .map_err(ClusterError::query("allocating timer ids"))?;
-                let start = row.get::<_, i64>(0) as u64;
-                *block = IdBlock {
-                    next: start,
-                    end: start + ID_BLOCK,
-                };
-            }
-            ids.push(block.next);
-            block.next += 1;
-        }
-        Ok(ids)
     }
 
     async fn cancel(&self, timer: &TimerRef) -> Result<bool, TimerError> {
@@ -278,35 +144,17 @@ impl ClusterTimers {
         timer: &TimerRef,
         ttl: Option<Duration>,
     ) -> Result<TimerView, TimerError> {
-        let (condition, target) = target_condition(&timer.target);
         let now = self.shared.unix_now();
-        let statement = format!(
-            "WITH touched AS (
-                UPDATE tickd_timers
-                SET ttl_nanos = COALESCE($3, ttl_nanos), deadline = $4 + COALESCE($3, ttl_nanos),
-                    version = version + 1
-                WHERE namespace = $1 AND {condition} AND COALESCE($3, ttl_nanos) IS NOT NULL
-                RETURNING {VIEW_COLUMNS}, partition, version)
-             SELECT {VIEW_COLUMNS}, {} FROM touched",
-            announce_if_due(5)
-        );
-        let row = self
-            .connections
-            .client()
-            .await?
-            .query_opt(
-                &statement,
-                &[
-                    &timer.namespace,
-                    &*target,
-                    &nanos(ttl),
-                    &(now as i64),
-                    &self.announce_until(),
-                ],
+        let touched = self
+            .move_deadline(
+                timer,
+                "ttl_nanos = COALESCE($3, ttl_nanos), deadline = $4 + COALESCE($3, ttl_nanos)",
+                "COALESCE($3, ttl_nanos) IS NOT NULL",
+                [&nanos(ttl), &(now as i64)],
+                "touching a timer",
             )
-            .await
-            .map_err(ClusterError::query("touching a timer"))?;
-        match row {
+            .await?;
+        match touched {
             Some(row) => Ok(view_of(&row, now)),
             // Either no such timer, or one with no ttl: Get tells which.
             None => match self.get(timer).await {
@@ -316,6 +164,72 @@ impl ClusterTimers {
                 Err(error) => Err(error),
             },
         }
+    }
+
+    /// Moves a pending timer's next firing (a lease keeps its ttl, a cron timer its
+    /// schedule after this firing), and replaces its payload if one is given.
+    async fn reschedule(
+        &self,
+        timer: &TimerRef,
+        due: Due,
+        payload: Option<Bytes>,
+    ) -> Result<TimerView, TimerError> {
+        let now = self.shared.unix_now();
+        let deadline = deadline_of(due, now) as i64;
+        let payload = payload.as_deref();
+        let moved = self
+            .move_deadline(
+                timer,
+                "deadline = $3, payload = COALESCE($4, payload)",
+                "TRUE",
+                [&deadline, &payload],
+                "rescheduling a timer",
+            )
+            .await?;
+        moved
+            .map(|row| view_of(&row, now))
+            .ok_or_else(|| TimerError::no_longer_pending(timer))
+    }
+
+    /// Updates the pending timer `timer` names (`$1` namespace, `$2` id or key) with
+    /// `set` (`$3`, `$4`: `values`) where `only_if` holds, bumping its version, and
+    /// announces its new deadline to the owner when due within the horizon (`$5`). Returns
+    /// the row as [`VIEW_COLUMNS`], if one was updated.
+    async fn move_deadline(
+        &self,
+        timer: &TimerRef,
+        set: &str,
+        only_if: &str,
+        values: [&(dyn ToSql + Sync); 2],
+        what: &'static str,
+    ) -> Result<Option<Row>, TimerError> {
+        let (condition, target) = target_condition(&timer.target);
+        let statement = format!(
+            "WITH moved AS (
+                UPDATE tickd_timers SET {set}, version = version + 1
+                WHERE namespace = $1 AND {condition} AND {only_if}
+                RETURNING {VIEW_COLUMNS}, partition, version)
+             SELECT {VIEW_COLUMNS}, {} FROM moved",
+            announce_if_due(5)
+        );
+        let [third, fourth] = values;
+        let row = self
+            .connections
+            .client()
+            .await?
+            .query_opt(
+                &statement,
+                &[
+                    &timer.namespace,
+                    &*target,
+                    third,
+                    fourth,
+                    &self.announce_until(),
+                ],
+            )
+            .await
+            .map_err(ClusterError::query(what))?;
+        Ok(row)
     }
 
     async fn pending(&self, query: PendingQuery) -> Result<PendingPage, TimerError> {
@@ -441,7 +355,7 @@ fn new_view(timer: &NewTimer, id: u64, deadline_unix: u64, now: u64) -> TimerVie
         ttl: timer.ttl,
         remaining: Duration::from_nanos(deadline_unix.saturating_sub(now)),
         fired_count: 0,
-        calendar: None,
+        calendar: timer.calendar.clone(),
     }
 }
 
@@ -458,8 +372,16 @@ fn view_of(row: &Row, now: u64) -> TimerView {
         ttl: optional_duration(row.get(6)),
         remaining: Duration::from_nanos(deadline_unix.saturating_sub(now)),
         fired_count: row.get::<_, i64>(7) as u64,
-        calendar: None,
+        calendar: stored_calendar(row, 8),
     }
+}
+
+/// The schedule stored in a row's columns `cron` (at `cron_column`) and `time_zone` (the
+/// next one); `None` for a timer without one.
+pub(crate) fn stored_calendar(row: &Row, cron_column: usize) -> Option<Calendar> {
+    let cron: Option<&str> = row.get(cron_column);
+    let time_zone: Option<&str> = row.get(cron_column + 1);
+    Calendar::stored(cron?, time_zone.unwrap_or_default())
 }
 
 fn not_found(timer: &TimerRef) -> TimerError {
@@ -496,14 +418,7 @@ impl Timers for ClusterTimers {
         self.spawn(|replica| async move { replica.pending(query).await })
     }
 
-    fn reschedule(
-        &self,
-        _timer: TimerRef,
-        _due: Due,
-        _payload: Option<Bytes>,
-    ) -> Answer<TimerView> {
-        Box::pin(ready(Err(TimerError::FailedPrecondition(
-            "Reschedule is not served with --store postgres yet".into(),
-        ))))
+    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView> {
+        self.spawn(move |replica| async move { replica.reschedule(&timer, due, payload).await })
     }
 }

@@ -1,0 +1,298 @@
+//! Registration on the shared database: batches of new timers inserted in one statement,
+//! keys already taken answered with their timer (an idempotent retry), and `replace`
+//! registrations that take over the pending timer under their key in one statement.
+//!
+//! A batch is applied in its order: runs of plain registrations go in one statement each,
+//! and each replacing one in a statement of its own, so that two items of one batch under
+//! the same key meet each other as they would on one node.
+
+use rustc_hash::FxHashSet;
+use tokio_postgres::types::ToSql;
+
+use super::{
+    announce_if_due, deadline_of, nanos, new_view, view_of, ClusterTimers, IdBlock, ID_BLOCK,
+    VIEW_COLUMNS,
+};
+use crate::cluster::ClusterError;
+use crate::domain::{NewTimer, Registered, TimerError};
+
+/// The columns a registration writes, in the order of [`TimerColumns::parameters`].
+const INSERTED_COLUMNS: &str =
+    "id, namespace, key, partition, deadline, payload, repeat_nanos, ttl_nanos, cron, time_zone";
+
+/// The rows of [`INSERTED_COLUMNS`] built from `$1` to `$10`, one array each.
+const INSERTED_ROWS: &str = "SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], \
+     $4::INT4[], $5::INT8[], $6::BYTEA[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[])";
+
+/// The announcement limit follows the ten columns.
+const ANNOUNCE_LIMIT: usize = 11;
+
+/// What a replacement rewrites: all the timer is, but its id (so its partition) and its
+/// count of firings. The version bump makes the owner's wheel take the new deadline over
+/// the old one (see `schedule`), and the firing, which matches the deadline it was given,
+/// fires nothing at the old one.
+const REPLACED: &str = "deadline = EXCLUDED.deadline, payload = EXCLUDED.payload, \
+     repeat_nanos = EXCLUDED.repeat_nanos, ttl_nanos = EXCLUDED.ttl_nanos, \
+     cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, version = tickd_timers.version + 1";
+
+/// A batch's registrations as SQL arrays, one per column of [`INSERTED_COLUMNS`].
+struct TimerColumns<'a> {
+    ids: Vec<i64>,
+    namespaces: Vec<&'a str>,
+    keys: Vec<Option<&'a str>>,
+    partitions: Vec<i32>,
+    deadlines: Vec<i64>,
+    payloads: Vec<&'a [u8]>,
+    repeats: Vec<Option<i64>>,
+    ttls: Vec<Option<i64>>,
+    crons: Vec<Option<&'a str>>,
+    time_zones: Vec<Option<&'a str>>,
+}
+
+impl<'a> TimerColumns<'a> {
+    fn new(
+        replica: &ClusterTimers,
+        timers: &[&'a NewTimer],
+        ids: &[u64],
+        deadlines: &[u64],
+    ) -> Self {
+        let calendars = || timers.iter().map(|t| t.calendar.as_ref());
+        Self {
+            ids: ids.iter().map(|&id| id as i64).collect(),
+            namespaces: timers.iter().map(|t| t.namespace.as_str()).collect(),
+            keys: timers.iter().map(|t| t.key.as_deref()).collect(),
+            partitions: ids
+                .iter()
+                .map(|&id| replica.shared.partition_of(id) as i32)
+                .collect(),
+            deadlines: deadlines.iter().map(|&deadline| deadline as i64).collect(),
+            payloads: timers.iter().map(|t| &t.payload[..]).collect(),
+            repeats: timers.iter().map(|t| nanos(t.repeat)).collect(),
+            ttls: timers.iter().map(|t| nanos(t.ttl)).collect(),
+            crons: calendars().map(|c| c.map(|c| c.expression())).collect(),
+            time_zones: calendars().map(|c| c.map(|c| c.time_zone())).collect(),
+        }
+    }
+
+    /// `$1` to `$10`, then the announcement limit (`$11`).
+    fn parameters<'p>(&'p self, announce_until: &'p i64) -> [&'p (dyn ToSql + Sync); 11] {
+        [
+            &self.ids,
+            &self.namespaces,
+            &self.keys,
+            &self.partitions,
+            &self.deadlines,
+            &self.payloads,
+            &self.repeats,
+            &self.ttls,
+            &self.crons,
+            &self.time_zones,
+            announce_until,
+        ]
+    }
+}
+
+impl ClusterTimers {
+    pub(super) async fn register(
+        &self,
+        timers: Vec<NewTimer>,
+    ) -> Vec<Result<Registered, TimerError>> {
+        let now = self.shared.unix_now();
+        let deadlines: Vec<Result<u64, TimerError>> = timers
+            .iter()
+            .map(|timer| first_deadline(timer, now))
+            .collect();
+        match self.register_in_order(&timers, &deadlines, now).await {
+            Ok(registered) => registered,
+            Err(error) => {
+                let error = TimerError::from(error);
+                timers.iter().map(|_| Err(error.clone())).collect()
+            }
+        }
+    }
+
+    /// Answers each timer in its order: refused ones (no first firing) at once, runs of
+    /// plain ones in one statement, replacing ones one by one.
+    async fn register_in_order(
+        &self,
+        timers: &[NewTimer],
+        deadlines: &[Result<u64, TimerError>],
+        now: u64,
+    ) -> Result<Vec<Result<Registered, TimerError>>, ClusterError> {
+        let mut answers = Vec::with_capacity(timers.len());
+        let mut run: Vec<(&NewTimer, u64)> = Vec::new();
+        for (timer, deadline) in timers.iter().zip(deadlines) {
+            if let (Ok(deadline), false) = (deadline, timer.replace) {
+                run.push((timer, *deadline));
+                continue;
+            }
+            // What came before it is answered first.
+            answers.extend(self.register_run(&run, now).await?.into_iter().map(Ok));
+            run.clear();
+            answers.push(match deadline {
+                Ok(deadline) => Ok(self.replace(timer, *deadline, now).await?),
+                Err(error) => Err(error.clone()),
+            });
+        }
+        answers.extend(self.register_run(&run, now).await?.into_iter().map(Ok));
+        Ok(answers)
+    }
+
+    /// Inserts every timer whose key is new, then answers the others with the timer that
+    /// holds their key.
+    async fn register_run(
+        &self,
+        run: &[(&NewTimer, u64)],
+        now: u64,
+    ) -> Result<Vec<Registered>, ClusterError> {
+        if run.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (timers, deadlines): (Vec<&NewTimer>, Vec<u64>) = run.iter().copied().unzip();
+        let ids = self.allocate_ids(timers.len()).await?;
+        let inserted = self.insert(&timers, &ids, &deadlines).await?;
+        let mut registered = Vec::with_capacity(timers.len());
+        for ((timer, id), deadline) in timers.iter().zip(ids).zip(deadlines) {
+            if inserted.contains(&id) {
+                self.metrics.timers_registered.inc();
+                registered.push(Registered {
+                    timer: new_view(timer, id, deadline, now),
+                    created: true,
+                    replaced: false,
+                });
+            } else {
+                registered.push(self.existing_key(timer, deadline, now).await?);
+            }
+        }
+        Ok(registered)
+    }
+
+    /// Returns the ids of the timers inserted (not those whose key was taken).
+    async fn insert(
+        &self,
+        timers: &[&NewTimer],
+        ids: &[u64],
+        deadlines: &[u64],
+    ) -> Result<FxHashSet<u64>, ClusterError> {
+        let columns = TimerColumns::new(self, timers, ids, deadlines);
+        let statement = format!(
+            "WITH inserted AS (
+                INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS}
+                ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING
+                RETURNING id, namespace, partition, deadline, version)
+             SELECT id, {} FROM inserted",
+            announce_if_due(ANNOUNCE_LIMIT)
+        );
+        let rows = self
+            .connections
+            .client()
+            .await?
+            .query(&statement, &columns.parameters(&self.announce_until()))
+            .await
+            .map_err(ClusterError::query("registering timers"))?;
+        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
+    }
+
+    /// Registers `timer`, or replaces the pending timer under its key, in one statement:
+    /// the replaced timer keeps its id (the one allocated here goes unused), which is how
+    /// the answer tells the two apart.
+    async fn replace(
+        &self,
+        timer: &NewTimer,
+        deadline: u64,
+        now: u64,
+    ) -> Result<Registered, ClusterError> {
+        let id = self.allocate_ids(1).await?[0];
+        let columns = TimerColumns::new(self, &[timer], &[id], &[deadline]);
+        let statement = format!(
+            "WITH upserted AS (
+                INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS}
+                ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO UPDATE SET {REPLACED}
+                RETURNING {VIEW_COLUMNS}, partition, version)
+             SELECT {VIEW_COLUMNS}, {} FROM upserted",
+            announce_if_due(ANNOUNCE_LIMIT)
+        );
+        let row = self
+            .connections
+            .client()
+            .await?
+            .query_one(&statement, &columns.parameters(&self.announce_until()))
+            .await
+            .map_err(ClusterError::query("replacing a timer"))?;
+        let timer = view_of(&row, now);
+        let replaced = timer.id.0 != id;
+        if !replaced {
+            self.metrics.timers_registered.inc();
+        }
+        Ok(Registered {
+            timer,
+            created: !replaced,
+            replaced,
+        })
+    }
+
+    /// The timer already registered under `timer`'s key (an idempotent retry).
+    async fn existing_key(
+        &self,
+        timer: &NewTimer,
+        deadline: u64,
+        now: u64,
+    ) -> Result<Registered, ClusterError> {
+        let statement =
+            format!("SELECT {VIEW_COLUMNS} FROM tickd_timers WHERE namespace = $1 AND key = $2");
+        let row = self
+            .connections
+            .client()
+            .await?
+            .query_opt(&statement, &[&timer.namespace, &timer.key])
+            .await
+            .map_err(ClusterError::query("reading a timer by key"))?;
+        match row {
+            Some(row) => Ok(Registered {
+                timer: view_of(&row, now),
+                created: false,
+                replaced: false,
+            }),
+            // The key's timer fired or was cancelled between the two statements: register
+            // this one anew.
+            None => Ok(Box::pin(self.register_run(&[(timer, deadline)], now))
+                .await?
+                .pop()
+                .expect("a registration answers each timer")),
+        }
+    }
+
+    async fn allocate_ids(&self, count: usize) -> Result<Vec<u64>, ClusterError> {
+        let mut block = self.ids.lock().await;
+        let mut ids = Vec::with_capacity(count);
+        while ids.len() < count {
+            if block.next == block.end {
+                let row = self
+                    .connections
+                    .client()
+                    .await?
+                    .query_one("SELECT nextval('tickd_timer_ids')", &[])
+                    .await
+                    .map_err(ClusterError::query("allocating timer ids"))?;
+                let start = row.get::<_, i64>(0) as u64;
+                *block = IdBlock {
+                    next: start,
+                    end: start + ID_BLOCK,
+                };
+            }
+            ids.push(block.next);
+            block.next += 1;
+        }
+        Ok(ids)
+    }
+}
+
+/// A new timer's first deadline: when it is due, or for a cron timer the first cron time
+/// at or after that.
+fn first_deadline(timer: &NewTimer, now: u64) -> Result<u64, TimerError> {
+    let earliest = deadline_of(timer.due, now);
+    match &timer.calendar {
+        None => Ok(earliest),
+        Some(calendar) => calendar.first_firing(earliest),
+    }
+}
