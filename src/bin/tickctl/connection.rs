@@ -11,8 +11,8 @@ use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
-use crate::cli::duration;
 use crate::failure::{one_line, Failure};
+use crate::values::duration;
 
 /// The global flags that say where tickd is and how to authenticate to it.
 #[derive(Debug, Args)]

@@ -19,6 +19,7 @@ mod proto_time;
 mod session;
 mod streaming;
 mod target;
+mod values;
 
 use std::process::ExitCode;
 

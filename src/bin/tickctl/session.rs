@@ -10,9 +10,9 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::cli::Output;
 use crate::connection::{connect, BearerTokenInterceptor, Connection};
 use crate::failure::Failure;
+use crate::values::Output;
 use tickd::proto::timers_client::TimersClient;
 
 type TimersApi = TimersClient<InterceptedService<Channel, BearerTokenInterceptor>>;

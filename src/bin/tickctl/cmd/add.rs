@@ -12,11 +12,11 @@ use clap::Args;
 use serde_json::json;
 
 use super::get::timer_of_answer;
-use crate::cli::{duration, rfc3339};
 use crate::failure::Failure;
 use crate::output;
 use crate::proto_time::{to_proto_duration, to_proto_timestamp};
 use crate::session::Session;
+use crate::values::{duration, rfc3339};
 use tickd::proto::{NewTimeoutRequest, TimerSpec};
 
 /// Register a timer (NewTimeout); prints its id.

@@ -9,11 +9,11 @@ use serde_json::{json, Value};
 use tonic::Code;
 
 use super::add::read_file_or_stdin;
-use crate::cli::{duration, rfc3339};
 use crate::failure::{grpc_code_name, one_line, Failure, EXIT_REFUSED};
 use crate::output;
 use crate::proto_time::{to_proto_duration, to_proto_timestamp};
 use crate::session::Session;
+use crate::values::{duration, rfc3339};
 use tickd::proto::new_timeout_result::Result as ItemResult;
 use tickd::proto::{NewTimeoutsRequest, TimerSpec};
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ack::acknowledge;
-use crate::cli::duration;
 use crate::failure::Failure;
 use crate::proto_time::to_proto_duration;
 use crate::session::Session;
 use crate::streaming::{print_expiration, ExpirationStream};
+use crate::values::duration;
 use tickd::proto::{subscribe_request, Expiration, SubscribeRequest};
 
 /// Take expirations as a sharing subscriber, print and acknowledge each.

@@ -12,13 +12,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status};
 
-use crate::cli::duration;
 use crate::failure::Failure;
 use crate::output;
 use crate::proto_time::{from_proto_duration, to_proto_duration};
 use crate::session::Session;
 use crate::streaming::interrupted;
 use crate::target::timer_ref_in;
+use crate::values::duration;
 use tickd::proto::{timer_ref, GetRequest, KeepAliveRequest, KeepAliveResponse, TimerRef};
 
 /// Keep leases alive over one KeepAlive stream, heartbeating every ttl/3 until Ctrl-C.

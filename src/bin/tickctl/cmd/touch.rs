@@ -7,11 +7,11 @@ use std::time::Duration;
 use clap::Args;
 
 use super::get::print_timer;
-use crate::cli::duration;
 use crate::failure::Failure;
 use crate::proto_time::to_proto_duration;
 use crate::session::Session;
 use crate::target::Target;
+use crate::values::duration;
 use tickd::proto::TouchRequest;
 
 /// Heartbeat a lease once: push its deadline to now + its ttl (or --ttl).
