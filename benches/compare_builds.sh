@@ -5,12 +5,14 @@
 # each on a fresh server with --sync $SYNC. Each line ends with build=base|this round=N.
 #
 #   BASE=/path/to/old/target/release/tickd benches/compare_builds.sh
+#   BIN=/path/to/new/release BASE=... benches/compare_builds.sh   # prebuilt, no cargo build
 #
 # A base build: `git worktree add /tmp/base <commit> && cargo build --release --bin tickd`
 # there. Environment: BASE (required), ROUNDS (3), SYNC (always), SECS (8), CONC (64),
 # BATCH (100), RATE (50000), CONNECTIONS (4), LEASES (10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BIN_GIVEN=${BIN:-}
 source benches/lib.sh
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
@@ -25,7 +27,8 @@ RATE=${RATE:-50000}
 CONNECTIONS=${CONNECTIONS:-4}
 LEASES=${LEASES:-10000}
 
-cargo build --release --bin tickd-bench --bin tickd >&2
+# BIN set: compare binaries built elsewhere (say, kept while the tree moves on).
+[ -n "${BIN_GIVEN:-}" ] || cargo build --release --bin tickd-bench --bin tickd >&2
 echo "# $(nproc) cores, load average $(load1), base $BASE" >&2
 common=(--connections "$CONNECTIONS" --secs "$SECS")
 

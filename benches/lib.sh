@@ -4,7 +4,8 @@
 
 BENCH_PIDS=()
 BENCH_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tickd-bench.XXXXXX")
-BIN=target/release
+# The binaries benchmarked: this checkout's release build unless BIN names another folder.
+BIN=${BIN:-target/release}
 
 # stop_processes PID...: SIGTERM to each, then waits for all of them.
 stop_processes() {

@@ -86,6 +86,8 @@ pub struct CalendarSchedule {
     time_zone_name: String,
     matcher: CivilMatcher,
     time_zone: TimeZone,
+    /// The zone's offset around the last firing computed (see [`zone::SpanCache`]).
+    spans: zone::SpanCache,
 }
 
 impl CalendarSchedule {
@@ -118,6 +120,7 @@ impl CalendarSchedule {
             time_zone_name: zone.iana_name().unwrap_or(name).to_string(),
             matcher,
             time_zone: zone,
+            spans: zone::SpanCache::default(),
         })
     }
 
@@ -147,7 +150,7 @@ impl CalendarSchedule {
     fn first_at_or_after(&self, start_second: u64) -> Option<u64> {
         let start = i64::try_from(start_second).ok()?;
         let second = if self.matcher.every_hour() {
-            zone::next_elapsed(&self.time_zone, &self.matcher, start)?
+            zone::next_elapsed(&self.time_zone, &self.matcher, start, &self.spans)?
         } else {
             zone::next_wall_clock(&self.time_zone, &self.matcher, start)?
         };

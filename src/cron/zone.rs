@@ -5,6 +5,8 @@
 //! runs; every decision about gaps and repeated hours is made in this file with jiff's
 //! transition data. Instants are whole Unix seconds, wall times local seconds.
 
+use std::sync::Mutex;
+
 use jiff::tz::{AmbiguousOffset, Offset, TimeZone};
 use jiff::Timestamp;
 
@@ -36,23 +38,77 @@ pub(super) fn next_wall_clock(tz: &TimeZone, matcher: &CivilMatcher, start: i64)
 
 /// The elapsed-time rule: every instant whose wall reading matches fires, once; a wall
 /// time the clock skips never fires. Returns the first such instant at or after `start`.
-pub(super) fn next_elapsed(tz: &TimeZone, matcher: &CivilMatcher, start: i64) -> Option<i64> {
-    let mut from = Timestamp::from_second(start).ok()?;
+pub(super) fn next_elapsed(
+    tz: &TimeZone,
+    matcher: &CivilMatcher,
+    start: i64,
+    spans: &SpanCache,
+) -> Option<i64> {
+    let mut from = start;
     for _ in 0..MAX_TRANSITIONS {
         // Between `from` and the next transition the offset is fixed, so the first
         // match there is the first matching wall reading at or after `from`'s.
-        let offset = i64::from(tz.to_offset(from).seconds());
-        let instant = matcher.next_at_or_after(from.as_second() + offset)? - offset;
-        match tz.following(from).next() {
-            Some(change) if instant >= change.timestamp().as_second() => {
+        let span = spans.at(tz, from)?;
+        let instant = matcher.next_at_or_after(from + span.offset)? - span.offset;
+        match span.change {
+            Some(change) if instant >= change => {
                 // The match lies past the change: its reading there is skipped (a gap)
                 // or comes again (a repeat); search on from the change with its offset.
-                from = change.timestamp();
+                from = change;
             }
             _ => return Some(instant),
         }
     }
     None
+}
+
+/// A zone's offset from one instant on, and the next transition after it: the offset
+/// holds for every instant from `from` up to (not including) `change`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OffsetSpan {
+    from: i64,
+    offset: i64,
+    change: Option<i64>,
+}
+
+impl OffsetSpan {
+    fn covers(&self, second: i64) -> bool {
+        second >= self.from && self.change.is_none_or(|change| second < change)
+    }
+}
+
+/// The last [`OffsetSpan`] a schedule looked up. A timer's firings move forward, and a
+/// zone changes its offset a couple of times a year, so nearly every next firing finds
+/// its span here instead of searching the zone's transitions twice (about half the cost
+/// of a next firing otherwise). A clone starts empty.
+#[derive(Debug, Default)]
+pub(super) struct SpanCache(Mutex<Option<OffsetSpan>>);
+
+impl Clone for SpanCache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl SpanCache {
+    fn at(&self, tz: &TimeZone, second: i64) -> Option<OffsetSpan> {
+        let mut cached = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(span) = cached.filter(|span| span.covers(second)) {
+            return Some(span);
+        }
+        let moment = Timestamp::from_second(second).ok()?;
+        let span = OffsetSpan {
+            from: second,
+            offset: i64::from(tz.to_offset(moment).seconds()),
+            change: tz
+                .following(moment)
+                .next()
+                .map(|change| change.timestamp().as_second()),
+        };
+        debug_assert!(span.change.is_none_or(|change| change > second));
+        *cached = Some(span);
+        Some(span)
+    }
 }
 
 /// The first instant whose wall reading is `wall` or later: the only instant of a
