@@ -92,7 +92,10 @@ impl Clone for SpanCache {
 
 impl SpanCache {
     fn at(&self, tz: &TimeZone, second: i64) -> Option<OffsetSpan> {
-        let mut cached = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut cached = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(span) = cached.filter(|span| span.covers(second)) {
             return Some(span);
         }

@@ -279,12 +279,14 @@ impl Expirations for DeliveryHandle {
 
     fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {
         let delivery = self.clone();
-        Box::pin(async move { Ok(DeliveryHandle::ack(&delivery, namespace, delivery_ids).await?) })
+        Answer::work(
+            async move { Ok(DeliveryHandle::ack(&delivery, namespace, delivery_ids).await?) },
+        )
     }
 
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let delivery = self.clone();
-        Box::pin(async move { Ok(DeliveryHandle::dead(&delivery, namespace).await?) })
+        Answer::work(async move { Ok(DeliveryHandle::dead(&delivery, namespace).await?) })
     }
 
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
@@ -294,7 +296,7 @@ impl Expirations for DeliveryHandle {
             ids,
             reply,
         });
-        Box::pin(async move {
+        Answer::work(async move {
             sent.map_err(|_| DeliveryStopped)?;
             Ok(answer.await.map_err(|_| DeliveryStopped)?)
         })

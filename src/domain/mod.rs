@@ -9,17 +9,17 @@
 //! Both traits answer with [`TimerError`], whatever failed underneath (a full queue, a
 //! stopped task, an unreachable database), so the API maps one error type to gRPC.
 
+mod answer;
 mod error;
 mod expiration;
 mod page;
 mod timer;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+pub use answer::Answer;
 pub use error::TimerError;
 pub use expiration::{
     AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, RedriveOutcome,
@@ -27,11 +27,6 @@ pub use expiration::{
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
 pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
-
-/// An answer on its way. The request behind it was already handed over (or refused) when
-/// the call returned it: awaiting only waits. KeepAlive relies on this to send a stream's
-/// heartbeats one after another without waiting for each answer.
-pub type Answer<T> = Pin<Box<dyn Future<Output = Result<T, TimerError>> + Send + 'static>>;
 
 /// What the API asks of the timers: register, cancel, look up, heartbeat, list.
 ///

@@ -43,7 +43,7 @@ impl LocalTimers {
         command: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Answer<T> {
         let answer = self.submit(command);
-        Box::pin(async move { answer?.await.map_err(|_| SendError::Stopped.into()) })
+        Answer::work(async move { answer?.await.map_err(|_| SendError::Stopped.into()) })
     }
 
     /// Queues a command whose reply is an answer or a refusal.
@@ -51,12 +51,11 @@ impl LocalTimers {
         &self,
         command: impl FnOnce(oneshot::Sender<Result<T, TimerError>>) -> Command,
     ) -> Answer<T> {
-        let answer = self.submit(command);
-        Box::pin(async move {
-            answer?
-                .await
-                .unwrap_or_else(|_| Err(SendError::Stopped.into()))
-        })
+        match self.submit(command) {
+            // The worker's reply is the answer: no allocation on this path (heartbeats).
+            Ok(reply) => Answer::reply(reply),
+            Err(refused) => Answer::ready(Err(refused)),
+        }
     }
 }
 

@@ -367,17 +367,19 @@ impl Expirations for ClusterDeliveries {
 
     fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {
         let deliveries = self.clone();
-        Box::pin(async move { ClusterDeliveries::ack(&deliveries, namespace, delivery_ids).await })
+        Answer::work(
+            async move { ClusterDeliveries::ack(&deliveries, namespace, delivery_ids).await },
+        )
     }
 
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let deliveries = self.clone();
-        Box::pin(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
+        Answer::work(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
     }
 
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
         let deliveries = self.clone();
-        Box::pin(async move { ClusterDeliveries::redrive(&deliveries, namespace, ids).await })
+        Answer::work(async move { ClusterDeliveries::redrive(&deliveries, namespace, ids).await })
     }
 }
 

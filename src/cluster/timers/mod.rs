@@ -12,7 +12,7 @@
 
 mod register;
 
-use std::future::{ready, Future};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,13 +74,13 @@ impl ClusterTimers {
         F: Future<Output = Result<T, TimerError>> + Send + 'static,
     {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Box::pin(ready(Err(TimerError::ResourceExhausted(format!(
+            return Answer::ready(Err(TimerError::ResourceExhausted(format!(
                 "this replica has {MAX_IN_FLIGHT} calls in progress on the database, \
                  the most it takes at once; retry later"
-            )))));
+            ))));
         };
         let call = tokio::spawn(call(self.clone()));
-        Box::pin(async move {
+        Answer::work(async move {
             let answer = call
                 .await
                 .unwrap_or_else(|_| Err(TimerError::Unavailable("the replica stopped".into())));
