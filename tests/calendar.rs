@@ -13,7 +13,7 @@ use tickd::cron::CalendarSchedule;
 use tickd::domain::{Calendar, Due, Expiration, NewTimer, Target, TimerRef, TimerView};
 use tickd::metrics::Metrics;
 use tickd::worker::clock::{Clock, ManualClock};
-use tickd::worker::command::Command;
+use tickd::worker::command::{Command, Reschedule};
 use tickd::worker::table::{Handoff, TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
@@ -89,12 +89,12 @@ impl Manual {
     fn reschedule(&self, key: &str, due: Due) -> Result<TimerView, tickd::domain::TimerError> {
         let (reply, answer) = oneshot::channel();
         self.handle
-            .send(Command::Reschedule {
+            .send(Command::Reschedule(Box::new(Reschedule {
                 timer: reference(key),
                 due,
                 payload: Some("moved".into()),
                 reply,
-            })
+            })))
             .unwrap();
         answer.blocking_recv().unwrap()
     }

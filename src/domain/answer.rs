@@ -18,17 +18,20 @@ use super::TimerError;
 pub struct Answer<T>(Pending<T>);
 
 enum Pending<T> {
-    /// Known already (a refusal, typically); taken once.
-    Ready(Option<Result<T, TimerError>>),
+    /// Refused at once; taken once. Boxed, so that an answer stays three words whatever
+    /// `T` is: KeepAlive keeps thousands of them in flight per stream.
+    Refused(Option<Box<TimerError>>),
     /// A reply to come on a channel; a dropped sender means the backend stopped.
     Reply(oneshot::Receiver<Result<T, TimerError>>),
     /// Any other work, boxed.
     Work(Pin<Box<dyn Future<Output = Result<T, TimerError>> + Send>>),
 }
 
+const _: () = assert!(std::mem::size_of::<Answer<[u8; 1024]>>() <= 24);
+
 impl<T> Answer<T> {
-    pub fn ready(result: Result<T, TimerError>) -> Self {
-        Self(Pending::Ready(Some(result)))
+    pub fn refused(error: TimerError) -> Self {
+        Self(Pending::Refused(Some(Box::new(error))))
     }
 
     pub fn reply(receiver: oneshot::Receiver<Result<T, TimerError>>) -> Self {
@@ -40,8 +43,8 @@ impl<T> Answer<T> {
     }
 }
 
-// Nothing inside is ever pinned in place (a ready value is moved out, the channel and the
-// box are themselves `Unpin`), whatever `T` is.
+// Nothing inside is ever pinned in place (the channel and the boxes are themselves
+// `Unpin`), whatever `T` is.
 impl<T> Unpin for Answer<T> {}
 
 impl<T> Future for Answer<T> {
@@ -49,11 +52,12 @@ impl<T> Future for Answer<T> {
 
     fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().0 {
-            Pending::Ready(result) => Poll::Ready(
-                result
+            Pending::Refused(error) => {
+                let error = error
                     .take()
-                    .expect("an answer is not polled after it is ready"),
-            ),
+                    .expect("an answer is not polled after it is ready");
+                Poll::Ready(Err(*error))
+            }
             Pending::Reply(receiver) => Pin::new(receiver)
                 .poll(context)
                 .map(|reply| reply.unwrap_or_else(|_| Err(TimerError::stopped()))),

@@ -37,10 +37,18 @@ pub enum Command {
         query: PendingQuery,
         reply: Reply<Result<PendingPage, TimerError>>,
     },
-    Reschedule {
-        timer: TimerRef,
-        due: Due,
-        payload: Option<Bytes>,
-        reply: Reply<Result<TimerView, TimerError>>,
-    },
+    /// Boxed: the rarest command would otherwise make every command in the queue larger.
+    Reschedule(Box<Reschedule>),
 }
+
+/// Moves a pending timer (see [`crate::domain::Timers::reschedule`]).
+#[derive(Debug)]
+pub struct Reschedule {
+    pub timer: TimerRef,
+    pub due: Due,
+    pub payload: Option<Bytes>,
+    pub reply: Reply<Result<TimerView, TimerError>>,
+}
+
+// Every command crosses the worker's queue by value: keep them small.
+const _: () = assert!(std::mem::size_of::<Command>() <= 80);

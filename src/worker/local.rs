@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::command::Command;
+use super::command::{Command, Reschedule};
 use super::{SendError, WorkerHandle};
 use bytes::Bytes;
 
@@ -54,7 +54,7 @@ impl LocalTimers {
         match self.submit(command) {
             // The worker's reply is the answer: no allocation on this path (heartbeats).
             Ok(reply) => Answer::reply(reply),
-            Err(refused) => Answer::ready(Err(refused)),
+            Err(refused) => Answer::refused(refused),
         }
     }
 }
@@ -90,11 +90,13 @@ impl Timers for LocalTimers {
     }
 
     fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView> {
-        self.ask_fallible(|reply| Command::Reschedule {
-            timer,
-            due,
-            payload,
-            reply,
+        self.ask_fallible(|reply| {
+            Command::Reschedule(Box::new(Reschedule {
+                timer,
+                due,
+                payload,
+                reply,
+            }))
         })
     }
 }

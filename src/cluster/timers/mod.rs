@@ -74,10 +74,10 @@ impl ClusterTimers {
         F: Future<Output = Result<T, TimerError>> + Send + 'static,
     {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Answer::ready(Err(TimerError::ResourceExhausted(format!(
+            return Answer::refused(TimerError::ResourceExhausted(format!(
                 "this replica has {MAX_IN_FLIGHT} calls in progress on the database, \
                  the most it takes at once; retry later"
-            ))));
+            )));
         };
         let call = tokio::spawn(call(self.clone()));
         Answer::work(async move {

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::clock::Now;
-use super::command::Command;
+use super::command::{Command, Reschedule};
 use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
 use super::TimerState;
@@ -492,12 +492,13 @@ impl TimerState for TimerTable {
                 let page = self.pending(query, now);
                 self.respond(reply, page);
             }
-            Command::Reschedule {
-                timer,
-                due,
-                payload,
-                reply,
-            } => {
+            Command::Reschedule(reschedule) => {
+                let Reschedule {
+                    timer,
+                    due,
+                    payload,
+                    reply,
+                } = *reschedule;
                 let moved = self.reschedule(&timer, due, payload, now);
                 self.respond(reply, moved);
             }
