@@ -38,24 +38,23 @@ pub(super) fn first_deadline(
     Ok((deadline_monotonic, deadline_unix))
 }
 
-impl TimerTable {
-    /// A cron timer's next firing after the one happening at `now`, as (wall clock,
-    /// monotonic): the first cron time after now, so that firings missed while tickd was
-    /// down (or stalled) collapse into the one that just happened.
-    pub(super) fn next_calendar_firing(
-        &self,
-        record: &TimerRecord,
-        now: Now,
-    ) -> Option<(u64, u64)> {
-        let calendar = self.calendars.get(&record.id)?;
-        let next = calendar.next_firing(record.deadline_unix, now.unix)?;
-        debug_assert!(
-            next > record.deadline_unix,
-            "cron firings strictly increase"
-        );
-        Some((next, now.monotonic_at(next)))
-    }
+/// A cron timer's next firing after the one happening at `now`, as (wall clock,
+/// monotonic): the first cron time after now, so that firings missed while tickd was down
+/// (or stalled) collapse into the one that just happened.
+pub(super) fn next_firing(
+    calendar: &Calendar,
+    record: &TimerRecord,
+    now: Now,
+) -> Option<(u64, u64)> {
+    let next = calendar.next_firing(record.deadline_unix, now.unix)?;
+    debug_assert!(
+        next > record.deadline_unix,
+        "cron firings strictly increase"
+    );
+    Some((next, now.monotonic_at(next)))
+}
 
+impl TimerTable {
     /// Moves a pending timer's next firing to `due`, and replaces its payload if one is
     /// given. A lease keeps its ttl (its next heartbeat moves it again); a cron timer moves
     /// this firing only, and follows its schedule after it.
@@ -107,8 +106,8 @@ impl TimerTable {
         record.calendar = timer.calendar.is_some();
         match timer.calendar {
             Some(calendar) => self.calendars.insert(id, calendar),
-            None => self.calendars.remove(&id),
-        };
+            None => drop(self.calendars.remove(id)),
+        }
         self.wheel.reschedule(handle, deadline_monotonic);
         self.log_whole(handle);
         Ok(Registered {

@@ -4,8 +4,8 @@
 //! All of it lives on one thread, so each command is applied whole or not at all: a
 //! failing item changes nothing, and no lock is ever taken.
 
+mod by_id;
 mod calendar;
-mod id_index;
 mod record;
 mod replay;
 
@@ -27,7 +27,7 @@ use crate::domain::{
 use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
-use id_index::IdIndex;
+use by_id::ById;
 pub(crate) use record::recovered_expiration;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
@@ -60,7 +60,7 @@ pub struct TimerTable {
     wheel: Wheel<TimerRecord>,
     /// Every pending timer by id (ids are unique across namespaces; lookups check the
     /// namespace too).
-    handles: IdIndex,
+    handles: ById<Handle>,
     namespaces: Namespaces,
     /// The schedules of cron timers (see [`calendar`]).
     calendars: record::Calendars,
@@ -78,7 +78,7 @@ impl TimerTable {
             .max(1);
         Self {
             wheel: Wheel::new(tick, config.max_pending),
-            handles: IdIndex::default(),
+            handles: ById::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
             calendars: record::Calendars::default(),
             next_id: 1,
@@ -143,7 +143,7 @@ impl TimerTable {
         let existing = self.namespaces.slot(&timer.namespace);
         if let (Some(namespace), Some(key)) = (existing, &timer.key) {
             if let Some(&id) = self.namespaces[namespace].keys.get(key.as_str()) {
-                let handle = self.handles.get(id).expect("keys index pending timers");
+                let handle = *self.handles.get(id).expect("keys index pending timers");
                 if timer.replace {
                     return self.replace(handle, timer, now);
                 }
@@ -227,7 +227,7 @@ impl TimerTable {
     fn unindex(&mut self, record: &TimerRecord, now: Now) {
         self.handles.remove(record.id);
         if record.calendar {
-            self.calendars.remove(&record.id);
+            self.calendars.remove(record.id);
         }
         self.namespaces
             .remove(record.namespace, record.key(), now.monotonic);
@@ -422,10 +422,10 @@ impl TimerTable {
             calendar: self.calendar_of(&record),
             late: record.late,
         };
-        let next = match record.repeat.get() {
-            Some(interval) => Some(next_repeat(&record, deadline_monotonic, interval, now)),
-            None if record.calendar => self.next_calendar_firing(&record, now),
-            None => None,
+        let next = match (record.repeat.get(), &expiration.calendar) {
+            (Some(interval), _) => Some(next_repeat(&record, deadline_monotonic, interval, now)),
+            (None, Some(calendar)) => calendar::next_firing(calendar, &record, now),
+            (None, None) => None,
         };
         if let Some(journal) = &mut self.journal {
             let rearmed_deadline = next.map_or(0, |(unix, _)| unix);
@@ -442,7 +442,7 @@ impl TimerTable {
     fn calendar_of(&self, record: &TimerRecord) -> Option<Calendar> {
         record
             .calendar
-            .then(|| self.calendars.get(&record.id).cloned())
+            .then(|| self.calendars.get(record.id).cloned())
             .flatten()
     }
 

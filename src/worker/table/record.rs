@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use rustc_hash::FxHashMap;
-
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
@@ -89,7 +87,7 @@ pub(super) fn timer_fields<'a>(
     calendars: &'a Calendars,
     record: &'a TimerRecord,
 ) -> TimerFields<'a> {
-    let calendar = record.calendar.then(|| calendars.get(&record.id)).flatten();
+    let calendar = record.calendar.then(|| calendars.get(record.id)).flatten();
     TimerFields {
         cron: calendar.map_or("", |calendar| calendar.expression()),
         time_zone: calendar.map_or("", |calendar| calendar.time_zone()),
@@ -145,7 +143,7 @@ pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> 
 
 /// The schedules of the pending cron timers, by id: most timers have none, so a record
 /// keeps a flag (`calendar`) and stays 72 bytes.
-pub(super) type Calendars = FxHashMap<u64, Calendar>;
+pub(super) type Calendars = super::by_id::ById<Calendar>;
 
 #[cfg(test)]
 mod tests {
