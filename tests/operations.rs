@@ -316,6 +316,15 @@ async fn every_call(
         namespace: namespace.into(),
         ..Default::default()
     };
+    let reschedule = RescheduleRequest {
+        timer: by_key(namespace, "k"),
+        delay: Some(millis(1_000)),
+        ..Default::default()
+    };
+    let redrive = RedriveRequest {
+        namespace: namespace.into(),
+        delivery_ids: Vec::new(),
+    };
     vec![
         (
             "NewTimeout",
@@ -341,6 +350,17 @@ async fn every_call(
         (
             "Pending",
             client.pending(with_token(pending, token)).await.map(drop),
+        ),
+        (
+            "Reschedule",
+            client
+                .reschedule(with_token(reschedule, token))
+                .await
+                .map(drop),
+        ),
+        (
+            "Redrive",
+            client.redrive(with_token(redrive, token)).await.map(drop),
         ),
     ]
 }

@@ -368,3 +368,39 @@ async fn schedules_reschedules_and_replacements_survive_a_restart() {
     drop(stream);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescheduled_lease_keeps_its_ttl_and_moves_its_deadline() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    // A lease: no delay, due one ttl after its last heartbeat.
+    let lease = TimerSpec {
+        delay: None,
+        ttl: Some(millis(60_000)),
+        ..keyed("lease", 0, "")
+    };
+    register(&mut client, lease).await;
+    let moved = reschedule(&mut client, "lease", 3_600_000, None)
+        .await
+        .unwrap();
+    assert_eq!(moved.ttl, Some(millis(60_000)), "the ttl is kept");
+    let now = now_unix_nanos();
+    let deadline = unix_nanos(&moved.deadline.unwrap());
+    assert!(
+        deadline > now + 3_000_000_000_000,
+        "moved an hour ahead, not a ttl"
+    );
+    // The next heartbeat counts its ttl from then, as for any lease.
+    let touched = client
+        .touch(TouchRequest {
+            timer: by_key(NAMESPACE, "lease"),
+            ttl: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .timer
+        .unwrap();
+    assert!(unix_nanos(&touched.deadline.unwrap()) < deadline);
+    server.stop().await;
+}
