@@ -7,7 +7,8 @@
 //!   ([`worker::local`] is the local backend's way in); it applies commands in batches,
 //!   sleeps until the next due slot, and hands fired timers out in batches;
 //! - [`store`] writes every change to the log before it is answered;
-//! - [`delivery`] queues fired timers per namespace and streams them to subscribers.
+//! - [`delivery`] queues fired timers per namespace and streams them to subscribers;
+//! - [`cron`] computes a cron timer's next firing in its time zone (pure, like the wheel).
 //!
 //! With `--store postgres://...`, [`cluster`] is the backend instead of the worker's table,
 //! the local log and the delivery queues: timers live in a shared database, and each
