@@ -73,6 +73,11 @@ impl TimersService {
     }
 }
 
+/// A backend answered a batch with fewer items than it was given: it stopped mid-way.
+fn unanswered() -> TimerError {
+    TimerError::Unavailable("the backend answered no result for this item".into())
+}
+
 /// The stream counters of the connection a request came on (see `server::calls`).
 fn connection_streams<T>(request: &Request<T>) -> Option<&Arc<ConnectionStreams>> {
     request.extensions().get::<Arc<ConnectionStreams>>()
@@ -99,7 +104,7 @@ impl proto::timers_server::Timers for TimersService {
             .register(vec![timer])
             .await?
             .pop()
-            .ok_or_else(|| TimerError::Unavailable("no answer".into()))??;
+            .ok_or_else(unanswered)??;
         Ok(Response::new(proto::NewTimeoutResponse {
             timer: Some(convert::registered_timer(registered.timer)),
             created: registered.created,
@@ -139,11 +144,7 @@ impl proto::timers_server::Timers for TimersService {
         let results = validated
             .into_iter()
             .map(|item| {
-                let outcome = item.and_then(|_| {
-                    registered
-                        .next()
-                        .ok_or_else(|| TimerError::Unavailable("no answer".into()))?
-                });
+                let outcome = item.and_then(|_| registered.next().ok_or_else(unanswered)?);
                 let result = match outcome {
                     Ok(registered) => {
                         proto::new_timeout_result::Result::Registered(proto::NewTimeoutResponse {
