@@ -70,6 +70,7 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
   private readonly inFlight = new Set<Promise<void>>();
   private pauseStream: (() => void) | undefined;
   private resumeStream: (() => void) | undefined;
+  private stopRequested = false;
   private firstSubscription: { resolve(): void; reject(error: TickdError): void } | undefined;
 
   constructor(
@@ -110,14 +111,18 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
   }
 
   /**
-   * Closes the stream and waits for the handlers in flight (and their acks). Expirations
+   * Waits for the handlers in flight (and their acks), then closes the stream. Expirations
    * received but not yet handed to a handler are dropped: unacknowledged, tickd delivers them again.
    */
   async stop(): Promise<void> {
+    this.stopRequested = true;
     this.waiting.length = 0;
+    this.pauseStream?.();
+    // The stream stays open until the handlers finished: tickd takes back a subscriber's
+    // unacknowledged deliveries when its stream closes, so acks must land before that.
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     this.firstSubscription?.resolve();
     await this.loop.stop();
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
 
   private runStream(session: StreamSession): Promise<TickdError> {
@@ -132,7 +137,7 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
     this.resumeStream = () => call.resume();
     call.on("metadata", () => session.established());
     call.on("data", (response: { expiration?: Expiration }) => {
-      if (response.expiration === undefined || this.loop.stopping) return;
+      if (response.expiration === undefined || this.stopRequested) return;
       this.waiting.push(response.expiration);
       this.startHandlers();
     });
@@ -150,7 +155,7 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
       this.inFlight.add(task);
     }
     // Reading on while every handler is busy would only pile expirations up in memory.
-    if (this.waiting.length > 0) this.pauseStream?.();
+    if (this.waiting.length > 0 || this.stopRequested) this.pauseStream?.();
     else this.resumeStream?.();
   }
 
