@@ -54,4 +54,9 @@ export const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   // with a large payload (tickd accepts requests up to 16 MiB) must still be readable.
   "grpc.max_receive_message_length": 32 * 1024 * 1024,
   "grpc.max_send_message_length": 16 * 1024 * 1024,
+  // HTTP/2 PINGs on a quiet connection, as tickd sends its own (30 s, answered within 20 s):
+  // a Subscribe or KeepAlive stream over a connection that died silently (a peer gone without
+  // a FIN) fails and reconnects instead of waiting forever.
+  "grpc.keepalive_time_ms": 30_000,
+  "grpc.keepalive_timeout_ms": 20_000,
 };

@@ -241,6 +241,15 @@ describe("the whole API against a real tickd", () => {
     }
   });
 
+  test("per-call options: a deadline already passed, an aborted signal", async () => {
+    const { timer } = await client.register({ key: "per-call", delayMs: HOUR_MS });
+    assert.equal((await rejection(client.get(timer.id, { deadlineMs: 0 }))).code, Status.DEADLINE_EXCEEDED);
+    const aborted = new AbortController();
+    aborted.abort();
+    assert.equal((await rejection(client.get(timer.id, { signal: aborted.signal }))).code, Status.CANCELLED);
+    assert.equal((await client.get(timer.id, { deadlineMs: 30_000 })).id, timer.id);
+  });
+
   test("ack names the delivery ids tickd was not waiting for", async () => {
     const response = await client.ack(["0000000000000bad"]);
     assert.equal(response.acknowledged, 0);
