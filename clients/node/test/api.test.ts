@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Status, Subscriber, TickdClient, TickdError, durationToMillis } from "../src/index";
-import type { Expiration, PendingOptions } from "../src/index";
+import { Status, Subscriber, TickdClient, TickdError, durationToMillis } from "@tickd/client";
+import type { Expiration, PendingOptions } from "@tickd/client";
 import { clientFor, QUICK_RECONNECT } from "./support/clients";
 import { TickdServer } from "./support/tickd-server";
 import { Condition, pollUntil } from "./support/waiting";

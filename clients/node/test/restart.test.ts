@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { LeaseKeeper, Status, Subscriber, TickdError } from "../src/index";
-import type { Lease, TickdClient } from "../src/index";
+import { LeaseKeeper, Status, Subscriber, TickdError } from "@tickd/client";
+import type { Lease, TickdClient } from "@tickd/client";
 import { clientFor, QUICK_RECONNECT } from "./support/clients";
 import { TickdServer } from "./support/tickd-server";
 import { Condition, pollUntil, wallClockPasses } from "./support/waiting";

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Status, Subscriber, TickdClient, TickdError } from "../src/index";
+import { Status, Subscriber, TickdClient, TickdError } from "@tickd/client";
 import { makeCertificates } from "./support/certificates";
 import type { TestCertificates } from "./support/certificates";
 import { TickdServer, workDirectory } from "./support/tickd-server";

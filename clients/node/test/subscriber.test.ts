@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Subscriber } from "../src/index";
-import type { AckResponse, ExpirationContext, TickdClient } from "../src/index";
+import { Subscriber } from "@tickd/client";
+import type { AckResponse, ExpirationContext, TickdClient } from "@tickd/client";
 import { clientFor, QUICK_RECONNECT } from "./support/clients";
 import { TickdServer } from "./support/tickd-server";
 import { Condition, Gate, pollUntil } from "./support/waiting";

@@ -1,5 +1,5 @@
-import { TickdClient } from "../../src/index";
-import type { TickdClientOptions } from "../../src/index";
+import { TickdClient } from "@tickd/client";
+import type { TickdClientOptions } from "@tickd/client";
 import type { TickdServer } from "./tickd-server";
 
 /**
