@@ -9,6 +9,8 @@
 #   esModuleInterop=true    default imports that match this package's tsconfig
 #   env=node                bytes as Buffer-compatible Uint8Array, no browser shims
 #   useDate=true            google.protobuf.Timestamp as a JavaScript Date
+#   annotateFilesWithVersion=false  no protoc version in the header: the stale-stub check compares
+#                           the code, and Debian releases ship different protoc versions
 set -euo pipefail
 out=${1:?usage: generate-stubs.sh OUTPUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,5 +24,5 @@ protoc \
   --proto_path="$proto_root" \
   --proto_path="$wkt_include" \
   --ts_proto_out="$out" \
-  --ts_proto_opt=outputServices=grpc-js,forceLong=string,esModuleInterop=true,env=node,useDate=true \
+  --ts_proto_opt=outputServices=grpc-js,forceLong=string,esModuleInterop=true,env=node,useDate=true,annotateFilesWithVersion=false \
   tickd/v1/tickd.proto
