@@ -50,6 +50,8 @@ class KeptLease implements Lease {
   id: string | undefined;
   deadline: Date | undefined;
   nextHeartbeat: NodeJS.Timeout | undefined;
+  /** The last interval between heartbeats (ms), once known. */
+  intervalMs: number | undefined;
   constructor(
     readonly reference: TimerRef,
     readonly ttlMs: number | undefined,
@@ -152,20 +154,24 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
   private heartbeat(lease: KeptLease): void {
     clearTimeout(lease.nextHeartbeat);
     lease.nextHeartbeat = undefined;
-    if (this.stream === undefined || this.loop.stopping) return;
+    if (this.stream === undefined || this.loop.stopping || !this.isKept(lease)) return;
     this.sequence += 1n;
     const sequence = this.sequence.toString();
     this.heartbeatsInFlight.set(sequence, lease);
     this.stream.write({ timer: lease.reference, ttl: optionalDuration(lease.ttlMs), sequence });
+    // Should the answer never come while the stream stays up, heartbeat again anyway (an
+    // answer cancels this and schedules the next one from the new deadline).
+    this.scheduleHeartbeat(lease, lease.intervalMs ?? this.heartbeatRetryMs);
   }
 
   private onAnswer(answer: KeepAliveResponse): void {
     const lease = this.heartbeatsInFlight.get(answer.sequence);
     this.heartbeatsInFlight.delete(answer.sequence);
-    if (lease === undefined || this.leasesByName.get(leaseName(lease.reference)) !== lease) return;
+    if (lease === undefined || !this.isKept(lease)) return;
     if (answer.error !== undefined && answer.error.code !== Status.OK) {
       const error = TickdError.fromItemError(answer.error);
       if (error.code === Status.NOT_FOUND) {
+        clearTimeout(lease.nextHeartbeat);
         this.leasesByName.delete(leaseName(lease.reference));
         this.emit("lost", lease, error);
       } else {
@@ -178,8 +184,14 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     lease.deadline = answer.deadline;
     const timeLeftMs = (answer.deadline?.getTime() ?? Date.now()) - Date.now();
     const fallbackMs = durationToMillis(optionalDuration(lease.ttlMs)) ?? this.heartbeatRetryMs;
-    this.scheduleHeartbeat(lease, (timeLeftMs > 0 ? timeLeftMs : fallbackMs) * this.heartbeatFraction);
+    lease.intervalMs = (timeLeftMs > 0 ? timeLeftMs : fallbackMs) * this.heartbeatFraction;
+    this.scheduleHeartbeat(lease, lease.intervalMs);
     this.emit("heartbeat", lease);
+  }
+
+  /** False once the lease was removed or lost (a timer or an answer may still name it). */
+  private isKept(lease: KeptLease): boolean {
+    return this.leasesByName.get(leaseName(lease.reference)) === lease;
   }
 
   private scheduleHeartbeat(lease: KeptLease, afterMs: number): void {
