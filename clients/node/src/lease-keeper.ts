@@ -125,9 +125,12 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     return true;
   }
 
-  /** Opens the KeepAlive stream (reconnecting until stop()). */
-  start(): void {
-    this.loop.start();
+  /**
+   * Opens the KeepAlive stream (reconnecting until stop()). Resolves once it is open (leases
+   * added before are heartbeaten then); rejects on a permanent error such as UNAUTHENTICATED.
+   */
+  start(): Promise<void> {
+    return this.loop.start();
   }
 
   /** Stops heartbeating, closes the stream; resolves once it is closed. The leases then run out. */

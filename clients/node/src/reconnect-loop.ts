@@ -40,6 +40,7 @@ export interface ReconnectListener {
 export class ReconnectLoop {
   private readonly abortController = new AbortController();
   private loop: Promise<void> | undefined;
+  private firstEstablishment: { resolve(): void; reject(error: TickdError): void } | undefined;
 
   constructor(
     private readonly runSession: (session: StreamSession) => Promise<TickdError>,
@@ -51,14 +52,23 @@ export class ReconnectLoop {
     return this.abortController.signal.aborted;
   }
 
-  start(): void {
-    if (this.loop !== undefined) throw new Error("already started");
+  /**
+   * Starts the loop. The promise resolves once the first stream is established (however many
+   * reconnects that takes), or when stop() comes first; it rejects on a permanent error.
+   */
+  start(): Promise<void> {
+    if (this.loop !== undefined) throw new Error("already started; a stopped stream is not started again");
+    const firstEstablished = new Promise<void>((resolve, reject) => {
+      this.firstEstablishment = { resolve, reject };
+    });
     this.loop = this.run();
+    return firstEstablished;
   }
 
   /** Aborts the session in progress (or the back-off wait) and resolves once the loop ended. */
   async stop(): Promise<void> {
     this.abortController.abort();
+    this.firstEstablishment?.resolve();
     await this.loop;
   }
 
@@ -69,12 +79,14 @@ export class ReconnectLoop {
       const error = await this.runSession({
         established: () => {
           backoff.reset();
+          this.firstEstablishment?.resolve();
           this.listener.established();
         },
         signal,
       });
       if (signal.aborted) return;
       if (isPermanentStreamError(error)) {
+        this.firstEstablishment?.reject(error);
         this.listener.failed(error);
         return;
       }

@@ -71,7 +71,6 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
   private pauseStream: (() => void) | undefined;
   private resumeStream: (() => void) | undefined;
   private stopRequested = false;
-  private firstSubscription: { resolve(): void; reject(error: TickdError): void } | undefined;
 
   constructor(
     private readonly client: TickdClient,
@@ -81,15 +80,9 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
     this.namespace = options.namespace ?? client.namespace;
     this.maxInFlight = Math.max(1, options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
     this.loop = new ReconnectLoop((session) => this.runStream(session), options.reconnect ?? {}, {
-      established: () => {
-        this.firstSubscription?.resolve();
-        this.emit("subscribed");
-      },
+      established: () => this.emit("subscribed"),
       disconnected: (error) => this.emit("disconnected", error),
-      failed: (error) => {
-        this.firstSubscription?.reject(error);
-        this.emit("failed", error);
-      },
+      failed: (error) => this.emit("failed", error),
     });
   }
 
@@ -103,11 +96,7 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
    * rejects on a permanent error such as UNAUTHENTICATED.
    */
   start(): Promise<void> {
-    const subscribed = new Promise<void>((resolve, reject) => {
-      this.firstSubscription = { resolve, reject };
-    });
-    this.loop.start();
-    return subscribed;
+    return this.loop.start();
   }
 
   /**
@@ -121,7 +110,6 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
     // The stream stays open until the handlers finished: tickd takes back a subscriber's
     // unacknowledged deliveries when its stream closes, so acks must land before that.
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
-    this.firstSubscription?.resolve();
     await this.loop.stop();
   }
 

@@ -40,7 +40,7 @@ test("leases added and removed while the keeper runs: kept ones outlive their tt
     lost.push(lease);
     progress.notify();
   });
-  keeper.start();
+  await keeper.start();
   try {
     // Heartbeats come about every ttl/3: a ttl of 1.5 s leaves room for a busy machine.
     const ttlMs = 1_500;
@@ -85,9 +85,8 @@ test("a keeper without a valid token fails instead of reconnecting forever", asy
     const keeper = new LeaseKeeper(anonymous, { reconnect: QUICK_RECONNECT });
     const failed = new Promise<TickdError>((resolve) => keeper.once("failed", resolve));
     keeper.add("anything");
-    keeper.start();
-    const error = await failed;
-    assert.equal(error.code, Status.UNAUTHENTICATED);
+    await assert.rejects(keeper.start(), (error: unknown) => error instanceof TickdError && error.code === Status.UNAUTHENTICATED);
+    assert.equal((await failed).code, Status.UNAUTHENTICATED);
     await keeper.stop();
   } finally {
     anonymous.close();

@@ -66,7 +66,7 @@ test("subscriber, lease keeper and retries across a restart of a durable tickd",
   });
   const longLease = keeper.add({ namespace: leasesNamespace, key: "long" });
   const shortLease = keeper.add({ namespace: leasesNamespace, key: "short" });
-  keeper.start();
+  await keeper.start();
   const heartbeatOf = (lease: Lease) => heartbeats.filter((beat) => beat.reference.key === lease.reference.key);
   await leaseEvents.until("first heartbeats of both leases", () => heartbeatOf(longLease).length > 0 && heartbeatOf(shortLease).length > 0);
   // The short lease is kept alive past its ttl by heartbeats (about every ttl/3).

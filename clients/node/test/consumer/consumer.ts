@@ -23,7 +23,7 @@ async function main(): Promise<void> {
   const keeper = new LeaseKeeper(client);
   keeper.on("lost", (lost: Lease, error: TickdError) => console.error(lost.reference.key, error.code === Status.NOT_FOUND));
   keeper.add(lease.timer.id);
-  keeper.start();
+  await keeper.start();
 
   for await (const pending of client.pendingTimers({ pageSize: 50 })) console.log(pending.id, pending.deadline?.toISOString());
   try {
