@@ -7,7 +7,7 @@ import { Status, TickdError } from "./errors";
 import type { KeepAliveRequest, KeepAliveResponse, TimerRef } from "./gen/tickd/v1/tickd";
 import { ReconnectLoop, streamEnd } from "./reconnect-loop";
 import type { StreamSession } from "./reconnect-loop";
-import { describeTarget, toTimerRef } from "./timer-inputs";
+import { describeTarget, toTimerRef, toTimerTarget } from "./timer-inputs";
 import type { TimerTarget } from "./timer-inputs";
 
 /** A lease the keeper heartbeats, as the caller sees it. */
@@ -52,11 +52,14 @@ class KeptLease implements Lease {
   nextHeartbeat: NodeJS.Timeout | undefined;
   /** The last interval between heartbeats (ms), once known. */
   intervalMs: number | undefined;
+  /** The lease's ttl: as given to add(), or as tickd reports it (see learnTtl). */
+  knownTtlMs: number | undefined;
   constructor(
     readonly reference: TimerRef,
     readonly ttlMs: number | undefined,
   ) {
     this.id = reference.id;
+    this.knownTtlMs = ttlMs;
   }
 }
 
@@ -111,6 +114,7 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     if (existing !== undefined) return existing;
     const lease = new KeptLease(reference, ttlMs);
     this.leasesByName.set(name, lease);
+    if (ttlMs === undefined) void this.learnTtl(lease);
     this.heartbeat(lease);
     return lease;
   }
@@ -186,10 +190,24 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     lease.id = answer.id || lease.id;
     lease.deadline = answer.deadline;
     const timeLeftMs = (answer.deadline?.getTime() ?? Date.now()) - Date.now();
-    const fallbackMs = durationToMillis(optionalDuration(lease.ttlMs)) ?? this.heartbeatRetryMs;
-    lease.intervalMs = (timeLeftMs > 0 ? timeLeftMs : fallbackMs) * this.heartbeatFraction;
+    lease.intervalMs = this.heartbeatFraction * heartbeatPeriod(timeLeftMs, lease.knownTtlMs, this.heartbeatRetryMs);
     this.scheduleHeartbeat(lease, lease.intervalMs);
     this.emit("heartbeat", lease);
+  }
+
+  /**
+   * Asks tickd for the lease's ttl (one Get), so that heartbeats keep pace with the ttl even
+   * when this machine's clock is behind tickd's (the time left to a deadline would then look
+   * longer than it is). A failure is left to the heartbeats to report.
+   */
+  private async learnTtl(lease: KeptLease): Promise<void> {
+    try {
+      const timer = await this.client.get(toTimerTarget(lease.reference));
+      lease.knownTtlMs ??= durationToMillis(timer.ttl);
+    } catch {
+      // NOT_FOUND comes back as a lost lease from the first heartbeat; anything else: the
+      // keeper goes by the deadlines alone.
+    }
   }
 
   /** False once the lease was removed or lost (a timer or an answer may still name it). */
@@ -201,6 +219,16 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     clearTimeout(lease.nextHeartbeat);
     lease.nextHeartbeat = setTimeout(() => this.heartbeat(lease), Math.max(afterMs, MINIMUM_HEARTBEAT_INTERVAL_MS));
   }
+}
+
+/**
+ * The time to spread heartbeats over: the time left to the deadline (the ttl, just after a
+ * heartbeat), but never more than the ttl (a clock behind tickd's makes the time left look
+ * longer); the ttl when the deadline looks past (a clock ahead); `fallbackMs` knowing neither.
+ */
+function heartbeatPeriod(timeLeftMs: number, ttlMs: number | undefined, fallbackMs: number): number {
+  if (ttlMs === undefined || ttlMs <= 0) return timeLeftMs > 0 ? timeLeftMs : fallbackMs;
+  return timeLeftMs > 0 ? Math.min(timeLeftMs, ttlMs) : ttlMs;
 }
 
 /** One key per lease: its namespace and its id or key. */

@@ -57,6 +57,12 @@ export function toTimerRef(target: TimerTarget, defaultNamespace: string): Timer
   return { namespace, id: undefined, key: target.key };
 }
 
+/** The inverse of toTimerRef. */
+export function toTimerTarget(reference: TimerRef): TimerTarget {
+  const namespace = reference.namespace;
+  return reference.id !== undefined ? { namespace, id: reference.id } : { namespace, key: reference.key ?? "" };
+}
+
 /** A short description for errors and events: "id 00a1" or "key order-42". */
 export function describeTarget(reference: TimerRef): string {
   return reference.id !== undefined ? `id ${reference.id}` : `key ${reference.key ?? ""}`;
