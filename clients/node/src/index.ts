@@ -1,0 +1,28 @@
+/**
+ * @tickd/client: a TypeScript client for tickd over @grpc/grpc-js.
+ *
+ * TickdClient wraps every call of the Timers service; Subscriber consumes expirations;
+ * LeaseKeeper heartbeats leases. The generated message types are re-exported as they are
+ * (and the whole generated module is importable as "@tickd/client/gen").
+ */
+export { TickdClient } from "./client";
+export type { Registration, BatchResult, RescheduleOptions, PendingOptions } from "./client";
+export { Subscriber } from "./subscriber";
+export type { SubscriberOptions, SubscriberEvents, ExpirationHandler, ExpirationContext } from "./subscriber";
+export { LeaseKeeper } from "./lease-keeper";
+export type { Lease, LeaseKeeperOptions, LeaseKeeperEvents } from "./lease-keeper";
+export { TickdError, Status, statusName } from "./errors";
+export type { TickdClientOptions, TlsOptions, RetryOptions, CallOptions } from "./options";
+export type { BackoffOptions } from "./backoff";
+export type { TimerOptions, TimerTarget } from "./timer-inputs";
+export { millisToDuration, durationToMillis } from "./durations";
+export type {
+  Timer,
+  Expiration,
+  AckResponse,
+  PendingResponse,
+  RedriveResponse,
+  TimerRef,
+  TimerSpec,
+} from "./gen/tickd/v1/tickd";
+export type { Duration } from "./gen/google/protobuf/duration";
