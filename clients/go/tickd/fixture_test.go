@@ -56,6 +56,8 @@ func (s *tickdServer) start(listen string) {
 	}, s.flags...)
 	process := exec.Command(s.binary, args...)
 	process.Env = append(os.Environ(), "TICKD_LOG=info", "NO_COLOR=1")
+	// Should the test binary die (a timeout, a kill), tickd dies with it.
+	process.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	output, err := process.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)
