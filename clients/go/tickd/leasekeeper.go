@@ -99,8 +99,10 @@ func (k *LeaseKeeper) Leases() []Ref {
 	return refs
 }
 
-// Run heartbeats the leases until Stop (it then returns nil) or until ctx ends (it returns
-// ctx's error), reconnecting whenever the stream breaks.
+// Run heartbeats the leases until Stop (it then returns nil), until ctx ends (it returns
+// ctx's error), or until tickd refuses the stream for good (UNAUTHENTICATED,
+// PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED: it returns that *Error),
+// reconnecting whenever the stream breaks otherwise.
 func (k *LeaseKeeper) Run(ctx context.Context) error {
 	if err := k.run.begin(); err != nil {
 		if err == errStoppedBeforeRun {
@@ -116,6 +118,9 @@ func (k *LeaseKeeper) Run(ctx context.Context) error {
 		answered, err := k.session(runCtx)
 		if runCtx.Err() != nil {
 			break
+		}
+		if permanentStreamCodes[codeOf(err)] {
+			return err
 		}
 		if answered {
 			failures = 0

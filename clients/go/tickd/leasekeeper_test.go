@@ -17,10 +17,11 @@ type leaseEvents struct {
 	lostKeys []string
 	renewed  chan tickd.LeaseRenewed
 	lost     chan tickd.LeaseLost
+	broken   chan error
 }
 
 func newLeaseEvents() *leaseEvents {
-	return &leaseEvents{deadline: map[string]time.Time{}, renewed: make(chan tickd.LeaseRenewed, 1000), lost: make(chan tickd.LeaseLost, 10)}
+	return &leaseEvents{deadline: map[string]time.Time{}, renewed: make(chan tickd.LeaseRenewed, 1000), lost: make(chan tickd.LeaseLost, 10), broken: make(chan error, 1)}
 }
 
 func (e *leaseEvents) options() tickd.LeaseKeeperOptions {
@@ -32,6 +33,12 @@ func (e *leaseEvents) options() tickd.LeaseKeeperOptions {
 			e.mu.Unlock()
 			select {
 			case e.renewed <- renewed:
+			default:
+			}
+		},
+		OnStreamError: func(err error, _ time.Duration) {
+			select {
+			case e.broken <- err:
 			default:
 			}
 		},
@@ -76,6 +83,8 @@ func TestLeaseKeeperAcrossRestart(t *testing.T) {
 	events.awaitRenewal(t, "short", time.Time{})
 
 	server.Stop()
+	// Once the keeper saw its stream break, every answer tickd sent has been applied.
+	await(t, "the keeper to see its stream break", events.broken)
 	longBefore, shortBefore := events.lastDeadline("long"), events.lastDeadline("short")
 	// The short lease expires while tickd is down: wait until its last known deadline passed.
 	time.Sleep(time.Until(shortBefore) + 100*time.Millisecond)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // ErrAlreadyRunning is returned by Run when the Subscriber or LeaseKeeper is already running
@@ -80,6 +82,14 @@ func (l *lifecycle) stopRequested() bool {
 	default:
 		return false
 	}
+}
+
+// permanentStreamCodes are the stream errors that reopening the stream cannot cure until
+// someone changes the configuration (a token, a namespace, a server version): Run returns
+// them instead of retrying forever. Everything else (UNAVAILABLE, RESOURCE_EXHAUSTED,
+// a drain's end of stream, ...) is retried with back-off.
+var permanentStreamCodes = map[codes.Code]bool{
+	codes.Unauthenticated: true, codes.PermissionDenied: true, codes.InvalidArgument: true, codes.Unimplemented: true,
 }
 
 // detachedContext keeps a context's values (metadata, traces) without its cancellation:

@@ -1,6 +1,7 @@
 package tickd_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,6 +30,13 @@ func TestBearerToken(t *testing.T) {
 	}
 	_, err = authorized.InNamespace("elsewhere").Register(testContext(t), spec)
 	assertCode(t, err, codes.PermissionDenied)
+
+	// A subscriber refused for good says so instead of retrying forever.
+	refused := anonymous.NewSubscriber(func(context.Context, *tickd.Expiration) error { return nil }, tickd.SubscriberOptions{})
+	assertCode(t, refused.Run(testContext(t)), codes.Unauthenticated)
+	refusedKeeper := anonymous.NewLeaseKeeper(tickd.LeaseKeeperOptions{})
+	refusedKeeper.Add(tickd.ByKey("anything"), time.Minute)
+	assertCode(t, refusedKeeper.Run(testContext(t)), codes.Unauthenticated)
 
 	// Streams carry the token too.
 	renewed := make(chan tickd.LeaseRenewed, 10)

@@ -73,8 +73,10 @@ func (c *Client) NewSubscriber(handler Handler, options SubscriberOptions) *Subs
 	}
 }
 
-// Run subscribes and handles expirations until Stop is called (it then returns nil) or ctx
-// ends (it returns ctx's error). Either way it returns only after the handlers in flight
+// Run subscribes and handles expirations until Stop is called (it then returns nil), ctx
+// ends (it returns ctx's error), or tickd refuses the subscription for good
+// (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED: it returns that
+// *Error); other stream errors are retried. Either way it returns only after the handlers in flight
 // have finished and the stream is closed. Handlers get ctx: Stop lets them finish, while
 // cancelling ctx tells them to hurry.
 func (s *Subscriber) Run(ctx context.Context) error {
@@ -92,6 +94,10 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		established, err := s.consumeStream(ctx, runCtx)
 		if runCtx.Err() != nil {
 			break
+		}
+		if permanentStreamCodes[codeOf(err)] {
+			s.handlers.Wait()
+			return err
 		}
 		if established {
 			failures = 0
@@ -133,7 +139,13 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 	if err != nil {
 		return false, newError(err)
 	}
-	if _, err := stream.Header(); err != nil {
+	header, err := stream.Header()
+	if err != nil {
+		return false, newError(err)
+	}
+	if header == nil {
+		// A trailers-only answer: tickd refused the subscription; Recv has its status.
+		_, err := stream.Recv()
 		return false, newError(err)
 	}
 	if s.options.OnSubscribed != nil {
