@@ -72,7 +72,9 @@ func (c *Client) NewLeaseKeeper(options LeaseKeeperOptions) *LeaseKeeper {
 }
 
 // Add keeps a lease alive from now on, heartbeating it every ttl/3. ttl is sent with each
-// heartbeat and so becomes the lease's ttl (give the one it was registered with).
+// heartbeat and so becomes the lease's ttl (give the one it was registered with); a ttl of
+// 0 keeps the lease's own ttl and heartbeats every second. Adding a lease already kept
+// replaces its ttl.
 func (k *LeaseKeeper) Add(ref Ref, ttl time.Duration) {
 	k.mu.Lock()
 	k.leases[k.normalize(ref)] = &keptLease{ttl: ttl}

@@ -63,7 +63,11 @@ func TestSubscriberAcrossRestartOfDurableTickd(t *testing.T) {
 	client := server.dial(t, tickd.WithNamespace("restart"), tickd.WithRetry(fastRetry))
 	recorder := newAckRecorder()
 	subscribed := make(chan struct{}, 10)
+	var late int32
 	subscriber := client.NewSubscriber(func(_ context.Context, expiration *tickd.Expiration) error {
+		if expiration.Late {
+			atomic.AddInt32(&late, 1)
+		}
 		recorder.onHandled(expiration)
 		return nil
 	}, tickd.SubscriberOptions{
@@ -94,6 +98,7 @@ func TestSubscriberAcrossRestartOfDurableTickd(t *testing.T) {
 
 	awaitAllAcked(t, recorder, append(append(append([]string{}, before...), across...), after...))
 	assertNothingLeft(t, client)
+	t.Logf("%d of the expirations were delivered late (their deadline passed while tickd was down)", atomic.LoadInt32(&late))
 	subscriber.Stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after Stop: %v", err)
