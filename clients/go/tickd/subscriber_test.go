@@ -262,3 +262,30 @@ func TestDeadExpirationsListedAndRedriven(t *testing.T) {
 	}
 	assertNothingLeft(t, client)
 }
+
+func TestObserverReceivesCopiesWithoutAcking(t *testing.T) {
+	server := startTickd(t)
+	client := server.dial(t, tickd.WithNamespace("observed"))
+	observed := make(chan *tickd.Expiration, 10)
+	observerSubscribed := make(chan struct{}, 1)
+	observer := client.NewSubscriber(func(_ context.Context, expiration *tickd.Expiration) error {
+		observed <- expiration
+		return nil
+	}, tickd.SubscriberOptions{Observer: true, OnSubscribed: func() { observerSubscribed <- struct{}{} },
+		OnAck: func(event tickd.AckEvent) { t.Errorf("an observer acknowledged %+v", event) }})
+	runInBackground(t, observer.Run, observer.Stop)
+	await(t, "the observer's subscription", observerSubscribed)
+
+	recorder := newAckRecorder()
+	sharing := client.NewSubscriber(func(_ context.Context, expiration *tickd.Expiration) error {
+		recorder.onHandled(expiration)
+		return nil
+	}, tickd.SubscriberOptions{OnAck: recorder.onAck})
+	runInBackground(t, sharing.Run, sharing.Stop)
+	ids := registerAll(t, client, tickd.TimerSpec{Key: "watched", Deadline: time.Now()})
+	awaitAllAcked(t, recorder, ids)
+	if observedCopy := await(t, "the observer's copy", observed); observedCopy.Timer.ID != ids[0] {
+		t.Fatalf("observer saw %+v", observedCopy)
+	}
+	assertNothingLeft(t, client)
+}
