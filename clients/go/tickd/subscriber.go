@@ -135,6 +135,24 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 	// finished, so that tickd does not hand their expirations to another subscriber meanwhile.
 	streamCtx, closeStream := context.WithCancel(detachedContext{ctx})
 	defer closeStream()
+	// Until tickd has accepted the subscription there is no handler to wait for: the end of
+	// the run closes the stream at once (a tickd that never answers must not hold up Stop).
+	accepted := make(chan struct{})
+	markAccepted := func() {
+		select {
+		case <-accepted:
+		default:
+			close(accepted)
+		}
+	}
+	defer markAccepted()
+	go func() {
+		select {
+		case <-runCtx.Done():
+			closeStream()
+		case <-accepted:
+		}
+	}()
 	stream, err := s.client.stub.Subscribe(streamCtx, s.request())
 	if err != nil {
 		return false, newError(err)
@@ -148,6 +166,7 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 		_, err := stream.Recv()
 		return false, newError(err)
 	}
+	markAccepted()
 	if s.options.OnSubscribed != nil {
 		s.options.OnSubscribed()
 	}

@@ -3,10 +3,13 @@ package tickd_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/tickd/tickd/clients/go/tickd"
 )
@@ -288,4 +291,51 @@ func TestObserverReceivesCopiesWithoutAcking(t *testing.T) {
 		t.Fatalf("observer saw %+v", observedCopy)
 	}
 	assertNothingLeft(t, client)
+}
+
+func TestStopReturnsWhileTheServerNeverAnswers(t *testing.T) {
+	// A gRPC server that takes every call and never answers it (not even headers): a hung
+	// tickd, as seen from the client.
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := grpc.NewServer(grpc.UnknownServiceHandler(func(_ interface{}, stream grpc.ServerStream) error {
+		<-stream.Context().Done()
+		return nil
+	}))
+	go func() { _ = hung.Serve(listener) }()
+	defer hung.Stop()
+	// Told when a stream is being opened, i.e. when Run is waiting on the hung server.
+	opening := make(chan string, 100)
+	interceptor := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		opening <- method
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	client, err := tickd.Dial(testContext(t), listener.Addr().String(), tickd.WithDialOptions(grpc.WithStreamInterceptor(interceptor)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	subscriber := client.NewSubscriber(func(context.Context, *tickd.Expiration) error { return nil }, tickd.SubscriberOptions{})
+	keeper := client.NewLeaseKeeper(tickd.LeaseKeeperOptions{})
+	keeper.Add(tickd.ByKey("lease"), time.Second)
+	subscriberDone := runInBackground(t, subscriber.Run, subscriber.Stop)
+	keeperDone := runInBackground(t, keeper.Run, keeper.Stop)
+	for opened := map[string]bool{}; len(opened) < 2; {
+		opened[await(t, "both streams to be opening", opening)] = true
+	}
+	stopped := make(chan struct{})
+	go func() {
+		subscriber.Stop()
+		keeper.Stop()
+		close(stopped)
+	}()
+	await(t, "Stop to return", stopped)
+	if err := await(t, "the subscriber's Run", subscriberDone); err != nil {
+		t.Fatal(err)
+	}
+	if err := await(t, "the keeper's Run", keeperDone); err != nil {
+		t.Fatal(err)
+	}
 }
