@@ -70,3 +70,14 @@ func TestRetriesGiveUpAfterMaxAttempts(t *testing.T) {
 		t.Fatalf("%d retries, want 2 (3 attempts)", attempts)
 	}
 }
+
+func TestCallTimeoutBoundsEachCall(t *testing.T) {
+	client, err := tickd.Dial(testContext(t), startHungServer(t),
+		tickd.WithCallTimeout(100*time.Millisecond), tickd.WithRetry(tickd.RetryPolicy{MaxAttempts: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	_, err = client.Get(testContext(t), tickd.ByKey("anything"))
+	assertCode(t, err, codes.DeadlineExceeded)
+}

@@ -294,25 +294,14 @@ func TestObserverReceivesCopiesWithoutAcking(t *testing.T) {
 }
 
 func TestStopReturnsWhileTheServerNeverAnswers(t *testing.T) {
-	// A gRPC server that takes every call and never answers it (not even headers): a hung
-	// tickd, as seen from the client.
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hung := grpc.NewServer(grpc.UnknownServiceHandler(func(_ interface{}, stream grpc.ServerStream) error {
-		<-stream.Context().Done()
-		return nil
-	}))
-	go func() { _ = hung.Serve(listener) }()
-	defer hung.Stop()
+	address := startHungServer(t)
 	// Told when a stream is being opened, i.e. when Run is waiting on the hung server.
 	opening := make(chan string, 100)
 	interceptor := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		opening <- method
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	client, err := tickd.Dial(testContext(t), listener.Addr().String(), tickd.WithDialOptions(grpc.WithStreamInterceptor(interceptor)))
+	client, err := tickd.Dial(testContext(t), address, tickd.WithDialOptions(grpc.WithStreamInterceptor(interceptor)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,4 +327,20 @@ func TestStopReturnsWhileTheServerNeverAnswers(t *testing.T) {
 	if err := await(t, "the keeper's Run", keeperDone); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startHungServer is a gRPC server that takes every call and never answers it (not even
+// headers): a hung tickd, as seen from a client. It returns its address.
+func startHungServer(t *testing.T) string {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := grpc.NewServer(grpc.UnknownServiceHandler(func(_ interface{}, stream grpc.ServerStream) error {
+		<-stream.Context().Done()
+		return nil
+	}))
+	go func() { _ = hung.Serve(listener) }()
+	t.Cleanup(hung.Stop)
+	return listener.Addr().String()
 }
