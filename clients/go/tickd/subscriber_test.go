@@ -336,11 +336,17 @@ func startHungServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hung := grpc.NewServer(grpc.UnknownServiceHandler(func(_ interface{}, stream grpc.ServerStream) error {
-		<-stream.Context().Done()
+	// Handlers wait for the end of the test, not for their call's context: ending with the
+	// deadline the client sent (grpc-timeout) would be an answer.
+	testOver := make(chan struct{})
+	hung := grpc.NewServer(grpc.UnknownServiceHandler(func(interface{}, grpc.ServerStream) error {
+		<-testOver
 		return nil
 	}))
 	go func() { _ = hung.Serve(listener) }()
-	t.Cleanup(hung.Stop)
+	t.Cleanup(func() {
+		close(testOver)
+		hung.Stop()
+	})
 	return listener.Addr().String()
 }
