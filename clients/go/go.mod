@@ -1,0 +1,9 @@
+module github.com/tickd/tickd/clients/go
+
+go 1.19
+
+// The versions this module was built and tested with (Debian 12's packages; see README.md).
+require (
+	google.golang.org/grpc v1.33.3
+	google.golang.org/protobuf v1.28.1
+)
