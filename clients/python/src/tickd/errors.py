@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import grpc.aio
 
 # grpc.StatusCode's values are (int, name) pairs; per-item errors (a batch item, a
 # heartbeat) carry only the int.
@@ -23,10 +24,11 @@ class TickdError(Exception):
 
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError) -> TickdError:
-        """The status of a failed call; grpc's RpcError raised by a call is also a grpc.Call."""
-        code = error.code() if isinstance(error, grpc.Call) else None
-        details = error.details() if isinstance(error, grpc.Call) else None
-        return cls(code or grpc.StatusCode.UNKNOWN, details or str(error))
+        """The status of a failed call: the blocking API raises RpcErrors that are also
+        grpc.Call objects, grpc.aio raises AioRpcError; both carry code() and details()."""
+        if isinstance(error, (grpc.Call, grpc.aio.AioRpcError)):
+            return cls(error.code() or grpc.StatusCode.UNKNOWN, error.details() or "")
+        return cls(grpc.StatusCode.UNKNOWN, str(error))
 
     @classmethod
     def from_status_number(cls, code: int, message: str) -> TickdError:

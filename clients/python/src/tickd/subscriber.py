@@ -60,6 +60,11 @@ class Subscriber:
     def namespace(self) -> str:
         return self._request.namespace
 
+    @property
+    def running(self) -> bool:
+        """False once stopped: the stream closed and the reader thread gone."""
+        return self._reader.is_alive()
+
     def ack(self, expiration: pb.Expiration) -> bool:
         """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it, False
         if it was no longer awaiting an ack (e.g. its ack timeout passed: it is redelivered)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import grpc.aio
@@ -18,9 +18,13 @@ from ..options import ClientOptions
 from ..spec import TimerSpec
 from ..subscription import SubscriberOptions
 from ..v1 import tickd_pb2 as pb
-from ..v1.tickd_pb2_grpc import TimersAsyncStub, TimersStub
+from ..v1.tickd_pb2_grpc import TimersStub
 from .lease_keeper import AsyncLeaseKeeper
 from .subscriber import AckListener, AsyncHandler, AsyncSubscriber
+
+if TYPE_CHECKING:
+    # Only in the generated .pyi: at run time TimersStub over a grpc.aio channel is this.
+    from ..v1.tickd_pb2_grpc import TimersAsyncStub
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")

@@ -53,6 +53,11 @@ class AsyncSubscriber:
     def namespace(self) -> str:
         return self._request.namespace
 
+    @property
+    def running(self) -> bool:
+        """False once stopped: the stream closed and the reader task done."""
+        return not self._reader.done()
+
     async def ack(self, expiration: pb.Expiration) -> bool:
         """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it."""
         answer = await self._client.ack([expiration.delivery_id], namespace=self.namespace)
