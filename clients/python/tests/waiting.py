@@ -14,7 +14,7 @@ PATIENCE = 90.0
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T], what: str, timeout: float = PATIENCE, interval: float = 0.05) -> T:
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = PATIENCE, interval: float = 0.05) -> T:
     """Calls ``probe`` until it returns something true (for states only a query can see, such
     as tickd's counts); fails naming ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
