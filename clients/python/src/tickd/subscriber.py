@@ -34,7 +34,7 @@ class Subscriber:
     Delivery is at-least-once: an expiration whose ack did not reach tickd (a restart, a
     handler that raised, a stream that broke first) is delivered again, so handlers must be
     idempotent. ``stop()`` returns once in-flight handlers finished (and their acks were
-    sent) and the stream is closed.
+    sent) and the stream is closed; call it from outside the handlers.
     """
 
     def __init__(
@@ -103,6 +103,7 @@ class Subscriber:
         call = self._client.stub.Subscribe(self._request, metadata=self._client.options.metadata())
         with self._state:
             if self._stopping:
+                call.cancel()
                 return
             self._call = call
         try:
