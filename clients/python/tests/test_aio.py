@@ -123,7 +123,7 @@ async def test_lease_keeper_across_a_restart(aio_client: AsyncClient, tickd_serv
     keeper = aio_client.lease_keeper(on_lost=lost.put_nowait)
     try:
         kept = (await aio_client.register(tickd.TimerSpec(key="kept", ttl=120.0))).timer
-        short = (await aio_client.register(tickd.TimerSpec(key="short", ttl=1.0))).timer
+        short = (await aio_client.register(tickd.TimerSpec(key="short", ttl=3.0))).timer
         keeper.add_timer(kept)
         keeper.add_timer(short)
         while keeper.deadline(short.id) is None or keeper.deadline(kept.id) is None:

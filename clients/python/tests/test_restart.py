@@ -61,7 +61,7 @@ def test_lease_keeper_keeps_the_long_lease_and_reports_the_expired_one_lost(
         lost_event.set()
 
     long_lease = client.register(tickd.TimerSpec(key="long", ttl=120.0)).timer
-    short_lease = client.register(tickd.TimerSpec(key="short", ttl=1.0)).timer
+    short_lease = client.register(tickd.TimerSpec(key="short", ttl=3.0)).timer
     keeper = client.lease_keeper(on_lost=on_lost)
     try:
         keeper.add_timer(long_lease)
