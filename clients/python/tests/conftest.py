@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+
+# Before grpc is imported: the tests start tickd processes while grpc threads run, and grpc's
+# fork handlers have no business in those children.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace

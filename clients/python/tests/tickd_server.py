@@ -3,7 +3,6 @@ restarted on the same port and data directory."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -14,20 +13,13 @@ from pathlib import Path
 #: How long tickd may take to start or to stop, on a loaded machine.
 START_STOP_PATIENCE = 60.0
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: the kernel kills tickd if the test process dies, so a
-    killed test run never leaves a server behind."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
 
 class TickdServer:
     """One tickd process at a time over a data directory; ``address`` is ``127.0.0.1:PORT``.
 
     Its pid goes to ``pid_dir`` while it runs, so that the check's exit trap can end it even
-    if the test process is killed."""
+    if the test process is killed. (No preexec_fn such as a parent-death signal: that makes
+    Python fork() instead of vfork(), and grpc's fork handlers then break the child.)"""
 
     def __init__(self, binary: str, work_dir: Path, extra_args: list[str], pid_dir: Path | None) -> None:
         self.binary = binary
@@ -58,7 +50,7 @@ class TickdServer:
         ]
         environment = {**os.environ, "TICKD_LOG": "info", "NO_COLOR": "1"}
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, preexec_fn=_die_with_parent
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment
         )
         self._write_pid_file(self.process.pid)
         serving = threading.Event()

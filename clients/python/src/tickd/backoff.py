@@ -44,3 +44,7 @@ class Backoff:
     def reset(self) -> None:
         """Called once an attempt worked: the next failure starts from ``initial`` again."""
         self._ceiling = self.policy.initial
+
+
+#: How the subscriber and the lease keeper wait between attempts to re-open a broken stream.
+RECONNECT_BACKOFF = BackoffPolicy(initial=0.2, maximum=5.0)

@@ -6,15 +6,14 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import grpc
 
-from ._convert import Seconds, to_seconds
-from .backoff import Backoff, BackoffPolicy
+from .backoff import RECONNECT_BACKOFF, Backoff, BackoffPolicy
 from .errors import TickdError
-from .lease_table import LeaseId, LeaseTable, LostLease, take_answer
+from .lease_set import LeaseSet
+from .lease_table import LostLease, take_answer
 from .v1 import tickd_pb2 as pb
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ log = logging.getLogger("tickd.lease_keeper")
 _END_OF_STREAM = None
 
 
-class LeaseKeeper:
+class LeaseKeeper(LeaseSet):
     """Heartbeats each added lease about every ttl/3 over one KeepAlive stream, re-opening the
     stream with back-off when it breaks. A lease tickd answers NOT_FOUND for (it expired, e.g.
     while tickd was down, or was cancelled) is dropped and reported to ``on_lost``, once; it is
@@ -40,10 +39,10 @@ class LeaseKeeper:
         on_lost: Callable[[LostLease], None] | None = None,
         reconnect: BackoffPolicy | None = None,
     ) -> None:
+        super().__init__(client.requests)
         self._client = client
         self._on_lost = on_lost
-        self._backoff = Backoff(reconnect or BackoffPolicy(initial=0.2, maximum=5.0))
-        self._table = LeaseTable()
+        self._backoff = Backoff(reconnect or RECONNECT_BACKOFF)
         self._stopping = threading.Event()
         self._wake_sender = threading.Event()
         self._call_lock = threading.Lock()
@@ -51,29 +50,8 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name="tickd-lease-keeper", daemon=True)
         self._thread.start()
 
-    def add(self, timer_id: str, ttl: Seconds, *, namespace: str | None = None) -> LeaseId:
-        """Keeps the lease ``timer_id`` (whose ttl is ``ttl``) alive from now on."""
-        lease = LeaseId(self._client.requests.namespace(namespace), timer_id)
-        self._table.add(lease, to_seconds(ttl))
+    def _heartbeats_changed(self) -> None:
         self._wake_sender.set()
-        return lease
-
-    def add_timer(self, timer: pb.Timer) -> LeaseId:
-        """Keeps a registered lease alive: ``register(TimerSpec(ttl=...)).timer``."""
-        if not timer.HasField("ttl"):
-            raise ValueError(f"timer {timer.id} has no ttl: it is not a lease")
-        return self.add(timer.id, timer.ttl.ToTimedelta(), namespace=timer.namespace)
-
-    def remove(self, timer_id: str, *, namespace: str | None = None) -> bool:
-        """Stops heartbeating a lease; tickd lets it expire once its ttl passes."""
-        return self._table.remove(LeaseId(self._client.requests.namespace(namespace), timer_id))
-
-    def deadline(self, timer_id: str, *, namespace: str | None = None) -> datetime | None:
-        """The lease's deadline as of its last answered heartbeat (None before the first)."""
-        return self._table.deadline(LeaseId(self._client.requests.namespace(namespace), timer_id))
-
-    def leases(self) -> list[LeaseId]:
-        return self._table.leases()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stops heartbeating (the leases then expire after their ttl) and closes the stream."""

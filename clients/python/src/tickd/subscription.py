@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ._convert import Seconds, to_duration
-from .backoff import BackoffPolicy
+from .backoff import RECONNECT_BACKOFF, BackoffPolicy
 from .v1 import tickd_pb2 as pb
 
 
@@ -34,7 +34,7 @@ class SubscriberOptions:
     server_auto_ack: bool = False
     ack_timeout: Seconds | None = None
     max_unacked: int | None = None
-    reconnect: BackoffPolicy = field(default_factory=lambda: BackoffPolicy(initial=0.2, maximum=5.0))
+    reconnect: BackoffPolicy = RECONNECT_BACKOFF
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:

@@ -6,16 +6,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import grpc
 import grpc.aio
 
-from .._convert import Seconds, to_seconds
-from ..backoff import Backoff, BackoffPolicy
+from ..backoff import RECONNECT_BACKOFF, Backoff, BackoffPolicy
 from ..errors import TickdError
-from ..lease_table import LeaseId, LeaseTable, LostLease, take_answer
+from ..lease_set import LeaseSet
+from ..lease_table import LostLease, take_answer
 from ..v1 import tickd_pb2 as pb
 
 if TYPE_CHECKING:
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tickd.aio.lease_keeper")
 
 
-class AsyncLeaseKeeper:
+class AsyncLeaseKeeper(LeaseSet):
     """:class:`tickd.LeaseKeeper` for asyncio: one task reads the KeepAlive stream, another
     writes each heartbeat when due (about every ttl/3). A lease answered NOT_FOUND is dropped
     and reported to ``on_lost`` (a plain function, called on the event loop); the stream is
@@ -36,34 +35,15 @@ class AsyncLeaseKeeper:
         on_lost: Callable[[LostLease], None] | None = None,
         reconnect: BackoffPolicy | None = None,
     ) -> None:
+        super().__init__(client.requests)
         self._client = client
         self._on_lost = on_lost
-        self._backoff = Backoff(reconnect or BackoffPolicy(initial=0.2, maximum=5.0))
-        self._table = LeaseTable()
+        self._backoff = Backoff(reconnect or RECONNECT_BACKOFF)
         self._wake_writer = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="tickd-lease-keeper")
 
-    def add(self, timer_id: str, ttl: Seconds, *, namespace: str | None = None) -> LeaseId:
-        """Keeps the lease ``timer_id`` (whose ttl is ``ttl``) alive from now on."""
-        lease = LeaseId(self._client.requests.namespace(namespace), timer_id)
-        self._table.add(lease, to_seconds(ttl))
+    def _heartbeats_changed(self) -> None:
         self._wake_writer.set()
-        return lease
-
-    def add_timer(self, timer: pb.Timer) -> LeaseId:
-        """Keeps a registered lease alive: ``(await register(TimerSpec(ttl=...))).timer``."""
-        if not timer.HasField("ttl"):
-            raise ValueError(f"timer {timer.id} has no ttl: it is not a lease")
-        return self.add(timer.id, timer.ttl.ToTimedelta(), namespace=timer.namespace)
-
-    def remove(self, timer_id: str, *, namespace: str | None = None) -> bool:
-        return self._table.remove(LeaseId(self._client.requests.namespace(namespace), timer_id))
-
-    def deadline(self, timer_id: str, *, namespace: str | None = None) -> datetime | None:
-        return self._table.deadline(LeaseId(self._client.requests.namespace(namespace), timer_id))
-
-    def leases(self) -> list[LeaseId]:
-        return self._table.leases()
 
     async def stop(self) -> None:
         """Stops heartbeating (leases then expire after their ttl) and closes the stream."""
