@@ -11,6 +11,7 @@ import pytest
 
 import tickd
 from conftest import Connect
+from recording_retry import RecordingRetryPolicy
 from tickd_server import TickdServer
 from waiting import Recorder, eventually
 
@@ -92,23 +93,11 @@ def test_lease_keeper_keeps_the_long_lease_and_reports_the_expired_one_lost(
         keeper.stop()
 
 
-class RecordingRetryPolicy(tickd.RetryPolicy):
-    """Says when a retry was decided on, so the test knows a call failed while tickd was down."""
-
-    retried = threading.Event()
-
-    def should_retry(self, error: tickd.TickdError, attempt: int) -> bool:
-        decision = super().should_retry(error, attempt)
-        if decision:
-            type(self).retried.set()
-        return decision
-
-
 def test_keyed_registration_is_retried_until_tickd_is_back_and_keyless_is_not(
     connect: Connect, tickd_server: TickdServer, namespace: str
 ) -> None:
     policy = RecordingRetryPolicy(max_attempts=100, backoff=tickd.BackoffPolicy(initial=0.1, maximum=0.5))
-    RecordingRetryPolicy.retried = threading.Event()
+    RecordingRetryPolicy.retried.clear()
     client = connect(tickd_server, namespace=namespace, retry=policy)
     assert client.register(tickd.TimerSpec(key="warm-up", delay=3600)).created  # connected once
 
