@@ -49,6 +49,9 @@ class ClientOptions:
     - ``reconnect_backoff_max``: the longest grpc waits between connection attempts once
       tickd is unreachable (grpc's default of 120 s would leave a restarted tickd unused for
       minutes); it bounds how soon retries and streams find tickd back.
+    - ``keepalive_interval``: seconds between HTTP/2 pings on an open connection (None: none),
+      so that a connection that died silently (a peer gone without closing it) breaks the
+      subscriber's and the lease keeper's streams and they reconnect, instead of waiting forever.
     - ``channel_options``: extra grpc channel arguments, e.g. ``("grpc.enable_http_proxy", 0)``.
     """
 
@@ -58,6 +61,7 @@ class ClientOptions:
     timeout: float | None = 10.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     reconnect_backoff_max: float = 2.0
+    keepalive_interval: float | None = 30.0
     channel_options: tuple[tuple[str, str | int], ...] = ()
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -69,6 +73,9 @@ class ClientOptions:
             ("grpc.initial_reconnect_backoff_ms", min(reconnect_ms, 200)),
             ("grpc.max_reconnect_backoff_ms", reconnect_ms),
         ]
+        if self.keepalive_interval is not None:
+            options.append(("grpc.keepalive_time_ms", max(1, int(self.keepalive_interval * 1000))))
+            options.append(("grpc.keepalive_timeout_ms", 10_000))
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))
         options.extend(self.channel_options)
