@@ -1,0 +1,129 @@
+"""Consumes a namespace's expirations as asyncio tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import grpc
+
+from ..backoff import Backoff
+from ..errors import TickdError
+from ..subscriber import AckListener
+from ..subscription import SubscriberOptions
+from ..v1 import tickd_pb2 as pb
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+
+log = logging.getLogger("tickd.aio.subscriber")
+
+#: Awaited once per delivery; ``expiration.attempt`` is 1, then 2, 3... on redeliveries.
+AsyncHandler = Callable[[pb.Expiration], Awaitable[None]]
+
+__all__ = ["AckListener", "AsyncHandler", "AsyncSubscriber"]
+
+
+class AsyncSubscriber:
+    """:class:`tickd.Subscriber` for asyncio: a task reads the stream and runs each handler
+    as its own task, at most ``max_in_flight`` at once; acknowledges once the handler returned
+    without raising (unless ``manual_ack``); re-opens the stream with exponential back-off and
+    jitter. At-least-once: handlers must be idempotent. ``await stop()`` returns once in-flight
+    handlers finished (their acks sent) and the stream is closed."""
+
+    def __init__(
+        self, client: AsyncClient, handler: AsyncHandler, options: SubscriberOptions,
+        on_ack: AckListener | None = None,
+    ) -> None:
+        self._client = client
+        self._handler = handler
+        self.options = options
+        self._on_ack = on_ack
+        self._request = options.to_request(client.options.namespace)
+        self._backoff = Backoff(options.reconnect)
+        self._free_slots = asyncio.Semaphore(options.max_in_flight)
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._reader = asyncio.get_running_loop().create_task(self._run(), name="tickd-subscriber")
+
+    @property
+    def namespace(self) -> str:
+        return self._request.namespace
+
+    @property
+    def running(self) -> bool:
+        """False once stopped: the stream closed and the reader task done."""
+        return not self._reader.done()
+
+    async def ack(self, expiration: pb.Expiration) -> bool:
+        """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it."""
+        answer = await self._client.ack([expiration.delivery_id], namespace=self.namespace)
+        acknowledged = answer.acknowledged == 1
+        if self._on_ack is not None:
+            self._on_ack(expiration, acknowledged)
+        return acknowledged
+
+    async def stop(self) -> None:
+        """Takes no more expirations, waits for running handlers, then closes the stream."""
+        self._stopping = True
+        while self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    async def __aenter__(self) -> AsyncSubscriber:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await self._one_stream()
+            await asyncio.sleep(self._backoff.next_delay())
+
+    async def _one_stream(self) -> None:
+        call = self._client.stub.Subscribe(self._request, metadata=self._client.options.metadata())
+        try:
+            async for response in call:
+                self._backoff.reset()
+                await self._dispatch(response.expiration)
+            log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
+        except grpc.RpcError as error:
+            log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace,
+                        TickdError.from_rpc_error(error))
+        finally:
+            call.cancel()
+
+    async def _dispatch(self, expiration: pb.Expiration) -> None:
+        """Waits for a free slot, then runs the handler as a task (dropped if stopping)."""
+        await self._free_slots.acquire()
+        if self._stopping:
+            self._free_slots.release()
+            return
+        task = asyncio.get_running_loop().create_task(self._handle(expiration))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def _handle(self, expiration: pb.Expiration) -> None:
+        try:
+            if await self._run_handler(expiration) and self.options.acks_after_handler:
+                await self.ack(expiration)
+        except TickdError as error:
+            log.warning("ack of delivery %s failed (it will be delivered again): %s", expiration.delivery_id, error)
+        finally:
+            self._free_slots.release()
+
+    async def _run_handler(self, expiration: pb.Expiration) -> bool:
+        """True if the handler returned; one that raised leaves the expiration unacknowledged."""
+        try:
+            await self._handler(expiration)
+            return True
+        except Exception:
+            log.exception("handler failed on timer %s (attempt %d): left unacknowledged",
+                          expiration.timer.id, expiration.attempt)
+            return False

@@ -1,0 +1,150 @@
+"""Consumes a namespace's expirations on threads (see :mod:`tickd.aio` for asyncio)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import grpc
+
+from .backoff import Backoff
+from .errors import TickdError
+from .subscription import SubscriberOptions
+from .v1 import tickd_pb2 as pb
+
+if TYPE_CHECKING:
+    from .client import Client
+
+log = logging.getLogger("tickd.subscriber")
+
+#: Called once per delivery; ``expiration.attempt`` is 1, then 2, 3... on redeliveries.
+Handler = Callable[[pb.Expiration], None]
+#: Told whether each ack the subscriber sent was answered as acknowledged.
+AckListener = Callable[[pb.Expiration, bool], None]
+
+
+class Subscriber:
+    """Hands each expiration of a namespace to ``handler`` on a pool of ``max_in_flight``
+    threads, and acknowledges it once the handler returned without raising (unless
+    ``manual_ack``). Re-opens the stream with exponential back-off and jitter when it breaks.
+
+    Delivery is at-least-once: an expiration whose ack did not reach tickd (a restart, a
+    handler that raised, a stream that broke first) is delivered again, so handlers must be
+    idempotent. ``stop()`` returns once in-flight handlers finished (and their acks were
+    sent) and the stream is closed; call it from outside the handlers.
+    """
+
+    def __init__(
+        self, client: Client, handler: Handler, options: SubscriberOptions, on_ack: AckListener | None = None
+    ) -> None:
+        self._client = client
+        self._handler = handler
+        self.options = options
+        self._on_ack = on_ack
+        self._request = options.to_request(client.options.namespace)
+        self._backoff = Backoff(options.reconnect)
+        self._handlers = ThreadPoolExecutor(max_workers=options.max_in_flight, thread_name_prefix="tickd-handler")
+        # Guards _in_flight, _stopping and _call: the reader waits on it for a free handler.
+        self._state = threading.Condition()
+        self._in_flight = 0
+        self._stopping = False
+        self._stopped_event = threading.Event()
+        self._call: grpc.Call | None = None
+        self._reader = threading.Thread(target=self._run, name="tickd-subscriber", daemon=True)
+        self._reader.start()
+
+    @property
+    def namespace(self) -> str:
+        return self._request.namespace
+
+    @property
+    def running(self) -> bool:
+        """False once stopped: the stream closed and the reader thread gone."""
+        return self._reader.is_alive()
+
+    def ack(self, expiration: pb.Expiration) -> bool:
+        """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it, False
+        if it was no longer awaiting an ack (e.g. its ack timeout passed: it is redelivered)."""
+        answer = self._client.ack([expiration.delivery_id], namespace=self.namespace)
+        acknowledged = answer.acknowledged == 1
+        if self._on_ack is not None:
+            self._on_ack(expiration, acknowledged)
+        return acknowledged
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Takes no more expirations, waits for the handlers running, then closes the stream.
+        Expirations received but not handled go back to tickd (delivered again)."""
+        with self._state:
+            self._stopping = True
+            self._state.notify_all()
+        self._stopped_event.set()
+        self._handlers.shutdown(wait=True)
+        with self._state:
+            if self._call is not None:
+                self._call.cancel()
+        self._reader.join(timeout)
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stopped_event.is_set():
+            self._one_stream()
+            if not self._stopped_event.is_set():
+                self._stopped_event.wait(self._backoff.next_delay())
+
+    def _one_stream(self) -> None:
+        call = self._client.stub.Subscribe(self._request, metadata=self._client.options.metadata())
+        with self._state:
+            if self._stopping:
+                call.cancel()
+                return
+            self._call = call
+        try:
+            for response in call:
+                self._backoff.reset()
+                self._dispatch(response.expiration)
+            log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
+        except grpc.RpcError as error:
+            if not self._stopped_event.is_set():
+                log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace,
+                            TickdError.from_rpc_error(error))
+        finally:
+            with self._state:
+                self._call = None
+
+    def _dispatch(self, expiration: pb.Expiration) -> None:
+        """Waits for a free handler thread, then hands the expiration over (dropped if stopping)."""
+        with self._state:
+            self._state.wait_for(lambda: self._stopping or self._in_flight < self.options.max_in_flight)
+            if self._stopping:
+                return
+            self._in_flight += 1
+            self._handlers.submit(self._handle, expiration)
+
+    def _handle(self, expiration: pb.Expiration) -> None:
+        try:
+            if self._run_handler(expiration) and self.options.acks_after_handler:
+                self.ack(expiration)
+        except TickdError as error:
+            log.warning("ack of delivery %s failed (it will be delivered again): %s", expiration.delivery_id, error)
+        finally:
+            with self._state:
+                self._in_flight -= 1
+                self._state.notify_all()
+
+    def _run_handler(self, expiration: pb.Expiration) -> bool:
+        """True if the handler returned; one that raised leaves the expiration unacknowledged."""
+        try:
+            self._handler(expiration)
+            return True
+        except Exception:
+            log.exception("handler failed on timer %s (attempt %d): left unacknowledged",
+                          expiration.timer.id, expiration.attempt)
+            return False

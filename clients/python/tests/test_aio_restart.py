@@ -1,0 +1,92 @@
+"""The asyncio subscriber and retries across a restart of a durable tickd (the asyncio lease
+keeper's restart test is in test_aio.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import grpc
+import pytest
+import pytest_asyncio
+
+import tickd
+from tickd.aio import AsyncClient
+from conftest import TEST_CLIENT_OPTIONS
+from recording_retry import RecordingRetryPolicy
+from tickd_server import TickdServer
+from waiting import PATIENCE
+
+
+@pytest_asyncio.fixture
+async def aio_client(tickd_server: TickdServer, namespace: str) -> AsyncIterator[AsyncClient]:
+    policy = RecordingRetryPolicy(max_attempts=100, backoff=tickd.BackoffPolicy(initial=0.1, maximum=0.5))
+    RecordingRetryPolicy.retried.clear()
+    client = AsyncClient(tickd_server.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace, retry=policy))
+    yield client
+    await client.close()
+
+
+@pytest.mark.asyncio
+async def test_subscriber_acknowledges_everything_across_a_restart(
+    aio_client: AsyncClient, tickd_server: TickdServer
+) -> None:
+    acknowledged: set[str] = set()
+    changed = asyncio.Event()
+
+    async def handle(expiration: tickd.pb.Expiration) -> None:
+        pass  # acknowledged by the subscriber once this returns
+
+    def on_ack(expiration: tickd.pb.Expiration, was_acknowledged: bool) -> None:
+        if was_acknowledged:
+            acknowledged.add(expiration.timer.key)
+            changed.set()
+
+    async def wait_acknowledged(keys: set[str]) -> None:
+        async def until_all() -> None:
+            while not keys <= acknowledged:
+                changed.clear()
+                await changed.wait()
+
+        await asyncio.wait_for(until_all(), PATIENCE)
+
+    subscriber = aio_client.subscribe(handle, tickd.SubscriberOptions(ack_timeout=5.0), on_ack=on_ack)
+    try:
+        before = {f"before-{n}" for n in range(3)}
+        for key in before:
+            await aio_client.register(tickd.TimerSpec(key=key, delay=0.1))
+        await wait_acknowledged(before)
+        across = {f"across-{n}" for n in range(3)}
+        for key in across:
+            await aio_client.register(tickd.TimerSpec(key=key, delay=4.0))
+
+        await asyncio.to_thread(tickd_server.restart)
+        after = {f"after-{n}" for n in range(3)}
+        for key in after:
+            await aio_client.register(tickd.TimerSpec(key=key, delay=0.1))
+
+        await wait_acknowledged(before | across | after)
+        while (page := await aio_client.pending_page()).count or page.dead_count:
+            await asyncio.sleep(0.05)  # tickd's counts are seen only by asking
+    finally:
+        await subscriber.stop()
+
+
+@pytest.mark.asyncio
+async def test_keyed_registration_is_retried_and_keyless_is_not(
+    aio_client: AsyncClient, tickd_server: TickdServer
+) -> None:
+    assert (await aio_client.register(tickd.TimerSpec(key="warm-up", delay=3600))).created
+    assert await asyncio.to_thread(tickd_server.stop) == 0
+
+    with pytest.raises(tickd.TickdError) as refused:
+        await aio_client.register(tickd.TimerSpec(delay=3600))
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+    assert not RecordingRetryPolicy.retried.is_set()
+
+    keyed = asyncio.get_running_loop().create_task(aio_client.register(tickd.TimerSpec(key="retried", delay=3600)))
+    assert await asyncio.to_thread(RecordingRetryPolicy.retried.wait, PATIENCE), "no retry while tickd was down"
+    await asyncio.to_thread(tickd_server.start)
+    registered = await asyncio.wait_for(keyed, PATIENCE)
+    assert registered.created and (await aio_client.get(key="retried")).id == registered.timer.id

@@ -1,0 +1,126 @@
+"""The blocking subscriber: its concurrency limit, manual acks, a clean stop, repeat firings."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import tickd
+from waiting import PATIENCE, Recorder
+
+
+class InFlightCounter:
+    """Counts handlers running at once; each waits at the gate until the test opens it."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.running = 0
+        self.most = 0
+        self.gate = threading.Event()
+
+    def handler(self, recorder: Recorder) -> tickd.Handler:
+        def handle(expiration: tickd.pb.Expiration) -> None:
+            with self.condition:
+                self.running += 1
+                self.most = max(self.most, self.running)
+                self.condition.notify_all()
+            try:
+                assert self.gate.wait(PATIENCE)
+            finally:
+                with self.condition:
+                    self.running -= 1
+            recorder.record_handled(expiration.timer.key, expiration.attempt)
+
+        return handle
+
+    def wait_running(self, count: int) -> None:
+        with self.condition:
+            assert self.condition.wait_for(lambda: self.running == count, PATIENCE), f"{self.running} running"
+
+
+def test_no_more_handlers_run_at_once_than_the_limit(client: tickd.Client) -> None:
+    limit = 3
+    counter = InFlightCounter()
+    recorder = Recorder()
+    subscriber = client.subscribe(
+        counter.handler(recorder), tickd.SubscriberOptions(max_in_flight=limit, ack_timeout=60.0),
+        on_ack=lambda expiration, acknowledged: recorder.record_ack(expiration.timer.key, acknowledged),
+    )
+    try:
+        keys = {f"busy-{n}" for n in range(10)}
+        for key in keys:
+            client.register(tickd.TimerSpec(key=key, delay=0))
+        counter.wait_running(limit)  # the limit is reached: the rest wait for a free handler
+        counter.gate.set()
+        recorder.wait_acknowledged(keys)
+        assert counter.most == limit
+        assert sorted(recorder.handled) == sorted(keys)
+    finally:
+        subscriber.stop()
+
+
+def test_manual_ack_leaves_the_ack_to_the_caller(client: tickd.Client) -> None:
+    received: queue.Queue[tickd.pb.Expiration] = queue.Queue()
+    subscriber = client.subscribe(received.put, tickd.SubscriberOptions(manual_ack=True, ack_timeout=60.0))
+    try:
+        client.register(tickd.TimerSpec(key="manual", delay=0, payload=b"by hand"))
+        expiration = received.get(timeout=PATIENCE)
+        assert expiration.timer.key == "manual" and expiration.timer.payload == b"by hand"
+        assert expiration.attempt == 1
+        # The handler returned, and the delivery still awaits its ack: the caller's is the one.
+        assert subscriber.ack(expiration) is True
+        assert subscriber.ack(expiration) is False  # acknowledged already
+        assert client.pending_page().dead_count == 0
+    finally:
+        subscriber.stop()
+
+
+def test_stop_waits_for_running_handlers_and_their_acks(client: tickd.Client) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    finished = threading.Event()
+    recorder = Recorder()
+
+    def slow(expiration: tickd.pb.Expiration) -> None:
+        started.set()
+        assert release.wait(PATIENCE)
+        finished.set()
+
+    subscriber = client.subscribe(
+        slow, tickd.SubscriberOptions(ack_timeout=60.0),
+        on_ack=lambda expiration, acknowledged: recorder.record_ack(expiration.timer.key, acknowledged),
+    )
+    client.register(tickd.TimerSpec(key="slow", delay=0))
+    assert started.wait(PATIENCE)
+    handler_done_when_stop_returned: list[bool] = []
+
+    def stop() -> None:
+        subscriber.stop()
+        handler_done_when_stop_returned.append(finished.is_set())
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    release.set()
+    stopper.join(PATIENCE)
+    assert not stopper.is_alive()
+    assert handler_done_when_stop_returned == [True]
+    assert recorder.acknowledged == {"slow"}  # acknowledged before stop returned
+    page = client.pending_page()
+    assert page.count == 0 and page.dead_count == 0
+
+    assert not subscriber.running  # its stream is closed, its threads gone
+
+
+def test_a_repeating_timer_is_delivered_once_per_firing(client: tickd.Client) -> None:
+    recorder = Recorder()
+    subscriber = client.subscribe(
+        lambda expiration: recorder.record_handled(expiration.timer.key, expiration.attempt),
+        on_ack=lambda expiration, acknowledged: recorder.record_ack(expiration.timer.key, acknowledged),
+    )
+    try:
+        timer = client.register(tickd.TimerSpec(key="tick", delay=0.05, repeat=0.2)).timer
+        recorder.wait_for(lambda seen: seen.handled.count("tick") >= 3, "three firings of the repeating timer")
+        assert client.cancel(timer.id)
+        assert set(recorder.attempts["tick"]) == {1}  # each firing is a first delivery
+    finally:
+        subscriber.stop()
