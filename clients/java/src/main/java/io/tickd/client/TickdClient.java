@@ -2,6 +2,7 @@ package io.tickd.client;
 
 import com.google.protobuf.ByteString;
 import io.grpc.Channel;
+import io.grpc.ClientInterceptor;
 import io.grpc.ClientInterceptors;
 import io.grpc.ManagedChannel;
 import io.tickd.v1.AckRequest;
@@ -65,11 +66,14 @@ public final class TickdClient implements AutoCloseable {
     private final RetryPolicy retryPolicy;
     private final RetryingCaller caller;
 
-    TickdClient(ManagedChannel ownedChannel, Channel channel, String bearerToken, String namespace,
-            Duration callDeadline, RetryPolicy retryPolicy) {
+    TickdClient(ManagedChannel ownedChannel, Channel channel, List<ClientInterceptor> interceptors,
+            String bearerToken, String namespace, Duration callDeadline, RetryPolicy retryPolicy) {
         this.ownedChannel = ownedChannel;
-        this.channel = bearerToken == null ? channel
-                : ClientInterceptors.intercept(channel, new BearerTokenInterceptor(bearerToken));
+        List<ClientInterceptor> all = new ArrayList<>(interceptors);
+        if (bearerToken != null) {
+            all.add(new BearerTokenInterceptor(bearerToken));
+        }
+        this.channel = ClientInterceptors.intercept(channel, all);
         this.blockingStub = TimersGrpc.newBlockingStub(this.channel);
         this.asyncStub = TimersGrpc.newStub(this.channel);
         this.namespace = namespace;

@@ -1,12 +1,15 @@
 package io.tickd.client;
 
 import io.grpc.Channel;
+import io.grpc.ClientInterceptor;
 import io.grpc.ManagedChannel;
 import io.grpc.netty.GrpcSslContexts;
 import io.grpc.netty.NettyChannelBuilder;
 import io.netty.handler.ssl.SslContextBuilder;
 import java.io.File;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 import javax.net.ssl.SSLException;
 
@@ -25,6 +28,7 @@ public final class TickdClientBuilder {
     private String namespace = "";
     private Duration callDeadline = Duration.ofSeconds(10);
     private RetryPolicy retryPolicy = RetryPolicy.defaults();
+    private final List<ClientInterceptor> interceptors = new ArrayList<>();
 
     TickdClientBuilder() {
     }
@@ -90,12 +94,18 @@ public final class TickdClientBuilder {
         return this;
     }
 
+    /** Adds an interceptor to every call (tracing, metrics, extra metadata); it sees each retry as its own call. */
+    public TickdClientBuilder interceptor(ClientInterceptor interceptor) {
+        this.interceptors.add(Objects.requireNonNull(interceptor));
+        return this;
+    }
+
     public TickdClient build() {
         if (channel != null) {
-            return new TickdClient(null, channel, bearerToken, namespace, callDeadline, retryPolicy);
+            return new TickdClient(null, channel, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
         }
         ManagedChannel owned = buildChannel();
-        return new TickdClient(owned, owned, bearerToken, namespace, callDeadline, retryPolicy);
+        return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
     }
 
     private ManagedChannel buildChannel() {
