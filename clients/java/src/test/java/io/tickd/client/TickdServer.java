@@ -3,10 +3,7 @@ package io.tickd.client;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.fail;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -14,7 +11,6 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -76,44 +72,35 @@ final class TickdServer implements AutoCloseable {
                 "--listen", listen, "--metrics-listen", "127.0.0.1:0",
                 "--data-dir", dataDir.toString(), "--log-format", "json"));
         command.addAll(extraArguments);
-        ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
+        starts++;
+        Path log = workDir.resolve("tickd-" + starts + ".log");
+        ProcessBuilder builder = new ProcessBuilder(command)
+                .redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.to(log.toFile()));
         builder.environment().put("TICKD_LOG", "info");
         builder.environment().put("NO_COLOR", "1");
         process = builder.start();
-        starts++;
-        CompletableFuture<String> serving = new CompletableFuture<>();
-        Path log = workDir.resolve("tickd-" + starts + ".log");
-        Process started = process;
-        Thread reader = new Thread(() -> copyLog(started, log, serving), "tickd-log-" + starts);
-        reader.setDaemon(true);
-        reader.start();
-        try {
-            address = serving.get(START_TIMEOUT_SECONDS, TimeUnit.SECONDS);
-        } catch (Exception notServing) {
-            process.destroyForcibly();
-            throw new AssertionError("tickd did not report serving; see " + log, notServing);
-        }
+        address = awaitServing(log);
     }
 
-    /** Copies tickd's output to a file and completes {@code serving} with the address it listens on. */
-    private static void copyLog(Process process, Path log, CompletableFuture<String> serving) {
-        try (BufferedReader lines = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
-                PrintWriter out = new PrintWriter(Files.newBufferedWriter(log, StandardCharsets.UTF_8), true)) {
-            String line;
-            while ((line = lines.readLine()) != null) {
-                out.println(line);
-                if (!serving.isDone() && line.contains("\"tickd serving\"")) {
-                    Matcher listen = LISTEN.matcher(line);
-                    if (listen.find()) {
-                        serving.complete(listen.group(1));
-                    }
+    /** Reads tickd's log until the line saying it serves, and returns the address it names. */
+    private String awaitServing(Path log) throws Exception {
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(START_TIMEOUT_SECONDS);
+        while (System.nanoTime() < end) {
+            for (String line : Files.readAllLines(log, StandardCharsets.UTF_8)) {
+                Matcher listen = LISTEN.matcher(line);
+                if (line.contains("\"tickd serving\"") && listen.find()) {
+                    return listen.group(1);
                 }
             }
-        } catch (IOException ignored) {
-            // the process went away
-        } finally {
-            serving.completeExceptionally(new IllegalStateException("tickd exited before serving"));
+            if (!process.isAlive()) {
+                fail("tickd exited with status " + process.exitValue() + " before serving; see " + log);
+            }
+            Thread.sleep(20);
         }
+        process.destroyForcibly();
+        fail("tickd did not report serving within " + START_TIMEOUT_SECONDS + " s; see " + log);
+        return null;
     }
 
     /** {@code 127.0.0.1:PORT}. */
