@@ -5,7 +5,9 @@ import io.grpc.ClientInterceptor;
 import io.grpc.ManagedChannel;
 import io.grpc.netty.GrpcSslContexts;
 import io.grpc.netty.NettyChannelBuilder;
+import io.netty.handler.ssl.SslContext;
 import io.netty.handler.ssl.SslContextBuilder;
+import io.netty.handler.ssl.TickdJdkAlpnContexts;
 import java.io.File;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -108,23 +110,35 @@ public final class TickdClientBuilder {
         return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
     }
 
+    /**
+     * Netty's usual client context, or (for Debian's Netty, built without JDK ALPN support in
+     * its usual place) the same context wired by {@link TickdJdkAlpnContexts}.
+     */
+    private SslContext clientTlsContext() {
+        try {
+            try {
+                SslContextBuilder ssl = GrpcSslContexts.forClient();
+                if (trustedCertificates != null) {
+                    ssl.trustManager(trustedCertificates);
+                }
+                if (clientCertificateChain != null) {
+                    ssl.keyManager(clientCertificateChain, clientPrivateKey);
+                }
+                return ssl.build();
+            } catch (UnsupportedOperationException noAlpnInThisNetty) {
+                return TickdJdkAlpnContexts.forClient(trustedCertificates, clientCertificateChain, clientPrivateKey);
+            }
+        } catch (SSLException | IllegalArgumentException error) {
+            throw new IllegalArgumentException("cannot set up TLS from the given files: " + error.getMessage(), error);
+        }
+    }
+
     private ManagedChannel buildChannel() {
         NettyChannelBuilder builder = NettyChannelBuilder.forTarget(target);
         if (trustedCertificates == null && clientCertificateChain == null) {
             return builder.usePlaintext().build();
         }
-        try {
-            SslContextBuilder ssl = GrpcSslContexts.forClient();
-            if (trustedCertificates != null) {
-                ssl.trustManager(trustedCertificates);
-            }
-            if (clientCertificateChain != null) {
-                ssl.keyManager(clientCertificateChain, clientPrivateKey);
-            }
-            builder.sslContext(ssl.build());
-        } catch (SSLException | IllegalArgumentException error) {
-            throw new IllegalArgumentException("cannot set up TLS from the given files: " + error.getMessage(), error);
-        }
+        builder.sslContext(clientTlsContext());
         if (serverNameOverride != null) {
             builder.overrideAuthority(serverNameOverride);
         }
