@@ -123,10 +123,15 @@ public final class Subscriber implements AutoCloseable {
                 Delivery delivery = new Delivery(client, request.getNamespace(), response.getExpiration());
                 try {
                     handlerPool.execute(() -> {
+                        if (stopping) {
+                            return; // not started: tickd delivers it again once the stream closes
+                        }
                         try {
                             runHandler(delivery);
                         } finally {
-                            stream.request(1);
+                            if (!stopping) {
+                                stream.request(1);
+                            }
                         }
                     });
                 } catch (RejectedExecutionException stopped) {
@@ -173,33 +178,35 @@ public final class Subscriber implements AutoCloseable {
     }
 
     /**
-     * Stops: closes the stream, lets the handlers in flight finish (and their acks go out),
-     * and returns once all of that is done. Deliveries received but not yet started are left
-     * unacknowledged, and tickd delivers them again. Do not call it from a handler.
+     * Stops: takes no new deliveries, lets the handlers in flight finish and their acks go
+     * out (over the still open stream: tickd takes back a closed stream's unacknowledged
+     * deliveries), then closes the stream, and returns once all of that is done. Deliveries
+     * received but not yet started are left unacknowledged, and tickd delivers them again.
+     * Do not call it from a handler.
      */
     public void stop() {
         stopping = true;
         stopRequested.countDown();
-        synchronized (streamLock) {
-            if (currentStream != null) {
-                currentStream.cancel("subscriber stopped", null);
-            }
-        }
         boolean interrupted = false;
-        while (true) {
-            try {
-                supervisor.join();
-                break;
-            } catch (InterruptedException again) {
-                interrupted = true;
-            }
-        }
         handlerPool.shutdown();
         while (true) {
             try {
                 if (handlerPool.awaitTermination(1, TimeUnit.MINUTES)) {
                     break;
                 }
+            } catch (InterruptedException again) {
+                interrupted = true;
+            }
+        }
+        synchronized (streamLock) {
+            if (currentStream != null) {
+                currentStream.cancel("subscriber stopped", null);
+            }
+        }
+        while (true) {
+            try {
+                supervisor.join();
+                break;
             } catch (InterruptedException again) {
                 interrupted = true;
             }
