@@ -117,17 +117,17 @@ public final class LeaseKeeper implements AutoCloseable {
         stream = client.asyncStub().keepAlive(new StreamObserver<KeepAliveResponse>() {
             @Override
             public void onNext(KeepAliveResponse answer) {
-                keeperThread.execute(() -> onAnswer(generation, answer));
+                post(() -> onAnswer(generation, answer));
             }
 
             @Override
             public void onError(Throwable error) {
-                keeperThread.execute(() -> onBroken(generation, TickdException.fromThrowable(error)));
+                post(() -> onBroken(generation, TickdException.fromThrowable(error)));
             }
 
             @Override
             public void onCompleted() {
-                keeperThread.execute(() -> onBroken(generation,
+                post(() -> onBroken(generation,
                         new TickdException(Status.Code.UNAVAILABLE, "tickd ended the KeepAlive stream", null)));
             }
         });
@@ -206,6 +206,15 @@ public final class LeaseKeeper implements AutoCloseable {
             // closed before
         }
         keeperThread.shutdownNow();
+    }
+
+    /** Hands a stream callback to the keeper's thread; dropped once the keeper is closed. */
+    private void post(Runnable work) {
+        try {
+            keeperThread.execute(work);
+        } catch (java.util.concurrent.RejectedExecutionException closed) {
+            // closed: nothing left to keep
+        }
     }
 
     private <T> T onKeeperThread(Callable<T> work) {
