@@ -80,6 +80,10 @@ final class TickdServer implements AutoCloseable {
         builder.environment().put("TICKD_LOG", "info");
         builder.environment().put("NO_COLOR", "1");
         process = builder.start();
+        // For the check's exit trap: it stops any tickd a killed test JVM left behind.
+        Files.write(workDir.resolve("tickd.pid"), (process.pid() + "\n").getBytes(StandardCharsets.US_ASCII));
+        Process started = process;
+        Runtime.getRuntime().addShutdownHook(new Thread(started::destroyForcibly));
         address = awaitServing(log);
     }
 
