@@ -5,7 +5,8 @@ import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * One sequence of exponentially growing, jittered waits (see {@link RetryPolicy}).
- * Not thread-safe: each retry loop or stream supervisor owns one.
+ * Each retry loop or stream owns one; synchronized because a stream resets it from gRPC
+ * threads while its supervisor takes the next wait.
  */
 public final class Backoff {
     private final RetryPolicy policy;
@@ -17,7 +18,7 @@ public final class Backoff {
     }
 
     /** The next wait: the current step with jitter (its upper half), then the step grows. */
-    public Duration next() {
+    public synchronized Duration next() {
         double capNanos = policy.maxBackoff().toNanos();
         double step = Math.min(nextNanos, capNanos);
         nextNanos = Math.min(capNanos, nextNanos * policy.multiplier());
@@ -26,7 +27,7 @@ public final class Backoff {
     }
 
     /** Back to the initial step, e.g. once a stream is healthy again. */
-    public void reset() {
+    public synchronized void reset() {
         nextNanos = policy.initialBackoff().toNanos();
     }
 }
