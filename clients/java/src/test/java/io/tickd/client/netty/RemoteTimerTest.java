@@ -83,14 +83,14 @@ public class RemoteTimerTest {
     public void aLeaseKeptAliveDoesNotFireUntilItsHeartbeatStops() throws Exception {
         try (RemoteTimer timer = RemoteTimer.connect(tickd.address(), "rt-lease")) {
             CountDownLatch leaseExpired = new CountDownLatch(1);
-            Timeout lease = timer.newLease(t -> leaseExpired.countDown(), 1, TimeUnit.SECONDS);
-            Heartbeat heartbeat = timer.keepAlive(lease, 1, TimeUnit.SECONDS);
+            Timeout lease = timer.newLease(t -> leaseExpired.countDown(), 3, TimeUnit.SECONDS);
+            Heartbeat heartbeat = timer.keepAlive(lease, 3, TimeUnit.SECONDS);
             assertTrue(heartbeat.isActive());
-            // Three ttls pass (a timeout fires after them) while the lease is heartbeated.
+            // Two ttls pass (a timeout fires after them) while the lease is heartbeated every second.
             CountDownLatch later = new CountDownLatch(1);
-            timer.newTimeout(t -> later.countDown(), 3, TimeUnit.SECONDS);
+            timer.newTimeout(t -> later.countDown(), 6, TimeUnit.SECONDS);
             assertTrue(later.await(60, TimeUnit.SECONDS));
-            assertEquals("kept alive past three ttls", 1, leaseExpired.getCount());
+            assertEquals("kept alive past two ttls", 1, leaseExpired.getCount());
             assertFalse(lease.isExpired());
             heartbeat.close();
             assertFalse(heartbeat.isActive());
