@@ -17,7 +17,8 @@ import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
- * A sharing subscriber of one namespace: takes its expirations over a Subscribe stream, runs
+ * A subscriber of one namespace (sharing by default; see {@link Builder#observer} and
+ * {@link Builder#autoAck} for the other modes): takes its expirations over a Subscribe stream, runs
  * the handler for each on a pool of at most {@code maxInFlight} threads, and acknowledges each
  * once its handler returned (or leaves that to the handler, with {@code manualAck}).
  *
@@ -51,11 +52,13 @@ public final class Subscriber implements AutoCloseable {
         this.handler = builder.handler;
         this.listener = builder.listener;
         this.maxInFlight = builder.maxInFlight;
-        this.manualAck = builder.manualAck;
+        // Observers and auto-ack subscribers have nothing to acknowledge.
+        this.manualAck = builder.manualAck || builder.observer || builder.autoAck;
         this.reconnectPolicy = builder.reconnectPolicy != null ? builder.reconnectPolicy : client.retryPolicy();
         SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
                 .setNamespace(builder.namespace)
-                .setMode(SubscribeRequest.Mode.MODE_SHARED)
+                .setMode(builder.observer ? SubscribeRequest.Mode.MODE_OBSERVER : SubscribeRequest.Mode.MODE_SHARED)
+                .setAutoAck(builder.autoAck)
                 .setMaxUnacked(builder.maxUnacked);
         if (builder.ackTimeout != null) {
             request.setAckTimeout(ProtoTime.duration(builder.ackTimeout));
@@ -228,6 +231,8 @@ public final class Subscriber implements AutoCloseable {
         private String namespace = "";
         private int maxInFlight = 1;
         private boolean manualAck;
+        private boolean observer;
+        private boolean autoAck;
         private Duration ackTimeout;
         private int maxUnacked;
         private RetryPolicy reconnectPolicy;
@@ -256,6 +261,24 @@ public final class Subscriber implements AutoCloseable {
         /** The handler acknowledges with {@link Delivery#ack()} itself; nothing is acked for it. */
         public Builder manualAck(boolean manualAck) {
             this.manualAck = manualAck;
+            return this;
+        }
+
+        /**
+         * Observer mode: receives a copy of every expiration of the namespace without taking
+         * part in sharing; nothing is acknowledged (the sharing subscribers do that).
+         */
+        public Builder observer(boolean observer) {
+            this.observer = observer;
+            return this;
+        }
+
+        /**
+         * At-most-once: tickd counts each delivery as acknowledged as soon as it is sent, so a
+         * handler that fails (or a process that dies) loses it. Nothing is acknowledged here.
+         */
+        public Builder autoAck(boolean autoAck) {
+            this.autoAck = autoAck;
             return this;
         }
 

@@ -92,6 +92,28 @@ public class SubscriberTest {
     }
 
     @Test
+    public void anObserverSeesACopyAndAnAutoAckSubscriberNeedsNoAck() throws Exception {
+        List<String> observed = new CopyOnWriteArrayList<>();
+        List<String> taken = new CopyOnWriteArrayList<>();
+        List<String> takenDeliveryIds = new CopyOnWriteArrayList<>();
+        try (TickdClient tickd = server.client().namespace("modes").build();
+                Subscriber observer = tickd.subscriber(delivery -> observed.add(delivery.timer().getKey()))
+                        .observer(true).start();
+                Subscriber atMostOnce = tickd.subscriber(delivery -> {
+                    takenDeliveryIds.add(delivery.deliveryId());
+                    taken.add(delivery.timer().getKey());
+                }).autoAck(true).start()) {
+            registerDueNow(tickd, "m1");
+            Await.until("the observer's copy and the sharing subscriber's delivery",
+                    () -> observed.contains("m1") && taken.contains("m1"));
+            // Acknowledged by tickd when sent: nothing awaits an ack for it.
+            assertEquals(List.of(takenDeliveryIds.get(0)), tickd.ack(takenDeliveryIds).getUnknownList());
+            assertEquals(0, tickd.pendingCount());
+            assertEquals(0, tickd.deadCount());
+        }
+    }
+
+    @Test
     public void stopWaitsForHandlersInFlightAndTheirAcks() throws Exception {
         CountDownLatch handlerStarted = new CountDownLatch(1);
         CountDownLatch finishHandler = new CountDownLatch(1);
