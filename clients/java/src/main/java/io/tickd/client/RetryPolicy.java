@@ -34,9 +34,9 @@ public final class RetryPolicy {
         this.multiplier = multiplier;
     }
 
-    /** 5 attempts, 100 ms doubling up to 5 s: rides out a restart of a few seconds. */
+    /** 6 attempts, 200 ms doubling up to 5 s: the five waits add up to 3 to 6 s, a quick restart. */
     public static RetryPolicy defaults() {
-        return new RetryPolicy(5, Duration.ofMillis(100), Duration.ofSeconds(5), 2.0);
+        return new RetryPolicy(6, Duration.ofMillis(200), Duration.ofSeconds(5), 2.0);
     }
 
     /** One attempt: never retried. */

@@ -57,7 +57,10 @@ import java.util.function.Supplier;
  * made it.
  */
 public final class TickdClient implements AutoCloseable {
+    /** The channel this client made and closes; null when the caller's, or for a derived client. */
     private final ManagedChannel ownedChannel;
+    /** The channel whose connect back-off retries and reconnects reset (null: the caller's channel). */
+    private final ManagedChannel wakeableChannel;
     private final Channel channel;
     private final TimersGrpc.TimersBlockingStub blockingStub;
     private final TimersGrpc.TimersStub asyncStub;
@@ -68,18 +71,49 @@ public final class TickdClient implements AutoCloseable {
 
     TickdClient(ManagedChannel ownedChannel, Channel channel, List<ClientInterceptor> interceptors,
             String bearerToken, String namespace, Duration callDeadline, RetryPolicy retryPolicy) {
+        this(ownedChannel, ownedChannel, intercepted(channel, interceptors, bearerToken), namespace, callDeadline, retryPolicy);
+    }
+
+    private TickdClient(ManagedChannel ownedChannel, ManagedChannel wakeableChannel, Channel channel,
+            String namespace, Duration callDeadline, RetryPolicy retryPolicy) {
         this.ownedChannel = ownedChannel;
+        this.wakeableChannel = wakeableChannel;
+        this.channel = channel;
+        this.blockingStub = TimersGrpc.newBlockingStub(channel);
+        this.asyncStub = TimersGrpc.newStub(channel);
+        this.namespace = namespace;
+        this.callDeadline = callDeadline;
+        this.retryPolicy = retryPolicy;
+        this.caller = new RetryingCaller(retryPolicy, wakeableChannel);
+    }
+
+    private static Channel intercepted(Channel channel, List<ClientInterceptor> interceptors, String bearerToken) {
         List<ClientInterceptor> all = new ArrayList<>(interceptors);
         if (bearerToken != null) {
             all.add(new BearerTokenInterceptor(bearerToken));
         }
-        this.channel = ClientInterceptors.intercept(channel, all);
-        this.blockingStub = TimersGrpc.newBlockingStub(this.channel);
-        this.asyncStub = TimersGrpc.newStub(this.channel);
-        this.namespace = namespace;
-        this.callDeadline = callDeadline;
-        this.retryPolicy = retryPolicy;
-        this.caller = new RetryingCaller(retryPolicy, ownedChannel);
+        return ClientInterceptors.intercept(channel, all);
+    }
+
+    /**
+     * The same client (channel, token, retries) with another per-call deadline, e.g. a short
+     * one for a latency-critical path. Closing the derived client leaves the channel open.
+     */
+    public TickdClient withCallDeadline(Duration deadline) {
+        if (deadline.isNegative() || deadline.isZero()) {
+            throw new IllegalArgumentException("the call deadline must be positive");
+        }
+        return new TickdClient(null, wakeableChannel, channel, namespace, deadline, retryPolicy);
+    }
+
+    /** The same client in another default namespace. Closing the derived client leaves the channel open. */
+    public TickdClient withNamespace(String otherNamespace) {
+        return new TickdClient(null, wakeableChannel, channel, otherNamespace, callDeadline, retryPolicy);
+    }
+
+    /** The same client with another retry policy. Closing the derived client leaves the channel open. */
+    public TickdClient withRetryPolicy(RetryPolicy policy) {
+        return new TickdClient(null, wakeableChannel, channel, namespace, callDeadline, policy);
     }
 
     public static TickdClientBuilder builder() {
@@ -276,8 +310,8 @@ public final class TickdClient implements AutoCloseable {
 
     /** Lets a reconnecting stream try at once rather than after the channel's own back-off. */
     void wakeChannel() {
-        if (ownedChannel != null) {
-            ownedChannel.resetConnectBackoff();
+        if (wakeableChannel != null) {
+            wakeableChannel.resetConnectBackoff();
         }
     }
 
@@ -297,7 +331,7 @@ public final class TickdClient implements AutoCloseable {
         return ref.getNamespace().isEmpty() ? ref.toBuilder().setNamespace(namespace).build() : ref;
     }
 
-    /** Shuts down the channel if this client made it, waiting up to 5 s for calls to end. */
+    /** Shuts down the channel if this client made it (not a derived one), waiting up to 5 s for calls to end. */
     @Override
     public void close() {
         if (ownedChannel != null) {

@@ -251,6 +251,21 @@ public class ApiRoundTripTest {
         }
     }
 
+    @Test
+    public void derivedClientsShareTheChannelWithTheirOwnDeadlineNamespaceAndRetries() {
+        try (TickdClient tickd = client("derived")) {
+            TickdClient impatient = tickd.withCallDeadline(Duration.ofNanos(1));
+            TickdException late = expectError(impatient::pendingCount);
+            assertEquals("a deadline of 1 ns passes before any answer", Status.Code.DEADLINE_EXCEEDED, late.code());
+            TickdClient elsewhere = tickd.withNamespace("derived-other").withRetryPolicy(RetryPolicy.none());
+            elsewhere.register(in(Duration.ofHours(1)).setKey("x").build());
+            assertEquals(1, elsewhere.pendingCount());
+            assertEquals(0, tickd.pendingCount());
+            elsewhere.close();
+            assertEquals("closing a derived client leaves the channel open", 0, tickd.pendingCount());
+        }
+    }
+
     private static TickdException expectError(Runnable call) {
         try {
             call.run();
