@@ -132,7 +132,8 @@ public final class TickdClient implements AutoCloseable {
     // ---- registering -------------------------------------------------------------------
 
     /**
-     * Registers one timer. Retried on UNAVAILABLE only when it has a key (see the class doc).
+     * Registers one timer. Retried on UNAVAILABLE only when it has a key (see the class doc);
+     * a retry may then answer {@code created} false, the lost first try having created it.
      * The answer carries the timer without its payload; {@code created} is false when the key
      * already existed, {@code replaced} true when {@code replace} replaced it.
      */
