@@ -1,4 +1,4 @@
-package tickd.client;
+package io.tickd.client.netty;
 
 /**
  * A task run when its timeout expires: the same shape as Netty's {@code io.netty.util.TimerTask},

@@ -1,4 +1,4 @@
-package tickd.client;
+package io.tickd.client.netty;
 
 /**
  * A handle to a registered timer: the same shape as Netty's {@code io.netty.util.Timeout}.

@@ -1,0 +1,147 @@
+package io.tickd.client;
+
+import io.grpc.Channel;
+import io.grpc.ClientInterceptor;
+import io.grpc.ManagedChannel;
+import io.grpc.netty.GrpcSslContexts;
+import io.grpc.netty.NettyChannelBuilder;
+import io.netty.handler.ssl.SslContext;
+import io.netty.handler.ssl.SslContextBuilder;
+import io.netty.handler.ssl.TickdJdkAlpnContexts;
+import java.io.File;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import javax.net.ssl.SSLException;
+
+/**
+ * Options for a {@link TickdClient}: where tickd is, how to authenticate, which namespace to
+ * default to, how long a call may take and how calls are retried.
+ */
+public final class TickdClientBuilder {
+    private String target = "127.0.0.1:50051";
+    private Channel channel;
+    private File trustedCertificates;
+    private File clientCertificateChain;
+    private File clientPrivateKey;
+    private String serverNameOverride;
+    private String bearerToken;
+    private String namespace = "";
+    private Duration callDeadline = Duration.ofSeconds(10);
+    private RetryPolicy retryPolicy = RetryPolicy.defaults();
+    private final List<ClientInterceptor> interceptors = new ArrayList<>();
+
+    TickdClientBuilder() {
+    }
+
+    /** {@code host:port} (or any grpc-java target, e.g. {@code dns:///tickd:50051}). */
+    public TickdClientBuilder target(String target) {
+        this.target = Objects.requireNonNull(target);
+        return this;
+    }
+
+    /**
+     * Uses a channel the caller made and owns (its own TLS, interceptors, load balancing);
+     * target and TLS options are then ignored, and {@link TickdClient#close()} leaves it open.
+     */
+    public TickdClientBuilder channel(Channel channel) {
+        this.channel = Objects.requireNonNull(channel);
+        return this;
+    }
+
+    /** Connects with TLS, trusting the CA certificates in this PEM file. */
+    public TickdClientBuilder trustedCertificates(File caPem) {
+        this.trustedCertificates = Objects.requireNonNull(caPem);
+        return this;
+    }
+
+    /** Presents this client certificate (PEM chain, PKCS#8 PEM key), for a tickd with {@code --tls-client-ca}. */
+    public TickdClientBuilder clientCertificate(File certificateChainPem, File privateKeyPem) {
+        this.clientCertificateChain = Objects.requireNonNull(certificateChainPem);
+        this.clientPrivateKey = Objects.requireNonNull(privateKeyPem);
+        return this;
+    }
+
+    /** The name the server's certificate is checked against, when it is not the target's host. */
+    public TickdClientBuilder serverNameOverride(String serverName) {
+        this.serverNameOverride = Objects.requireNonNull(serverName);
+        return this;
+    }
+
+    /** Sends {@code authorization: Bearer TOKEN} on every call. */
+    public TickdClientBuilder bearerToken(String token) {
+        this.bearerToken = Objects.requireNonNull(token);
+        return this;
+    }
+
+    /** The namespace used where a request leaves it empty (default: tickd's default, ""). */
+    public TickdClientBuilder namespace(String namespace) {
+        this.namespace = Objects.requireNonNull(namespace);
+        return this;
+    }
+
+    /** How long each unary call (each attempt of it) may take; default 10 s. */
+    public TickdClientBuilder callDeadline(Duration deadline) {
+        if (deadline.isNegative() || deadline.isZero()) {
+            throw new IllegalArgumentException("callDeadline must be positive");
+        }
+        this.callDeadline = deadline;
+        return this;
+    }
+
+    /** Retries of idempotent calls on UNAVAILABLE, and the streams' reconnect back-off. */
+    public TickdClientBuilder retryPolicy(RetryPolicy policy) {
+        this.retryPolicy = Objects.requireNonNull(policy);
+        return this;
+    }
+
+    /** Adds an interceptor to every call (tracing, metrics, extra metadata); it sees each retry as its own call. */
+    public TickdClientBuilder interceptor(ClientInterceptor interceptor) {
+        this.interceptors.add(Objects.requireNonNull(interceptor));
+        return this;
+    }
+
+    public TickdClient build() {
+        if (channel != null) {
+            return new TickdClient(null, channel, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
+        }
+        ManagedChannel owned = buildChannel();
+        return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
+    }
+
+    /**
+     * Netty's usual client context, or (for Debian's Netty, built without JDK ALPN support in
+     * its usual place) the same context wired by {@link TickdJdkAlpnContexts}.
+     */
+    private SslContext clientTlsContext() {
+        try {
+            try {
+                SslContextBuilder ssl = GrpcSslContexts.forClient();
+                if (trustedCertificates != null) {
+                    ssl.trustManager(trustedCertificates);
+                }
+                if (clientCertificateChain != null) {
+                    ssl.keyManager(clientCertificateChain, clientPrivateKey);
+                }
+                return ssl.build();
+            } catch (UnsupportedOperationException noAlpnInThisNetty) {
+                return TickdJdkAlpnContexts.forClient(trustedCertificates, clientCertificateChain, clientPrivateKey);
+            }
+        } catch (SSLException | IllegalArgumentException error) {
+            throw new IllegalArgumentException("cannot set up TLS from the given files: " + error.getMessage(), error);
+        }
+    }
+
+    private ManagedChannel buildChannel() {
+        NettyChannelBuilder builder = NettyChannelBuilder.forTarget(target);
+        if (trustedCertificates == null && clientCertificateChain == null) {
+            return builder.usePlaintext().build();
+        }
+        builder.sslContext(clientTlsContext());
+        if (serverNameOverride != null) {
+            builder.overrideAuthority(serverNameOverride);
+        }
+        return builder.build();
+    }
+}
