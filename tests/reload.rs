@@ -18,13 +18,15 @@ use common::wait::eventually;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 
-/// `tickd` on `dir`, with `extra` arguments and no polling of files unless they ask for it.
-fn start(dir: &Path, extra: &[&str]) -> Daemon {
+/// `tickd` on `dir` with `extra` arguments, reading its files again every `reload_interval`
+/// ("0s": on SIGHUP only).
+fn start(dir: &Path, reload_interval: &str, extra: &[&str]) -> Daemon {
     let mut command = tickd_command();
     command
         .arg("--data-dir")
         .arg(dir.join("data"))
-        .args(["--metrics-listen", "127.0.0.1:0", "--reload-interval", "0s"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(["--reload-interval", reload_interval])
         .args(extra);
     Daemon::start(command)
 }
@@ -79,6 +81,7 @@ async fn a_swapped_certificate_serves_new_connections_and_open_streams_go_on() {
     let (cert, key) = old.write(dir.path(), "server");
     let mut daemon = start(
         dir.path(),
+        "0s",
         &[
             "--tls-cert",
             cert.to_str().unwrap(),
@@ -141,7 +144,11 @@ async fn call_with(client: &mut TimersClient<Channel>, token: &str) -> Code {
 async fn a_changed_token_file_takes_effect_on_sighup_and_a_broken_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = write_file(dir.path(), "tokens", "alpha *\n");
-    let mut daemon = start(dir.path(), &["--auth-token-file", tokens.to_str().unwrap()]);
+    let mut daemon = start(
+        dir.path(),
+        "0s",
+        &["--auth-token-file", tokens.to_str().unwrap()],
+    );
     let mut client = TimersClient::new(channel_to(daemon.addr).await);
     assert_eq!(call_with(&mut client, "alpha").await, Code::Ok);
     assert_eq!(call_with(&mut client, "beta").await, Code::Unauthenticated);
@@ -162,7 +169,7 @@ async fn a_changed_token_file_takes_effect_on_sighup_and_a_broken_one_is_refused
     assert_eq!(call_with(&mut client, "beta").await, Code::Ok);
     let refusals = daemon.lines_with(&["reload refused"]);
     assert_eq!(refusals.len(), 4, "{refusals:?}");
-    assert!(refusals[0].contains("line 2"), "{refusals:?}");
+    assert!(refusals[0].contains("line 1"), "{refusals:?}");
     assert!(refusals[1].contains("no token"), "{refusals:?}");
     assert!(refusals.iter().all(|line| line.contains("tokens")));
     assert!(
@@ -176,15 +183,10 @@ async fn a_changed_token_file_takes_effect_on_sighup_and_a_broken_one_is_refused
 async fn a_changed_token_file_is_noticed_without_a_signal() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = write_file(dir.path(), "tokens", "alpha *\n");
-    // The later `--reload-interval` wins over the 0s of `start`.
     let daemon = start(
         dir.path(),
-        &[
-            "--auth-token-file",
-            tokens.to_str().unwrap(),
-            "--reload-interval",
-            "50ms",
-        ],
+        "50ms",
+        &["--auth-token-file", tokens.to_str().unwrap()],
     );
     let mut client = TimersClient::new(channel_to(daemon.addr).await);
     assert_eq!(call_with(&mut client, "alpha").await, Code::Ok);
@@ -201,7 +203,7 @@ async fn a_changed_token_file_is_noticed_without_a_signal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_without_files_to_reload_leaves_tickd_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = start(dir.path(), &[]);
+    let mut daemon = start(dir.path(), "0s", &[]);
     for _ in 0..2 {
         sighup(&daemon, "sighup: reloading").await;
     }
