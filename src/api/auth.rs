@@ -6,10 +6,14 @@
 //! `UNAUTHENTICATED`); authorisation in each handler, which knows the namespaces a call
 //! touches (outside the token's set: `PERMISSION_DENIED`). The health service has no
 //! interceptor, so Kubernetes probes, which send no metadata, keep working.
+//!
+//! The tokens can be replaced while tickd runs ([`Authenticator::replace_tokens`], on
+//! SIGHUP or a change of the file: see `server::reload`); each call is checked against the
+//! set in force when it starts.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tonic::{Request, Status};
 
@@ -56,6 +60,9 @@ pub enum TokenFileError {
     },
     #[error("{path} line {line}: expected `<token> <namespace>[,<namespace>...]` or `<token> *`")]
     Malformed { path: String, line: usize },
+    /// A file granting nobody is taken for one caught half-written (or a wrong path).
+    #[error("{path}: no token in it (a file with no token would refuse every call)")]
+    Empty { path: String },
 }
 
 /// The tokens a server accepts.
@@ -68,13 +75,27 @@ impl Tokens {
     pub(crate) fn load(path: &Path) -> Result<Self, TokenFileError> {
         let display = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
-            path: display.clone(),
+            path: display,
             source,
         })?;
-        Self::parse(&text).map_err(|line| TokenFileError::Malformed {
-            path: display,
+        Self::from_file_text(path, &text)
+    }
+
+    /// The tokens of the file at `path`, given its text: at least one, every line well formed.
+    pub(crate) fn from_file_text(path: &Path, text: &str) -> Result<Self, TokenFileError> {
+        let path = path.display().to_string();
+        let tokens = Self::parse(text).map_err(|line| TokenFileError::Malformed {
+            path: path.clone(),
             line,
-        })
+        })?;
+        if tokens.grants.is_empty() {
+            return Err(TokenFileError::Empty { path });
+        }
+        Ok(tokens)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.grants.len()
     }
 
     /// Parses the file's text; the error is the 1-based number of the bad line.
@@ -112,23 +133,40 @@ impl Tokens {
 }
 
 /// The interceptor in front of the Timers service. Without tokens configured every call
-/// gets [`Grant::AllNamespaces`].
+/// gets [`Grant::AllNamespaces`]. Clones share the tokens, so that one kept by the reload
+/// task replaces them for all.
 #[derive(Clone, Default)]
 pub(crate) struct Authenticator {
-    tokens: Option<Arc<Tokens>>,
+    tokens: Option<Arc<RwLock<Arc<Tokens>>>>,
 }
 
 impl Authenticator {
     pub(crate) fn new(tokens: Option<Tokens>) -> Self {
         Self {
-            tokens: tokens.map(Arc::new),
+            tokens: tokens.map(|tokens| Arc::new(RwLock::new(Arc::new(tokens)))),
         }
+    }
+
+    /// Puts `tokens` in force for the calls to come; calls in progress keep their grant.
+    /// Without tokens configured at start-up there is nothing to replace (false).
+    pub(crate) fn replace_tokens(&self, tokens: Tokens) -> bool {
+        let Some(current) = &self.tokens else {
+            return false;
+        };
+        *current.write().expect("tokens lock") = Arc::new(tokens);
+        true
+    }
+
+    fn current(&self) -> Option<Arc<Tokens>> {
+        self.tokens
+            .as_ref()
+            .map(|tokens| tokens.read().expect("tokens lock").clone())
     }
 }
 
 impl tonic::service::Interceptor for Authenticator {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let grant = match &self.tokens {
+        let grant = match self.current() {
             None => Grant::AllNamespaces,
             Some(tokens) => {
                 let token = request
@@ -172,5 +210,33 @@ mod tests {
         assert!(tokens.grant("nobody").is_none());
         assert_eq!(Tokens::parse("lonely-token\n").unwrap_err(), 1);
         assert_eq!(Tokens::parse("ok *\na b c\n").unwrap_err(), 2);
+    }
+
+    #[test]
+    fn a_file_without_tokens_is_refused() {
+        let path = Path::new("/etc/tickd/tokens");
+        let error = Tokens::from_file_text(path, "# all gone\n\n").unwrap_err();
+        assert!(matches!(error, TokenFileError::Empty { .. }), "{error}");
+        assert!(error.to_string().contains("/etc/tickd/tokens"), "{error}");
+        assert_eq!(Tokens::from_file_text(path, "a *\n").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn replaced_tokens_apply_to_every_clone() {
+        use tonic::service::Interceptor;
+        let authenticator = Authenticator::new(Some(Tokens::parse("old *").unwrap()));
+        let mut clone = authenticator.clone();
+        let call = |token: &str| {
+            let mut request = Request::new(());
+            let value = format!("Bearer {token}").parse().unwrap();
+            request.metadata_mut().insert("authorization", value);
+            request
+        };
+        assert!(clone.call(call("old")).is_ok());
+        assert!(authenticator.replace_tokens(Tokens::parse("new *").unwrap()));
+        assert!(clone.call(call("new")).is_ok());
+        let refused = clone.call(call("old")).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert!(!Authenticator::new(None).replace_tokens(Tokens::default()));
     }
 }

@@ -58,11 +58,22 @@ async fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TICKD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour_logs());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// Colours only for a person watching: the log goes to standard output, and escape codes
+/// in a file or a pipe (a log collector) are noise. `NO_COLOR` (any value but empty, see
+/// no-color.org) turns them off on a terminal too.
+fn colour_logs() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+    std::io::stdout().is_terminal() && !no_color
 }
 
 async fn serve(config: Config) -> Result<(), String> {

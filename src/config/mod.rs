@@ -202,6 +202,10 @@ pub struct Config {
     /// per line); without it, calls need no token.
     #[arg(long, env = "TICKD_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
+    /// How often the TLS files and the token file are read again to notice a change, which
+    /// is then loaded (SIGHUP reloads at once); `0s` reloads on SIGHUP only.
+    #[arg(long, env = "TICKD_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
     /// File mode of --unix-socket, in octal; the default lets the owner and group connect.
     #[arg(long, env = "TICKD_UNIX_SOCKET_MODE", default_value = "660", value_parser = parse_mode)]
     pub unix_socket_mode: u32,

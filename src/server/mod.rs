@@ -3,12 +3,15 @@
 //!
 //! What reaches the API has passed [`connections`] (a bounded accept loop with handshake
 //! and idle timeouts) and [`calls`] (per-connection accounting and the request size
-//! limit), over HTTP/2 set up by [`http2_server`].
+//! limit), over HTTP/2 set up by [`http2_server`], and TLS by [`tls`] when configured.
+//! [`reload`] replaces the certificate and the tokens while tickd runs.
 
 mod backend;
 mod calls;
 mod connections;
 mod health;
+mod reload;
+mod tls;
 mod transport;
 
 use std::future::Future;
@@ -18,11 +21,15 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
+use tonic::codec::CompressionEncoding;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::ServerTlsConfig;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_reflection::pb::v1::server_reflection_server::{
     ServerReflection, ServerReflectionServer,
+};
+use tonic_reflection::pb::v1alpha::server_reflection_server::{
+    ServerReflection as ServerReflectionV1Alpha,
+    ServerReflectionServer as ServerReflectionServerV1Alpha,
 };
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{error, info, warn};
@@ -38,8 +45,15 @@ use backend::Backend;
 use calls::CallLayer;
 use connections::{Acceptor, ConnectionLimits};
 use health::{set_health, watch_health};
+use reload::{Reloadable, Reloader, TokenFile};
+use tls::{tls_incoming, ReloadableTls};
 pub use transport::raise_open_file_limit;
-use transport::{connection_budget, http2_server, tls_config};
+use transport::{connection_budget, http2_server};
+
+/// Compressions accepted on requests, and used for answers when the client asks for one
+/// (`grpc-accept-encoding`); an answer to a client that asks for none is not compressed.
+const COMPRESSIONS: [CompressionEncoding; 2] =
+    [CompressionEncoding::Gzip, CompressionEncoding::Zstd];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -51,12 +65,8 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
-    #[error("loading TLS material {path}: {source}")]
-    Tls {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("loading TLS material: {0}")]
+    Tls(String),
     #[error(transparent)]
     Tokens(#[from] crate::api::auth::TokenFileError),
     #[error("starting the replicated store: {0}")]
@@ -99,7 +109,9 @@ pub async fn run(
         .as_deref()
         .map(Tokens::load)
         .transpose()?;
-    let tls = tls_config(config)?;
+    let authenticator = Authenticator::new(tokens);
+    let tls = ReloadableTls::load(config).map_err(ServerError::Tls)?;
+    let reloader = reloader(config, &authenticator, tls.clone());
     let metrics = Metrics::new();
     // The one place that chooses the backend.
     let backend = match &config.store {
@@ -116,7 +128,11 @@ pub async fn run(
         "tickd serving"
     );
     let (stopping, stop_signal) = watch::channel(false);
+    tokio::spawn(reloader.run(stop_signal.clone()));
     let (health_reporter, health) = tonic_health::server::health_reporter();
+    let health = COMPRESSIONS.iter().fold(health, |health, &encoding| {
+        health.accept_compressed(encoding).send_compressed(encoding)
+    });
     set_health(&health_reporter, &metrics, true).await;
     let (stop_metrics, metrics_stopped) = watch::channel(false);
     if let Some(metrics_listener) = listeners.metrics.take() {
@@ -127,9 +143,10 @@ pub async fn run(
         ));
     }
     let services = Services {
-        timers: timers_service(config, &backend, tokens, stop_signal.clone()),
+        timers: timers_service(config, &backend, authenticator, stop_signal.clone()),
         health,
-        reflection: reflection_service()?,
+        reflection: reflection_builder().build_v1()?,
+        reflection_v1alpha: reflection_builder().build_v1alpha()?,
     };
     let serving = serve(config, listeners, tls, services, &metrics, stop_signal);
     tokio::pin!(serving);
@@ -177,10 +194,32 @@ pub async fn run(
 type TimersApi = InterceptedService<TimersServer<TimersService>, Authenticator>;
 
 /// The gRPC services every listener offers (the health listener: health alone).
-struct Services<Health, Reflection> {
+/// Reflection is served in both versions: grpcurl up to 1.8 and grpcio's reflection client
+/// speak `v1alpha` only.
+struct Services<Health, Reflection, ReflectionV1Alpha> {
     timers: TimersApi,
     health: HealthServer<Health>,
     reflection: ServerReflectionServer<Reflection>,
+    reflection_v1alpha: ServerReflectionServerV1Alpha<ReflectionV1Alpha>,
+}
+
+/// Reloads the TLS material and the token file, if given, on SIGHUP and when they change.
+fn reloader(
+    config: &Config,
+    authenticator: &Authenticator,
+    tls: Option<Arc<ReloadableTls>>,
+) -> Reloader {
+    let mut reloadables: Vec<Arc<dyn Reloadable>> = Vec::new();
+    if let Some(tls) = tls {
+        reloadables.push(tls);
+    }
+    if let Some(path) = &config.auth_token_file {
+        reloadables.push(Arc::new(TokenFile {
+            path: path.clone(),
+            authenticator: authenticator.clone(),
+        }));
+    }
+    Reloader::new(reloadables, config.reload_interval)
 }
 
 /// The timer API over the backend's [`crate::domain::Timers`] and
@@ -188,7 +227,7 @@ struct Services<Health, Reflection> {
 fn timers_service(
     config: &Config,
     backend: &Backend,
-    tokens: Option<Tokens>,
+    authenticator: Authenticator,
     stop_signal: watch::Receiver<bool>,
 ) -> TimersApi {
     let limits = Limits {
@@ -205,24 +244,31 @@ fn timers_service(
         config.stream_limits(),
         stop_signal,
     ))
-    // `CallLayer` refuses larger messages first, naming the flag; this is a backstop.
+    // `CallLayer` refuses larger messages first, naming the flag; this is a backstop. It
+    // also bounds what a compressed message may inflate to.
     .max_decoding_message_size(config.max_request_bytes);
-    InterceptedService::new(timers, Authenticator::new(tokens))
+    let timers = COMPRESSIONS.iter().fold(timers, |timers, &encoding| {
+        timers.accept_compressed(encoding).send_compressed(encoding)
+    });
+    InterceptedService::new(timers, authenticator)
 }
 
-fn reflection_service() -> Result<ServerReflectionServer<impl ServerReflection>, ServerError> {
-    Ok(tonic_reflection::server::Builder::configure()
+fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?)
 }
 
 /// Serves every listener until the drain begins and their calls have ended.
 async fn serve(
     config: &Config,
     listeners: Listeners,
-    tls: Option<ServerTlsConfig>,
-    services: Services<impl tonic_health::pb::health_server::Health, impl ServerReflection>,
+    tls: Option<Arc<ReloadableTls>>,
+    services: Services<
+        impl tonic_health::pb::health_server::Health,
+        impl ServerReflection,
+        impl ServerReflectionV1Alpha,
+    >,
     metrics: &Arc<Metrics>,
     stop_signal: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
@@ -249,23 +295,33 @@ async fn serve(
         open: Arc::new(AtomicUsize::new(0)),
         metrics: metrics.clone(),
     };
-    let router = |tls: Option<ServerTlsConfig>| -> Result<_, ServerError> {
-        let mut builder = http2_server(config);
-        if let Some(tls) = tls {
-            builder = builder.tls_config(tls)?;
-        }
-        Ok(builder
+    let router = || {
+        http2_server(config)
             .layer(overload.clone())
             .add_service(services.health.clone())
             .add_service(services.reflection.clone())
-            .add_service(services.timers.clone()))
+            .add_service(services.reflection_v1alpha.clone())
+            .add_service(services.timers.clone())
     };
-    let tcp = router(tls)?.serve_with_incoming_shutdown(
-        acceptor.incoming(listeners.grpc),
-        stopped(stop_signal.clone()),
-    );
+    let tcp_incoming = acceptor.incoming(listeners.grpc);
+    let tcp = async {
+        match tls {
+            Some(tls) => {
+                let tls_incoming =
+                    tls_incoming(tcp_incoming, tls, config.handshake_timeout, metrics.clone());
+                router()
+                    .serve_with_incoming_shutdown(tls_incoming, stopped(stop_signal.clone()))
+                    .await
+            }
+            None => {
+                router()
+                    .serve_with_incoming_shutdown(tcp_incoming, stopped(stop_signal.clone()))
+                    .await
+            }
+        }
+    };
     // The Unix socket is local and guarded by its file mode: no TLS there.
-    let unix_router = router(None)?;
+    let unix_router = router();
     let unix = async {
         let Some(unix_listener) = listeners.unix else {
             return Ok(());

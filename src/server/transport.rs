@@ -1,30 +1,10 @@
-//! The transport every listener shares: TLS, HTTP/2 settings, and the file descriptors
-//! connections may take.
+//! The transport every listener shares: HTTP/2 settings, and the file descriptors
+//! connections may take (TLS, on the TCP listener only, is [`super::tls`]'s).
 
 use tonic::transport::Server;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tracing::{info, warn};
 
-use super::ServerError;
 use crate::config::Config;
-
-/// TLS for the TCP listener, mutual when a client CA is given.
-pub(super) fn tls_config(config: &Config) -> Result<Option<ServerTlsConfig>, ServerError> {
-    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
-        return Ok(None);
-    };
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| ServerError::Tls {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
-    if let Some(client_ca) = &config.tls_client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read(client_ca)?));
-    }
-    Ok(Some(tls))
-}
 
 /// HTTP/2 as every listener serves it.
 ///

