@@ -287,3 +287,39 @@ async fn a_replica_is_not_ready_while_its_database_is_away() {
     );
     daemon.assert_running();
 }
+
+/// A supervisor that closes tickd's output before stopping it (Java's `Process.destroy`
+/// does) still gets a clean drain: a log line that cannot be written is dropped, and
+/// SIGTERM ends with status 0, not with a panic's 101.
+#[test]
+fn closed_log_pipes_do_not_turn_a_clean_stop_into_a_crash() {
+    use std::io::{BufRead, BufReader};
+    let mut child = tickd_command()
+        .args(["--sync", "none"])
+        .spawn()
+        .expect("spawn tickd");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let serving = stdout
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains("tickd serving"));
+    assert!(serving, "tickd closed its output without serving");
+    // Both readers gone: every line tickd logs from now on meets a broken pipe.
+    drop(child.stderr.take());
+    common::daemon::send_signal(child.id(), "TERM");
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tickd still running {PATIENCE:?} after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "tickd exited {status} after SIGTERM with its log pipes closed"
+    );
+}

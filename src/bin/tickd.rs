@@ -60,7 +60,12 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(colour_logs());
+        .with_ansi(colour_logs())
+        // A log line that cannot be written (its reader went away, as when a supervisor
+        // closes the pipe before stopping tickd) is dropped: the default reports it with
+        // `eprintln!`, which panics when standard error is closed too, and the drain never ends
+        // with its status 0.
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
