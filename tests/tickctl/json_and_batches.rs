@@ -1,0 +1,293 @@
+//! `--output json` as proto3's canonical JSON (what grpcurl prints), and `add-batch` reading
+//! it back: binary payloads round-trip, and a file longer than a call may carry goes in
+//! `--max-batch` chunks with a result per input line.
+
+use serde_json::{json, Value};
+
+use crate::common::{self, TestServer};
+use crate::support::{add, endpoint, run, run_with_stdin, Running};
+
+/// Every field name in lowerCamelCase, and no nulls anywhere: the proto3 JSON mapping.
+fn assert_canonical(value: &Value) {
+    match value {
+        Value::Null => panic!("a null in proto3 JSON"),
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                assert!(!name.contains('_'), "field {name} is not lowerCamelCase");
+                assert_canonical(field);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(assert_canonical),
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_and_get_print_proto3_json() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let mut watcher = Running::start(&endpoint, &["watch", "-n", "fmt", "--count", "1"]);
+    assert!(watcher
+        .stderr_line()
+        .await
+        .contains("watching namespace fmt"));
+    // A repeating timer that fires once (the watcher sees it), so firedCount is 1.
+    let repeating = add(
+        &endpoint,
+        &[
+            "-n", "fmt", "--delay", "1ms", "--repeat", "1h", "--key", "r",
+        ],
+    )
+    .await;
+    assert!(watcher.stdout_line().await.contains(&repeating));
+    assert_eq!(watcher.finished().await, 0);
+    let binary = add_binary(&endpoint, "fmt", &["--deadline", "2100-01-01T00:00:00.5Z"]).await;
+
+    let ran = run(&endpoint, &["-o", "json", "pending", "-n", "fmt"])
+        .await
+        .ok();
+    let listed = ran.json();
+    assert_canonical(&listed);
+    assert_eq!(listed["count"], "2", "uint64 as a string");
+    let timers = listed["timers"].as_array().unwrap();
+    let fired = timers
+        .iter()
+        .find(|t| t["id"] == repeating.as_str())
+        .unwrap();
+    assert_eq!(fired["firedCount"], "1");
+    assert_eq!(fired["repeat"], "3600s");
+    assert_eq!(fired["namespace"], "fmt");
+    assert_eq!(fired.get("payload"), None, "an empty payload is left out");
+    let stored = timers.iter().find(|t| t["id"] == binary.as_str()).unwrap();
+    assert_eq!(
+        stored,
+        &json!({
+            "id": binary,
+            "namespace": "fmt",
+            "deadline": "2100-01-01T00:00:00.500Z",
+            "remaining": stored["remaining"],
+            "payload": "/wByYXc=",
+        })
+    );
+    let remaining = stored["remaining"].as_str().unwrap();
+    assert!(remaining.ends_with('s') && remaining.parse::<f64>().is_err());
+    // Pretty, as grpcurl prints an answer.
+    assert!(
+        ran.stdout.starts_with("{\n  \"count\": \"2\",\n"),
+        "{}",
+        ran.stdout
+    );
+
+    let got = run(&endpoint, &["get", "-n", "fmt", &binary, "-o", "json"])
+        .await
+        .ok();
+    assert_eq!(&got.json(), stored);
+    server.stop().await;
+}
+
+/// `tickctl add` with the payload `\xff\x00raw` (not UTF-8) from standard input; its id.
+async fn add_binary(endpoint: &str, namespace: &str, args: &[&str]) -> String {
+    let command = [&["add", "-n", namespace, "--payload-file", "-"][..], args].concat();
+    let ran = run_with_stdin(endpoint, &command, Some(b"\xff\x00raw"))
+        .await
+        .ok();
+    ran.stdout.trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_batch_takes_back_what_get_and_pending_print() {
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    // In the default namespace, which proto3 JSON leaves out: add-batch puts the timers in
+    // its --namespace.
+    let binary = add_binary(&endpoint, "", &["--deadline", "2100-01-01T00:00:00Z"]).await;
+    add(
+        &endpoint,
+        &[
+            "--delay",
+            "2h",
+            "--repeat",
+            "1500ms",
+            "--key",
+            "k",
+            "--payload",
+            "text",
+        ],
+    )
+    .await;
+    let pending = run(&endpoint, &["pending", "-o", "json"]).await.ok().stdout;
+    let copied = run_with_stdin(
+        &endpoint,
+        &["add-batch", "-n", "copy"],
+        Some(pending.as_bytes()),
+    )
+    .await
+    .ok();
+    let lines: Vec<_> = copied.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", copied.stdout);
+    // Reported under the line the timer starts on in the pretty listing: the `{` just above
+    // its id (whose index from 0 is thus that line's number from 1).
+    let id_index = pending
+        .lines()
+        .position(|line| line.contains(&format!("\"id\": \"{binary}\"")))
+        .unwrap();
+    let reported = format!("line={id_index} id=");
+    assert!(
+        lines.iter().any(|line| line.starts_with(&reported)),
+        "{reported} in {lines:?}"
+    );
+
+    let original = run(&endpoint, &["get", &binary, "-o", "json"])
+        .await
+        .ok()
+        .json();
+    let listed = run(&endpoint, &["pending", "-n", "copy", "-o", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(listed["count"], "2");
+    let copy = listed["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t.get("key").is_none())
+        .unwrap();
+    assert_eq!(copy["payload"], "/wByYXc=");
+    assert_eq!(copy["payload"], original["payload"]);
+    assert_eq!(copy["deadline"], original["deadline"]);
+    let keyed = run(
+        &endpoint,
+        &["get", "-n", "copy", "--key", "k", "-o", "json"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(keyed["repeat"], "1.500s");
+    assert_eq!(keyed["payload"], "dGV4dA==", "base64 of text");
+
+    // The pretty output of `get`, twice: JSON objects one after another, not only lines.
+    let got = run(&endpoint, &["get", &binary, "-o", "json"])
+        .await
+        .ok()
+        .stdout;
+    let twice = format!("{got}{got}");
+    let ran = run_with_stdin(
+        &endpoint,
+        &["add-batch", "-n", "twice", "-o", "json"],
+        Some(twice.as_bytes()),
+    )
+    .await
+    .ok();
+    let results: Vec<Value> = ran
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let second_start = 1 + got.lines().count();
+    assert_eq!(results[0]["line"], 1);
+    assert_eq!(results[0]["registered"]["created"], true);
+    assert_eq!(results[1]["line"], second_start);
+    // Same key-less timer twice: two timers.
+    assert_ne!(
+        results[0]["registered"]["timer"]["id"],
+        results[1]["registered"]["timer"]["id"]
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_batch_sends_long_files_in_chunks_and_reports_each_line() {
+    // tickd takes at most 2 timers per call.
+    let server = TestServer::start_with(common::config(|config| config.max_batch = 2)).await;
+    let endpoint = endpoint(&server);
+    let mut input = String::new();
+    for index in 1..=5 {
+        input.push_str(&format!("{{\"key\": \"t{index}\", \"delay\": \"1h\"}}\n"));
+        if index == 2 {
+            // Refused by the server alone; the others still register.
+            input.push_str("{\"delay\": \"1h\", \"repeat\": \"0s\"}\n\n");
+        }
+    }
+    // Chunks bigger than tickd takes: the first call is refused whole, nothing after is sent.
+    let refused = run_with_stdin(
+        &endpoint,
+        &["add-batch", "-n", "b", "--max-batch", "3"],
+        Some(input.as_bytes()),
+    )
+    .await;
+    let line = refused.failed(1);
+    assert!(
+        line.contains("timers 1 to 3 of 6 (lines 1 to 3) not registered, 3 after them not sent")
+            && line.contains("batch limit of 2"),
+        "{line}"
+    );
+    assert!(refused.stdout.is_empty(), "{}", refused.stdout);
+    assert_eq!(count(&endpoint, "b").await, None);
+
+    let ran = run_with_stdin(
+        &endpoint,
+        &["add-batch", "-n", "b", "--max-batch", "2"],
+        Some(input.as_bytes()),
+    )
+    .await;
+    assert_eq!(ran.code, 1, "one timer refused: {}", ran.stderr);
+    assert!(
+        ran.stderr.contains("1 of 6 timers were refused"),
+        "{}",
+        ran.stderr
+    );
+    let lines: Vec<_> = ran.stdout.lines().collect();
+    let numbers: Vec<_> = lines
+        .iter()
+        .map(|line| line.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        ["line=1", "line=2", "line=3", "line=5", "line=6", "line=7"]
+    );
+    assert!(
+        lines[2].starts_with("line=3 error INVALID_ARGUMENT: "),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(count(&endpoint, "b").await.as_deref(), Some("5"));
+
+    // Again: the keys exist, so the same timers come back, marked as existing.
+    let again = run_with_stdin(
+        &endpoint,
+        &["add-batch", "-n", "b", "--max-batch", "2"],
+        Some(input.as_bytes()),
+    )
+    .await;
+    assert!(
+        again.stdout.lines().next().unwrap().ends_with(" existing"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(count(&endpoint, "b").await.as_deref(), Some("5"));
+
+    // A bad line anywhere: nothing is sent.
+    let bad = format!("{input}{{\"key\": \"t9\", \"delai\": \"1h\"}}\n");
+    let ran = run_with_stdin(&endpoint, &["add-batch", "-n", "c"], Some(bad.as_bytes())).await;
+    let line = ran.failed(2);
+    assert!(
+        line.starts_with("tickctl: line 10: ") && line.contains("delai"),
+        "{line}"
+    );
+    assert_eq!(count(&endpoint, "c").await, None);
+    server.stop().await;
+}
+
+/// The namespace's pending count as proto3 JSON prints it (None for 0, which it leaves out).
+async fn count(endpoint: &str, namespace: &str) -> Option<String> {
+    let listed = run(
+        endpoint,
+        &["pending", "-n", namespace, "--limit", "0", "-o", "json"],
+    )
+    .await
+    .ok()
+    .json();
+    listed
+        .get("count")
+        .map(|count| count.as_str().unwrap().to_owned())
+}
