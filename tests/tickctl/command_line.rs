@@ -135,7 +135,7 @@ async fn a_key_for_an_id_and_negative_durations_are_clear_usage_errors() {
         );
     }
     // A flag where a duration goes is named as one.
-    let ran = run(&endpoint, &["add", "--delay", "--key", "k"]).await;
+    let ran = run(&endpoint, &["add", "--delay", "--key"]).await;
     assert_eq!(ran.code, 2);
     assert!(
         ran.stderr.contains("found the flag \"--key\""),

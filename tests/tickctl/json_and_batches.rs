@@ -58,22 +58,33 @@ async fn pending_and_get_print_proto3_json() {
     assert_eq!(fired["repeat"], "3600s");
     assert_eq!(fired["namespace"], "fmt");
     assert_eq!(fired.get("payload"), None, "an empty payload is left out");
-    let stored = timers.iter().find(|t| t["id"] == binary.as_str()).unwrap();
+    let mut stored = timers
+        .iter()
+        .find(|t| t["id"] == binary.as_str())
+        .unwrap()
+        .clone();
+    // A duration: whole seconds and 0, 3, 6 or 9 decimals, then `s`.
+    let remaining = stored["remaining"].as_str().unwrap().to_owned();
+    let seconds = remaining.strip_suffix('s').unwrap();
+    let (whole, decimals) = seconds.split_once('.').unwrap_or((seconds, ""));
+    assert!(
+        whole.parse::<u64>().is_ok() && [0, 3, 6, 9].contains(&decimals.len()),
+        "{remaining}"
+    );
+    stored.as_object_mut().unwrap().remove("remaining");
     assert_eq!(
         stored,
-        &json!({
+        json!({
             "id": binary,
             "namespace": "fmt",
             "deadline": "2100-01-01T00:00:00.500Z",
-            "remaining": stored["remaining"],
             "payload": "/wByYXc=",
         })
     );
-    let remaining = stored["remaining"].as_str().unwrap();
-    assert!(remaining.ends_with('s') && remaining.parse::<f64>().is_err());
-    // Pretty, as grpcurl prints an answer.
+    // Indented, fields in the .proto's order: as grpcurl prints an answer.
     assert!(
-        ran.stdout.starts_with("{\n  \"count\": \"2\",\n"),
+        ran.stdout
+            .starts_with("{\n  \"count\": \"2\",\n  \"timers\": [\n    {\n      \"id\": "),
         "{}",
         ran.stdout
     );
@@ -81,7 +92,11 @@ async fn pending_and_get_print_proto3_json() {
     let got = run(&endpoint, &["get", "-n", "fmt", &binary, "-o", "json"])
         .await
         .ok();
-    assert_eq!(&got.json(), stored);
+    let expected_start = format!("{{\n  \"id\": \"{binary}\",\n  \"namespace\": \"fmt\",\n");
+    assert!(got.stdout.starts_with(&expected_start), "{}", got.stdout);
+    let mut got = got.json();
+    got.as_object_mut().unwrap().remove("remaining");
+    assert_eq!(got, stored);
     server.stop().await;
 }
 
@@ -94,86 +109,111 @@ async fn add_binary(endpoint: &str, namespace: &str, args: &[&str]) -> String {
     ran.stdout.trim().to_owned()
 }
 
+/// The pending timers of `namespace` as `pending -o json` lists them, less `remaining`
+/// (which changes from one call to the next), by id.
+async fn listed_timers(endpoint: &str, namespace: &str) -> Vec<Value> {
+    let listed = run(endpoint, &["pending", "-n", namespace, "-o", "json"])
+        .await
+        .ok()
+        .json();
+    let mut timers = listed["timers"].as_array().cloned().unwrap_or_default();
+    for timer in &mut timers {
+        timer.as_object_mut().unwrap().remove("remaining");
+    }
+    timers
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_batch_takes_back_what_get_and_pending_print() {
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    // In the default namespace, which proto3 JSON leaves out: add-batch puts the timers in
-    // its --namespace.
-    let binary = add_binary(&endpoint, "", &["--deadline", "2100-01-01T00:00:00Z"]).await;
-    add(
+    let binary = add_binary(&endpoint, "src", &["--deadline", "2100-01-01T00:00:00Z"]).await;
+    let keyed = add(
         &endpoint,
         &[
+            "-n",
+            "src",
             "--delay",
             "2h",
             "--repeat",
             "1500ms",
             "--key",
             "k",
+            "--ttl",
+            "3h",
             "--payload",
             "text",
         ],
     )
     .await;
-    let pending = run(&endpoint, &["pending", "-o", "json"]).await.ok().stdout;
-    let copied = run_with_stdin(
+    let cron = add(
         &endpoint,
-        &["add-batch", "-n", "copy"],
-        Some(pending.as_bytes()),
+        &[
+            "-n",
+            "src",
+            "--cron",
+            "0 9 * * MON-FRI",
+            "--tz",
+            "Europe/Berlin",
+        ],
     )
-    .await
-    .ok();
-    let lines: Vec<_> = copied.stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{}", copied.stdout);
-    // Reported under the line the timer starts on in the pretty listing: the `{` just above
-    // its id (whose index from 0 is thus that line's number from 1).
-    let id_index = pending
-        .lines()
-        .position(|line| line.contains(&format!("\"id\": \"{binary}\"")))
-        .unwrap();
-    let reported = format!("line={id_index} id=");
-    assert!(
-        lines.iter().any(|line| line.starts_with(&reported)),
-        "{reported} in {lines:?}"
-    );
-
-    let original = run(&endpoint, &["get", &binary, "-o", "json"])
+    .await;
+    let before = listed_timers(&endpoint, "src").await;
+    assert_eq!(before.len(), 3);
+    let pending = run(&endpoint, &["pending", "-n", "src", "-o", "json"])
         .await
         .ok()
-        .json();
-    let listed = run(&endpoint, &["pending", "-n", "copy", "-o", "json"])
-        .await
-        .ok()
-        .json();
-    assert_eq!(listed["count"], "2");
-    let copy = listed["timers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t.get("key").is_none())
-        .unwrap();
-    assert_eq!(copy["payload"], "/wByYXc=");
-    assert_eq!(copy["payload"], original["payload"]);
-    assert_eq!(copy["deadline"], original["deadline"]);
-    let keyed = run(
-        &endpoint,
-        &["get", "-n", "copy", "--key", "k", "-o", "json"],
-    )
-    .await
-    .ok()
-    .json();
-    assert_eq!(keyed["repeat"], "1.500s");
-    assert_eq!(keyed["payload"], "dGV4dA==", "base64 of text");
+        .stdout;
 
-    // The pretty output of `get`, twice: JSON objects one after another, not only lines.
-    let got = run(&endpoint, &["get", &binary, "-o", "json"])
+    // A restore: cancel them all, then add-batch what pending printed.
+    for id in [&binary, &keyed, &cron] {
+        run(&endpoint, &["cancel", "-n", "src", id]).await.ok();
+    }
+    assert_eq!(listed_timers(&endpoint, "src").await, Vec::<Value>::new());
+    let restored = run_with_stdin(&endpoint, &["add-batch"], Some(pending.as_bytes()))
+        .await
+        .ok();
+    let lines: Vec<_> = restored.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", restored.stdout);
+    // Each reported under the line its timer starts on in the listing: the `{` above its id.
+    let listing: Vec<_> = pending.lines().collect();
+    let start_of = |id: &str| {
+        let id_line = listing
+            .iter()
+            .position(|line| line.contains(&format!("\"id\": \"{id}\"")))
+            .unwrap();
+        assert_eq!(listing[id_line - 1].trim(), "{");
+        id_line // the `{` line's number, counting from 1
+    };
+    for (line, id) in lines.iter().zip([&binary, &keyed, &cron]) {
+        assert!(
+            line.starts_with(&format!("line={} id=", start_of(id))),
+            "{line}"
+        );
+    }
+    // The same timers (new ids), binary payload, deadlines, schedules and ttl included.
+    let without_id = |timers: Vec<Value>| -> Vec<Value> {
+        timers
+            .into_iter()
+            .map(|mut timer| {
+                timer.as_object_mut().unwrap().remove("id");
+                timer
+            })
+            .collect()
+    };
+    let after = listed_timers(&endpoint, "src").await;
+    assert_eq!(without_id(after), without_id(before.clone()));
+    assert_eq!(before[0]["payload"], "/wByYXc=");
+
+    // The indented output of `get`, twice: JSON objects one after another, not only lines.
+    let got = run(&endpoint, &["get", "-n", "src", "--key", "k", "-o", "json"])
         .await
         .ok()
         .stdout;
     let twice = format!("{got}{got}");
     let ran = run_with_stdin(
         &endpoint,
-        &["add-batch", "-n", "twice", "-o", "json"],
+        &["add-batch", "-o", "json"],
         Some(twice.as_bytes()),
     )
     .await
@@ -183,14 +223,19 @@ async fn add_batch_takes_back_what_get_and_pending_print() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    let second_start = 1 + got.lines().count();
+    assert_eq!(results.len(), 2, "{}", ran.stdout);
     assert_eq!(results[0]["line"], 1);
-    assert_eq!(results[0]["registered"]["created"], true);
-    assert_eq!(results[1]["line"], second_start);
-    // Same key-less timer twice: two timers.
-    assert_ne!(
-        results[0]["registered"]["timer"]["id"],
-        results[1]["registered"]["timer"]["id"]
+    assert_eq!(results[1]["line"], 1 + got.lines().count());
+    // The key exists: the timer is returned, not made again (`created` false: left out).
+    for result in &results {
+        assert_eq!(result["registered"]["timer"]["key"], "k");
+        assert_eq!(result["registered"].get("created"), None, "{result}");
+    }
+    assert!(
+        ran.stdout
+            .starts_with("{\"line\":1,\"registered\":{\"timer\":{\"id\":"),
+        "{}",
+        ran.stdout
     );
     server.stop().await;
 }
@@ -271,7 +316,7 @@ async fn add_batch_sends_long_files_in_chunks_and_reports_each_line() {
     let ran = run_with_stdin(&endpoint, &["add-batch", "-n", "c"], Some(bad.as_bytes())).await;
     let line = ran.failed(2);
     assert!(
-        line.starts_with("tickctl: line 10: ") && line.contains("delai"),
+        line.starts_with("tickctl: line 8: ") && line.contains("delai"),
         "{line}"
     );
     assert_eq!(count(&endpoint, "c").await, None);

@@ -4,9 +4,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::proto_json::{to_json, ProtoMessage};
+use crate::proto_json::{to_json_text, ProtoMessage};
 use crate::proto_time::{from_proto_duration, from_proto_timestamp};
 use tickd::proto::{Expiration, Timer};
 
@@ -35,16 +33,15 @@ fn stop_unless_written(written: io::Result<()>) {
     }
 }
 
-/// One JSON object on one line: what streams and per-item reports print, so that every
-/// line parses on its own.
-pub(crate) fn print_json_line(value: &Value) {
-    print_line(value);
+/// One message in proto3 JSON on one line: what streams print, so that every line parses on
+/// its own.
+pub(crate) fn print_message_line<M: ProtoMessage>(message: &M) {
+    print_line(to_json_text(message, false));
 }
 
 /// One message in proto3 JSON, indented as grpcurl prints an answer.
 pub(crate) fn print_message<M: ProtoMessage>(message: &M) {
-    let value = to_json(message);
-    print_line(serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string()));
+    print_line(to_json_text(message, true));
 }
 
 pub(crate) fn timestamp_text(timestamp: Option<&prost_types::Timestamp>) -> String {

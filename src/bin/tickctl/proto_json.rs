@@ -61,15 +61,21 @@ fn descriptor<M: ProtoMessage>() -> MessageDescriptor {
         .unwrap_or_else(|| panic!("{} is in the built-in descriptor set", M::FULL_NAME))
 }
 
-/// A message in canonical proto3 JSON.
-pub(crate) fn to_json<M: ProtoMessage>(message: &M) -> Value {
+/// A message in canonical proto3 JSON, its fields in the .proto's order (as grpcurl prints
+/// them): indented, or on one line.
+pub(crate) fn to_json_text<M: ProtoMessage>(message: &M, indented: bool) -> String {
     let mut dynamic = DynamicMessage::new(descriptor::<M>());
     dynamic
         .transcode_from(message)
         .expect("a message decodes as its own type");
+    let text = if indented {
+        serde_json::to_string_pretty(&dynamic)
+    } else {
+        serde_json::to_string(&dynamic)
+    };
     // Fails only on values the mapping cannot express (a timestamp past year 9999), which
     // the server never sends; show them as null rather than stop.
-    serde_json::to_value(&dynamic).unwrap_or(Value::Null)
+    text.unwrap_or_else(|_| "null".to_owned())
 }
 
 /// A message from proto3 JSON (lowerCamelCase or the proto's own field names); a field the
@@ -111,8 +117,13 @@ mod tests {
             attempt: 1,
             ..Default::default()
         };
+        let text = to_json_text(&expiration, false);
+        assert!(
+            text.starts_with("{\"deliveryId\":\"d-1\",\"timer\":{\"id\":"),
+            "{text}"
+        );
         assert_eq!(
-            to_json(&expiration),
+            serde_json::from_str::<Value>(&text).unwrap(),
             json!({
                 "deliveryId": "d-1",
                 "timer": {

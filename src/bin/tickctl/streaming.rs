@@ -9,7 +9,6 @@ use tonic::{Code, Status, Streaming};
 
 use crate::failure::{grpc_code_name, one_line, Failure};
 use crate::output;
-use crate::proto_json::to_json;
 use crate::session::Session;
 use tickd::proto::{Expiration, SubscribeRequest, SubscribeResponse};
 
@@ -171,7 +170,7 @@ fn may_pass(status: &Status) -> bool {
 /// that `--output json` streams stay line-delimited.
 pub(crate) fn print_expiration(session: &Session, expiration: &Expiration) {
     if session.wants_json() {
-        output::print_json_line(&to_json(expiration));
+        output::print_message_line(expiration);
     } else {
         output::print_line(output::expiration_line(expiration));
     }

@@ -30,8 +30,9 @@ pub(crate) struct Consume {
     /// Ask the server to count deliveries as acknowledged when sent (at-most-once).
     #[arg(long, conflicts_with = "no_ack")]
     auto_ack: bool,
-    /// Print deliveries without acknowledging them: acknowledge each later with
-    /// `tickctl ack -n NAMESPACE DELIVERY_ID`, before --ack-timeout, or it is delivered again.
+    /// Print deliveries without acknowledging them: acknowledge each with `tickctl ack -n
+    /// NAMESPACE DELIVERY_ID` while this runs, within --ack-timeout; what is not acknowledged
+    /// is delivered again (also when consume stops).
     #[arg(long)]
     no_ack: bool,
 }

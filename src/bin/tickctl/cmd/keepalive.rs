@@ -13,7 +13,6 @@ use tonic::{Code, Status};
 
 use crate::failure::Failure;
 use crate::output;
-use crate::proto_json::to_json;
 use crate::proto_time::{from_proto_duration, to_proto_duration};
 use crate::session::Session;
 use crate::streaming::interrupted;
@@ -165,7 +164,7 @@ async fn shortest_lease_ttl(session: &Session, leases: &[TimerRef]) -> Result<Du
 /// One answered heartbeat: a `kept ...` line, or one compact JSON object per line.
 fn print_kept(session: &Session, answer: &KeepAliveResponse) {
     if session.wants_json() {
-        output::print_json_line(&to_json(answer));
+        output::print_message_line(answer);
     } else {
         let deadline = output::timestamp_text(answer.deadline.as_ref());
         output::print_line(format!(

@@ -14,7 +14,7 @@ use tonic::Code;
 use super::add::read_file_or_stdin;
 use crate::failure::{grpc_code_name, one_line, Failure, EXIT_REFUSED};
 use crate::output;
-use crate::proto_json::to_json;
+use crate::proto_json::to_json_text;
 use crate::session::Session;
 use input::{read_batch, BatchItem};
 use tickd::proto::new_timeout_result::Result as ItemResult;
@@ -112,12 +112,14 @@ fn chunk_not_registered(items: &[BatchItem], sent: usize, chunk: &[BatchItem]) -
 fn report(session: &Session, line: usize, result: NewTimeoutResult) -> Result<bool, Failure> {
     let registered = matches!(result.result, Some(ItemResult::Registered(_)));
     if session.wants_json() {
-        let mut object = serde_json::Map::new();
-        object.insert("line".into(), line.into());
-        if let serde_json::Value::Object(fields) = to_json(&result) {
-            object.extend(fields);
-        }
-        output::print_json_line(&serde_json::Value::Object(object));
+        // The NewTimeoutResult in proto3 JSON, on one line, with the line number first.
+        let result = to_json_text(&result, false);
+        let fields = result
+            .strip_prefix('{')
+            .and_then(|rest| rest.strip_suffix('}'))
+            .unwrap_or_default();
+        let separator = if fields.is_empty() { "" } else { "," };
+        output::print_line(format!("{{\"line\":{line}{separator}{fields}}}"));
         return Ok(registered);
     }
     match result.result {
