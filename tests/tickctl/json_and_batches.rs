@@ -336,3 +336,81 @@ async fn count(endpoint: &str, namespace: &str) -> Option<String> {
         .get("count")
         .map(|count| count.as_str().unwrap().to_owned())
 }
+
+/// grpcurl 1.8.6 from PyPI, in a venv of its own under target/.
+fn grpcurl() -> Option<std::path::PathBuf> {
+    if common::tooling::skip_polyglot("tickctl's JSON beside grpcurl's") {
+        return None;
+    }
+    let requirements = common::tooling::repo().join("tests/tickctl/grpcurl-requirements.txt");
+    let python = common::tooling::python_venv("grpcurl-venv", &requirements)
+        .unwrap_or_else(|error| panic!("installing grpcurl: {error}"));
+    Some(python.with_file_name("grpcurl"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_prints_what_grpcurl_prints() {
+    let Some(grpcurl) = grpcurl() else { return };
+    let server = TestServer::start().await;
+    let endpoint = endpoint(&server);
+    let mut watcher = Running::start(&endpoint, &["watch", "-n", "same", "--count", "1"]);
+    assert!(watcher
+        .stderr_line()
+        .await
+        .contains("watching namespace same"));
+    let fired = add(
+        &endpoint,
+        &[
+            "-n", "same", "--delay", "1ms", "--repeat", "1h", "--ttl", "2h", "--key", "r",
+        ],
+    )
+    .await;
+    assert!(watcher.stdout_line().await.contains(&fired));
+    assert_eq!(watcher.finished().await, 0);
+    add_binary(
+        &endpoint,
+        "same",
+        &["--deadline", "2100-01-01T00:00:00.000250Z"],
+    )
+    .await;
+    add(
+        &endpoint,
+        &[
+            "-n",
+            "same",
+            "--cron",
+            "0 9 * * MON-FRI",
+            "--tz",
+            "Europe/Berlin",
+        ],
+    )
+    .await;
+
+    let tickctl = run(&endpoint, &["-o", "json", "pending", "-n", "same"])
+        .await
+        .ok()
+        .stdout;
+    let mut command = std::process::Command::new(grpcurl);
+    command
+        .args(["-plaintext", "-import-path"])
+        .arg(common::tooling::repo().join("proto"))
+        .args(["-proto", "tickd/v1/tickd.proto"])
+        .args(["-d", r#"{"namespace": "same", "pageSize": 100}"#])
+        .arg(server.addr.to_string())
+        .arg("tickd.v1.Timers/Pending");
+    // Off the async workers, which serve the server.
+    let output = tokio::task::spawn_blocking(move || common::tooling::must(command))
+        .await
+        .unwrap();
+    let grpcurl = String::from_utf8(output.stdout).unwrap();
+    // The same text, but for `remaining`, which runs down between the two calls.
+    let without_remaining = |text: &str| -> String {
+        let lines = text
+            .lines()
+            .filter(|line| !line.contains("\"remaining\": "));
+        lines.map(|line| format!("{}\n", line.trim_end())).collect()
+    };
+    assert_eq!(without_remaining(&tickctl), without_remaining(&grpcurl));
+    assert!(tickctl.contains("\"firedCount\": \"1\""), "{tickctl}");
+    server.stop().await;
+}
