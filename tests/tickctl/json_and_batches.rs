@@ -26,21 +26,8 @@ fn assert_canonical(value: &Value) {
 async fn pending_and_get_print_proto3_json() {
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    let mut watcher = Running::start(&endpoint, &["watch", "-n", "fmt", "--count", "1"]);
-    assert!(watcher
-        .stderr_line()
-        .await
-        .contains("watching namespace fmt"));
-    // A repeating timer that fires once (the watcher sees it), so firedCount is 1.
-    let repeating = add(
-        &endpoint,
-        &[
-            "-n", "fmt", "--delay", "1ms", "--repeat", "1h", "--key", "r",
-        ],
-    )
-    .await;
-    assert!(watcher.stdout_line().await.contains(&repeating));
-    assert_eq!(watcher.finished().await, 0);
+    // A repeating timer that fired once, so firedCount is 1.
+    let repeating = add_fired_once(&endpoint, "fmt", &["--key", "r"]).await;
     let binary = add_binary(&endpoint, "fmt", &["--deadline", "2100-01-01T00:00:00.5Z"]).await;
 
     let ran = run(&endpoint, &["-o", "json", "pending", "-n", "fmt"])
@@ -98,6 +85,22 @@ async fn pending_and_get_print_proto3_json() {
     got.as_object_mut().unwrap().remove("remaining");
     assert_eq!(got, stored);
     server.stop().await;
+}
+
+/// `tickctl add` of a timer repeating every hour, seen firing once by `watch`; its id.
+async fn add_fired_once(endpoint: &str, namespace: &str, args: &[&str]) -> String {
+    let mut watcher = Running::start(endpoint, &["watch", "-n", namespace, "--count", "1"]);
+    let ready = watcher.stderr_line().await;
+    assert!(ready.contains("watching namespace"), "{ready}");
+    let command = [
+        &["-n", namespace, "--delay", "1ms", "--repeat", "1h"][..],
+        args,
+    ]
+    .concat();
+    let id = add(endpoint, &command).await;
+    assert!(watcher.stdout_line().await.contains(&id));
+    assert_eq!(watcher.finished().await, 0);
+    id
 }
 
 /// `tickctl add` with the payload `\xff\x00raw` (not UTF-8) from standard input; its id.
@@ -353,20 +356,7 @@ async fn pending_prints_what_grpcurl_prints() {
     let Some(grpcurl) = grpcurl() else { return };
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    let mut watcher = Running::start(&endpoint, &["watch", "-n", "same", "--count", "1"]);
-    assert!(watcher
-        .stderr_line()
-        .await
-        .contains("watching namespace same"));
-    let fired = add(
-        &endpoint,
-        &[
-            "-n", "same", "--delay", "1ms", "--repeat", "1h", "--ttl", "2h", "--key", "r",
-        ],
-    )
-    .await;
-    assert!(watcher.stdout_line().await.contains(&fired));
-    assert_eq!(watcher.finished().await, 0);
+    add_fired_once(&endpoint, "same", &["--ttl", "2h", "--key", "r"]).await;
     add_binary(
         &endpoint,
         "same",

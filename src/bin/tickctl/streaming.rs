@@ -125,7 +125,6 @@ impl<'session> ExpirationStream<'session> {
             match subscribe(self.session, &self.request, self.announcement).await {
                 Ok(stream) => return Ok(Some(stream)),
                 Err(Failure::Status(refused)) if may_pass(&refused) => status = refused,
-                Err(Failure::Unreachable(why)) => status = Status::unavailable(why),
                 Err(failure) => return Err(failure),
             }
             delay = (delay * 2).min(LONGEST_RETRY_DELAY);
