@@ -4,11 +4,19 @@
 //! lines are awaited one by one; `watch` and `consume` announce on stderr once their
 //! subscription is registered, and only then is a timer added. The helpers that run tickctl
 //! are in `tickctl/support.rs`; cron timers, Reschedule, replace, Redrive and `tickd
-//! --version` are tested in `tickctl/schedules.rs`.
+//! --version` are tested in `tickctl/schedules.rs`; proto3 JSON and add-batch in
+//! `tickctl/json_and_batches.rs`; completions, the manual page, help and usage errors in
+//! `tickctl/command_line.rs`; streams across tickd restarts in `tickctl/streams.rs`.
 
+#[path = "tickctl/command_line.rs"]
+mod command_line;
 mod common;
+#[path = "tickctl/json_and_batches.rs"]
+mod json_and_batches;
 #[path = "tickctl/schedules.rs"]
 mod schedules;
+#[path = "tickctl/streams.rs"]
+mod streams;
 #[path = "tickctl/support.rs"]
 mod support;
 
@@ -64,7 +72,8 @@ async fn add_then_watch_prints_the_expiration() {
     let object: Value = serde_json::from_str(&json.stdout_line().await).expect("a JSON line");
     assert_eq!(object["timer"]["id"], id.as_str());
     assert_eq!(object["timer"]["key"], "order-42");
-    assert_eq!(object["timer"]["payload"], "close order 42");
+    // proto3 JSON: bytes in base64 ("close order 42"), 32-bit integers as numbers.
+    assert_eq!(object["timer"]["payload"], "Y2xvc2Ugb3JkZXIgNDI=");
     assert_eq!(object["attempt"], 1);
     assert_eq!(text.finished().await, 0);
     assert_eq!(json.finished().await, 0);
@@ -110,7 +119,8 @@ async fn pending_lists_timers_and_cancel_removes_them() {
     assert_eq!(count, "2 pending\n");
 
     let listed = json(&endpoint, &["pending", "-n", "jobs", "--output", "json"]).await;
-    assert_eq!(listed["count"], 2);
+    // proto3 JSON: 64-bit integers as strings, bytes in base64 ("one").
+    assert_eq!(listed["count"], "2");
     let ids: Vec<_> = listed["timers"]
         .as_array()
         .unwrap()
@@ -122,14 +132,15 @@ async fn pending_lists_timers_and_cancel_removes_them() {
         [Value::from(first.clone()), Value::from(second.clone())]
     );
     assert_eq!(listed["timers"][1]["key"], "nightly");
-    assert_eq!(listed["timers"][0]["payload"], "one");
+    assert_eq!(listed["timers"][0]["payload"], "b25l");
 
     assert_eq!(
         stdout(&endpoint, &["cancel", "-n", "jobs", &first]).await,
         "cancelled\n"
     );
     let again = json(&endpoint, &["cancel", "-n", "jobs", &first, "-o", "json"]).await;
-    assert_eq!(again["cancelled"], false);
+    // proto3 JSON leaves out default values: `"cancelled": false` is an empty object.
+    assert_eq!(again, serde_json::json!({}));
     let cancelled = json(
         &endpoint,
         &["cancel", "-n", "jobs", "--key", "nightly", "-o", "json"],
@@ -137,8 +148,7 @@ async fn pending_lists_timers_and_cancel_removes_them() {
     .await;
     assert_eq!(cancelled["cancelled"], true);
     let listed = json(&endpoint, &["pending", "-n", "jobs", "-o", "json"]).await;
-    assert_eq!(listed["count"], 0);
-    assert_eq!(listed["timers"], Value::Array(vec![]));
+    assert_eq!(listed, serde_json::json!({}), "no count, no timers");
     server.stop().await;
 }
 
@@ -279,10 +289,9 @@ async fn consume_prints_and_acknowledges() {
     for expected in [&first, &second] {
         let object: Value = serde_json::from_str(&consumer.stdout_line().await).unwrap();
         assert_eq!(object["timer"]["id"], expected.as_str());
-        deliveries.push(object["delivery_id"].as_str().unwrap().to_owned());
+        deliveries.push(object["deliveryId"].as_str().unwrap().to_owned());
         if *expected == first {
-            assert_eq!(object["timer"]["payload"], Value::Null);
-            assert_eq!(object["timer"]["payload_base64"], "/wByYXc=");
+            assert_eq!(object["timer"]["payload"], "/wByYXc=");
         }
     }
     assert_eq!(consumer.finished().await, 0);
@@ -317,7 +326,7 @@ async fn ack_acknowledges_a_delivery() {
     )
     .await;
     assert!(again.failed(1).contains(&expiration.delivery_id));
-    assert_eq!(again.json()["acknowledged"], 0);
+    assert_eq!(again.json().get("acknowledged"), None, "0 is left out");
     assert_eq!(again.json()["unknown"][0], expiration.delivery_id.as_str());
     server.stop().await;
 }
@@ -326,28 +335,34 @@ async fn ack_acknowledges_a_delivery() {
 async fn add_batch_reports_each_item() {
     let server = TestServer::start().await;
     let endpoint = endpoint(&server);
-    let input = b"{\"key\": \"a\", \"delay\": \"1h\", \"payload\": \"x\"}\n\n{\"delay\": \"1h\", \"repeat\": \"0s\"}\n{\"namespace\": \"elsewhere\", \"deadline\": \"2100-01-01T00:00:00Z\"}\n";
+    let input = b"{\"key\": \"a\", \"delay\": \"1h\", \"payloadText\": \"x\"}\n\n{\"delay\": \"1h\", \"repeat\": \"0s\"}\n{\"namespace\": \"elsewhere\", \"deadline\": \"2100-01-01T00:00:00Z\"}\n";
     let ran = run_with_stdin(&endpoint, &["add-batch", "-n", "batch"], Some(input)).await;
     assert_eq!(ran.code, 1, "one item was refused");
     let lines: Vec<_> = ran.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{}", ran.stdout);
+    let id_of = |line: &str, number: usize| {
+        let prefix = format!("line={number} id=");
+        assert!(line.starts_with(&prefix), "{line}");
+        line[prefix.len()..].to_owned()
+    };
     assert!(
-        lines[1].starts_with("error line=3 INVALID_ARGUMENT"),
+        lines[1].starts_with("line=3 error INVALID_ARGUMENT: "),
         "{}",
         lines[1]
     );
     let got = json(
         &endpoint,
-        &["get", "-n", "elsewhere", lines[2], "-o", "json"],
+        &["get", "-n", "elsewhere", &id_of(lines[2], 4), "-o", "json"],
     )
     .await;
-    assert_eq!(got["deadline"], "2100-01-01T00:00:00.000000000Z");
+    assert_eq!(got["deadline"], "2100-01-01T00:00:00Z");
     let got = json(
         &endpoint,
         &["get", "-n", "batch", "--key", "a", "-o", "json"],
     )
     .await;
-    assert_eq!(got["id"], lines[0]);
+    assert_eq!(got["id"], id_of(lines[0], 1));
+    assert_eq!(got["payload"], "eA==", "base64 of the payloadText x");
     server.stop().await;
 }
 
@@ -366,7 +381,7 @@ async fn deadlines_with_offsets_and_health() {
     )
     .await;
     let got = json(&endpoint, &["get", &id, "-o", "json"]).await;
-    assert_eq!(got["deadline"], "2100-01-01T00:00:00.000000000Z");
+    assert_eq!(got["deadline"], "2100-01-01T00:00:00Z");
 
     assert_eq!(stdout(&endpoint, &["health"]).await, "SERVING\n");
     assert_eq!(
@@ -424,9 +439,15 @@ async fn errors_are_one_clear_line_with_an_exit_code() {
     let line = missing.failed(1);
     assert!(line.starts_with("tickctl: NOT_FOUND: "), "{line}");
     assert!(missing.stdout.is_empty());
+    // A key where an id goes: a usage error that says how to give a key.
     let invalid = run(&endpoint, &["cancel", "not-an-id"]).await;
-    let line = invalid.failed(1);
-    assert!(line.starts_with("tickctl: INVALID_ARGUMENT: "), "{line}");
+    assert_eq!(invalid.code, 2);
+    assert!(
+        first_line(&invalid.stderr).contains("16 hexadecimal digits")
+            && invalid.stderr.contains("--key not-an-id"),
+        "{}",
+        invalid.stderr
+    );
     server.stop().await;
 
     // Unreachable: exit 3. A port that was just free refuses connections.

@@ -16,11 +16,16 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 /// [`Daemon::start`] it. `TICKD_TEST_BIN` runs another binary (the release build, say)
 /// instead of the one cargo built for the tests.
 pub(crate) fn tickd_command() -> Command {
+    tickd_command_listening_on("127.0.0.1:0")
+}
+
+/// [`tickd_command`] listening on `listen`: to start tickd again on the port it had.
+pub(crate) fn tickd_command_listening_on(listen: &str) -> Command {
     let binary =
         std::env::var_os("TICKD_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tickd").into());
     let mut command = Command::new(binary);
     command
-        .args(["--listen", "127.0.0.1:0", "--log-format", "text"])
+        .args(["--listen", listen, "--log-format", "text"])
         .env("TICKD_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())

@@ -8,6 +8,10 @@ use crate::cmd::Command;
 use crate::connection::Connection;
 use crate::values::Output;
 
+/// The help heading of `--namespace` and `--output`, which every subcommand takes; the
+/// connection flags have their own (see [`Connection`]).
+const GLOBAL_OPTIONS: &str = "Global options";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tickctl",
@@ -26,6 +30,7 @@ pub(crate) struct Cli {
         short,
         long,
         global = true,
+        help_heading = GLOBAL_OPTIONS,
         env = "TICKCTL_NAMESPACE",
         default_value = "",
         hide_default_value = true
@@ -37,6 +42,7 @@ pub(crate) struct Cli {
         short,
         long,
         global = true,
+        help_heading = GLOBAL_OPTIONS,
         env = "TICKCTL_OUTPUT",
         value_enum,
         default_value_t = Output::Text

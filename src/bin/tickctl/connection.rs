@@ -14,8 +14,10 @@ use tonic::{Request, Status};
 use crate::failure::{one_line, Failure};
 use crate::values::duration;
 
-/// The global flags that say where tickd is and how to authenticate to it.
+/// The global flags that say where tickd is and how to authenticate to it. Every
+/// subcommand's `--help` lists them under their own heading, apart from its own flags.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection options")]
 pub(crate) struct Connection {
     /// tickd's gRPC endpoint: `HOST:PORT`, `http://HOST:PORT`, `https://HOST:PORT` or `unix:PATH`.
     #[arg(
@@ -74,7 +76,7 @@ pub(crate) struct Connection {
     tls_server_name: Option<String>,
 
     /// Connection timeout, and deadline of each unary call.
-    #[arg(long, global = true, env = "TICKCTL_TIMEOUT", default_value = "10s", value_parser = duration)]
+    #[arg(long, global = true, env = "TICKCTL_TIMEOUT", default_value = "10s", value_parser = duration, allow_hyphen_values = true)]
     pub(crate) timeout: Duration,
 }
 

@@ -32,6 +32,19 @@ impl From<Status> for Failure {
 }
 
 impl Failure {
+    /// The same failure, its message preceded by `context` (which part of the work it hit).
+    pub(crate) fn after(self, context: &str) -> Failure {
+        match self {
+            Failure::Usage(message) => Failure::Usage(format!("{context}: {message}")),
+            Failure::Status(status) => Failure::Status(Status::new(
+                status.code(),
+                format!("{context}: {}", status.message()),
+            )),
+            Failure::Unreachable(message) => Failure::Unreachable(format!("{context}: {message}")),
+            Failure::Other(message) => Failure::Other(format!("{context}: {message}")),
+        }
+    }
+
     /// Prints the failure as one `tickctl: ...` line on stderr and returns its exit code.
     pub(crate) fn report(&self) -> ExitCode {
         let (message, exit_code) = match self {

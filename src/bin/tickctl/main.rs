@@ -5,6 +5,7 @@
 //! tickctl add --delay 30m --key order-42 --payload 'close order 42' -n orders
 //! tickctl pending -n orders            # a table; --output json for scripts
 //! tickctl watch -n orders              # one line per expiration, until Ctrl-C
+//! tickctl completion bash > /etc/bash_completion.d/tickctl
 //! ```
 //!
 //! Exit codes: 0 ok; 1 the server refused the call (the message names the gRPC code);
@@ -15,6 +16,7 @@ mod cmd;
 mod connection;
 mod failure;
 mod output;
+mod proto_json;
 mod proto_time;
 mod session;
 mod streaming;
@@ -32,6 +34,9 @@ use session::Session;
 fn main() -> ExitCode {
     // Clap prints its own usage errors and exits with 2 (0 for --help and --version).
     let cli = Cli::parse();
+    if let Some(exit_code) = cli.command.run_without_server() {
+        return exit_code;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

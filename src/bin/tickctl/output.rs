@@ -1,19 +1,30 @@
-//! How tickctl shows timers and expirations: `key=value` text lines and tables, or JSON
-//! (field names as in the proto; timestamps RFC 3339; durations like "1.5s"; payloads both as
-//! text, when they are UTF-8, and as base64).
+//! How tickctl shows timers and expirations: `key=value` text lines and tables, or the
+//! answers in proto3 JSON (see [`crate::proto_json`]), pretty or one object per line.
 
 use std::io::{self, Write};
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
+use crate::proto_json::{to_json_text, ProtoMessage};
 use crate::proto_time::{from_proto_duration, from_proto_timestamp};
 use tickd::proto::{Expiration, Timer};
 
 /// Writes one line to stdout. A closed pipe (`tickctl watch | head -1`) ends tickctl quietly.
 pub(crate) fn print_line(text: impl std::fmt::Display) {
     let mut stdout = io::stdout().lock();
-    if let Err(error) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+    let written = writeln!(stdout, "{text}").and_then(|()| stdout.flush());
+    stop_unless_written(written);
+}
+
+/// Writes bytes as they are (a generated script or manual page), like [`print_line`].
+pub(crate) fn print_bytes(bytes: &[u8]) {
+    let mut stdout = io::stdout().lock();
+    let written = stdout.write_all(bytes).and_then(|()| stdout.flush());
+    stop_unless_written(written);
+}
+
+/// A closed pipe ends tickctl quietly (exit 0); any other write error with exit 1.
+fn stop_unless_written(written: io::Result<()>) {
+    if let Err(error) = written {
         if error.kind() == io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -22,12 +33,15 @@ pub(crate) fn print_line(text: impl std::fmt::Display) {
     }
 }
 
-pub(crate) fn print_json_line(value: &Value) {
-    print_line(value);
+/// One message in proto3 JSON on one line: what streams print, so that every line parses on
+/// its own.
+pub(crate) fn print_message_line<M: ProtoMessage>(message: &M) {
+    print_line(to_json_text(message, false));
 }
 
-pub(crate) fn print_json_pretty(value: &Value) {
-    print_line(serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
+/// One message in proto3 JSON, indented as grpcurl prints an answer.
+pub(crate) fn print_message<M: ProtoMessage>(message: &M) {
+    print_line(to_json_text(message, true));
 }
 
 pub(crate) fn timestamp_text(timestamp: Option<&prost_types::Timestamp>) -> String {
@@ -53,33 +67,6 @@ fn duration_text(duration: Option<&prost_types::Duration>) -> String {
     }
 }
 
-/// The proto3 JSON form of a duration: `"1.500s"`; null when absent.
-fn json_duration(duration: Option<&prost_types::Duration>) -> Value {
-    match from_proto_duration(duration) {
-        Some(value) => {
-            let nanos = value.subsec_nanos();
-            if nanos == 0 {
-                json!(format!("{}s", value.as_secs()))
-            } else {
-                let fraction = format!("{nanos:09}");
-                json!(format!(
-                    "{}.{}s",
-                    value.as_secs(),
-                    fraction.trim_end_matches('0')
-                ))
-            }
-        }
-        None => Value::Null,
-    }
-}
-
-fn json_timestamp(value: Option<&prost_types::Timestamp>) -> Value {
-    match from_proto_timestamp(value) {
-        Some(time) => json!(humantime::format_rfc3339_nanos(time).to_string()),
-        None => Value::Null,
-    }
-}
-
 /// A payload for a text line: quoted and escaped when UTF-8, else `0x` and hex.
 fn payload_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
@@ -93,34 +80,6 @@ fn payload_text(bytes: &[u8]) -> String {
             hex
         }
     }
-}
-
-pub(crate) fn timer_json(timer: &Timer) -> Value {
-    json!({
-        "id": timer.id,
-        "namespace": timer.namespace,
-        "key": timer.key,
-        "deadline": json_timestamp(timer.deadline.as_ref()),
-        "remaining": json_duration(timer.remaining.as_ref()),
-        "repeat": json_duration(timer.repeat.as_ref()),
-        "ttl": json_duration(timer.ttl.as_ref()),
-        "fired_count": timer.fired_count,
-        "cron": non_empty(&timer.cron),
-        "time_zone": non_empty(&timer.time_zone),
-        "payload": std::str::from_utf8(&timer.payload).ok(),
-        "payload_base64": base64(&timer.payload),
-    })
-}
-
-pub(crate) fn expiration_json(expiration: &Expiration) -> Value {
-    json!({
-        "delivery_id": expiration.delivery_id,
-        "timer": expiration.timer.as_ref().map(timer_json),
-        "fired_at": json_timestamp(expiration.fired_at.as_ref()),
-        "attempt": expiration.attempt,
-        "late": expiration.late,
-        "lease": expiration.lease,
-    })
 }
 
 /// `fired id=.. namespace=.. key=.. attempt=1 fired_at=.. [late] [lease] delivery=.. payload=".."`
@@ -247,15 +206,6 @@ fn schedule_text(timer: &Timer) -> String {
     format!("{} ({})", timer.cron, or_dash(&timer.time_zone))
 }
 
-/// A text field for JSON: null when empty, as an absent proto3 string reads.
-fn non_empty(text: &str) -> Value {
-    if text.is_empty() {
-        Value::Null
-    } else {
-        json!(text)
-    }
-}
-
 /// Empty text fields show as `-`, so text columns and `key=value` pairs never go blank.
 fn or_dash(text: &str) -> &str {
     if text.is_empty() {
@@ -265,46 +215,9 @@ fn or_dash(text: &str) -> &str {
     }
 }
 
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (index, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if index <= chunk.len() {
-                text.push(ALPHABET[((n >> shift) & 63) as usize] as char);
-            } else {
-                text.push('=');
-            }
-        }
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_rfc4648() {
-        for (input, expected) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), expected);
-        }
-    }
 
     #[test]
     fn dead_expiration_rows_dash_what_is_missing() {
@@ -327,13 +240,5 @@ mod tests {
             dead_expiration_row(&without_timer),
             ["", "", "-", "-", "0", "\"\""]
         );
-    }
-
-    #[test]
-    fn durations_in_json_follow_proto3() {
-        let d = |seconds, nanos| prost_types::Duration { seconds, nanos };
-        assert_eq!(json_duration(Some(&d(1, 500_000_000))), json!("1.5s"));
-        assert_eq!(json_duration(Some(&d(30, 0))), json!("30s"));
-        assert_eq!(json_duration(None), Value::Null);
     }
 }

@@ -3,13 +3,15 @@
 
 use clap::Args;
 
+use crate::values::timer_id;
 use tickd::proto::{timer_ref, TimerRef};
 
 /// One timer, by id or by key.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
 pub(crate) struct Target {
-    /// The timer's id.
+    /// The timer's id (16 hexadecimal digits, as `add` prints it).
+    #[arg(value_parser = timer_id)]
     pub(crate) id: Option<String>,
     /// The timer's client key instead of its id.
     #[arg(long)]

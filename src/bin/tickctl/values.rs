@@ -14,9 +14,34 @@ pub(crate) enum Output {
 }
 
 /// `1500ms`, `30s`, `2h`, `1h 30m`: the server's own parser, so tickctl and tickd's config
-/// accept the same durations.
+/// accept the same durations. Flags taking one set `allow_hyphen_values`, so that `-5s`
+/// reaches this parser and gets a message about durations instead of clap's "unexpected
+/// argument".
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    if text.starts_with("--") {
+        return Err(format!(
+            "expected a duration like 30s, found the flag {text:?}"
+        ));
+    }
+    if let Some(magnitude) = text.trim_start().strip_prefix('-') {
+        return Err(format!(
+            "{text:?}: a duration cannot be negative; give how long from now, like {}",
+            magnitude.trim()
+        ));
+    }
     tickd::config::parse_duration(text)
+}
+
+/// A timer id: 16 hexadecimal digits, as `add` prints them (the server's own parser). Text
+/// that is not one is most likely a key, so the message says how to give that.
+pub(crate) fn timer_id(text: &str) -> Result<String, String> {
+    match text.parse::<tickd::domain::TimerId>() {
+        Ok(_) => Ok(text.to_owned()),
+        Err(_) => Err(format!(
+            "{text:?} is not a timer id: ids are 16 hexadecimal digits, as `tickctl add` prints \
+             them; to name a timer by its key, use --key {text}"
+        )),
+    }
 }
 
 /// RFC 3339 with `Z` or a numeric offset (`+01:00`); seconds fractions optional.
@@ -73,5 +98,19 @@ mod tests {
         assert_eq!(rfc3339("2030-01-02T03:04:05").unwrap(), utc);
         assert!(rfc3339("2030-01-02T03:04:05+25:00").is_err());
         assert!(rfc3339("tomorrow").is_err());
+    }
+
+    #[test]
+    fn negative_durations_and_keys_for_ids_say_what_to_give() {
+        assert_eq!(duration("1500ms"), Ok(Duration::from_millis(1500)));
+        let negative = duration("-5s").unwrap_err();
+        assert!(negative.contains("cannot be negative") && negative.contains("like 5s"));
+        assert!(duration("--key").unwrap_err().contains("found the flag"));
+        assert_eq!(
+            timer_id("00000000000000ff").as_deref(),
+            Ok("00000000000000ff")
+        );
+        let key = timer_id("order-7").unwrap_err();
+        assert!(key.contains("16 hexadecimal digits") && key.contains("--key order-7"));
     }
 }

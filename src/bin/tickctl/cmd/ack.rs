@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 
 use crate::failure::{Failure, EXIT_REFUSED};
 use crate::output;
@@ -24,10 +23,7 @@ impl Ack {
         let namespace = session.namespace().to_owned();
         let answer = acknowledge(session, namespace, self.delivery_ids).await?;
         if session.wants_json() {
-            output::print_json_pretty(&json!({
-                "acknowledged": answer.acknowledged,
-                "unknown": answer.unknown,
-            }));
+            output::print_message(&answer);
         } else {
             output::print_line(format!("acknowledged {}", answer.acknowledged));
         }

@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::Args;
-use serde_json::json;
 
 use super::get::timer_of_answer;
 use crate::failure::Failure;
@@ -17,7 +16,7 @@ use crate::output;
 use crate::proto_time::{to_proto_duration, to_proto_timestamp};
 use crate::session::Session;
 use crate::values::{duration, rfc3339};
-use tickd::proto::{NewTimeoutRequest, TimerSpec};
+use tickd::proto::{NewTimeoutRequest, NewTimeoutResponse, TimerSpec};
 
 /// Register a timer (NewTimeout); prints its id.
 #[derive(Debug, Args)]
@@ -33,10 +32,10 @@ pub(crate) struct Add {
     #[arg(long, requires = "key")]
     replace: bool,
     /// Re-arm every interval after each firing.
-    #[arg(long, value_parser = duration, conflicts_with = "cron")]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, conflicts_with = "cron")]
     repeat: Option<Duration>,
     /// Make the timer a lease: heartbeats (touch, keepalive) push its deadline to now + ttl.
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     ttl: Option<Duration>,
     /// Fire on a calendar schedule: 5 fields (minute hour day-of-month month day-of-week),
     /// 6 with seconds first, or @hourly/@daily/@weekly/@monthly/@yearly. With --delay or
@@ -52,7 +51,7 @@ pub(crate) struct Add {
 #[derive(Debug, Args)]
 pub(crate) struct When {
     /// Fire after this delay.
-    #[arg(long, value_parser = duration, conflicts_with = "deadline")]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true, conflicts_with = "deadline")]
     pub(crate) delay: Option<Duration>,
     /// Fire at this time: RFC 3339, e.g. 2030-01-02T03:04:05Z or 2030-01-02T04:04:05+01:00.
     #[arg(long, visible_alias = "at", value_parser = rfc3339)]
@@ -117,11 +116,10 @@ impl Add {
             .await?;
         let timer = timer_of_answer(answer.timer)?;
         if session.wants_json() {
-            output::print_json_pretty(&json!({
-                "created": answer.created,
-                "replaced": answer.replaced,
-                "timer": output::timer_json(&timer),
-            }));
+            output::print_message(&NewTimeoutResponse {
+                timer: Some(timer),
+                ..answer
+            });
         } else {
             output::print_line(&timer.id);
             if answer.replaced {

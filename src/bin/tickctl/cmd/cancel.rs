@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 
 use crate::failure::Failure;
 use crate::output;
@@ -26,7 +25,7 @@ impl Cancel {
         });
         let answer = session.unary(session.timers_api().cancel(request)).await?;
         if session.wants_json() {
-            output::print_json_pretty(&json!({ "cancelled": answer.cancelled }));
+            output::print_message(&answer);
         } else if answer.cancelled {
             output::print_line("cancelled");
         } else {

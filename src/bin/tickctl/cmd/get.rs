@@ -37,7 +37,7 @@ pub(crate) fn timer_of_answer(timer: Option<Timer>) -> Result<Timer, Failure> {
 pub(crate) fn print_timer(session: &Session, timer: Option<Timer>) -> Result<ExitCode, Failure> {
     let timer = timer_of_answer(timer)?;
     if session.wants_json() {
-        output::print_json_pretty(&output::timer_json(&timer));
+        output::print_message(&timer);
     } else {
         output::print_line(output::timer_details(&timer));
     }

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -29,7 +28,7 @@ impl Health {
         let status = ServingStatus::try_from(answer.status).unwrap_or(ServingStatus::Unknown);
         let status_name = status.as_str_name();
         if session.wants_json() {
-            output::print_json_pretty(&json!({ "service": self.service, "status": status_name }));
+            output::print_message(&answer);
         } else {
             output::print_line(status_name);
         }

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status};
@@ -18,23 +17,23 @@ use crate::proto_time::{from_proto_duration, to_proto_duration};
 use crate::session::Session;
 use crate::streaming::interrupted;
 use crate::target::timer_ref_in;
-use crate::values::duration;
+use crate::values::{duration, timer_id};
 use tickd::proto::{timer_ref, GetRequest, KeepAliveRequest, KeepAliveResponse, TimerRef};
 
 /// Keep leases alive over one KeepAlive stream, heartbeating every ttl/3 until Ctrl-C.
 #[derive(Debug, Args)]
 pub(crate) struct Keepalive {
     /// Ids of the leases to keep alive.
-    #[arg(required_unless_present = "keys")]
+    #[arg(required_unless_present = "keys", value_parser = timer_id)]
     ids: Vec<String>,
     /// Keys of leases to keep alive (repeatable).
     #[arg(long = "key", value_name = "KEY")]
     keys: Vec<String>,
     /// Ttl sent with every heartbeat (default: each lease's own, read with Get).
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     ttl: Option<Duration>,
     /// Time between heartbeats (default: a third of the shortest ttl).
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     interval: Option<Duration>,
     /// Stop after this many rounds of heartbeats (default: until Ctrl-C).
     #[arg(long)]
@@ -164,14 +163,10 @@ async fn shortest_lease_ttl(session: &Session, leases: &[TimerRef]) -> Result<Du
 
 /// One answered heartbeat: a `kept ...` line, or one compact JSON object per line.
 fn print_kept(session: &Session, answer: &KeepAliveResponse) {
-    let deadline = output::timestamp_text(answer.deadline.as_ref());
     if session.wants_json() {
-        output::print_json_line(&json!({
-            "sequence": answer.sequence,
-            "id": answer.id,
-            "deadline": deadline,
-        }));
+        output::print_message_line(answer);
     } else {
+        let deadline = output::timestamp_text(answer.deadline.as_ref());
         output::print_line(format!(
             "kept id={} deadline={} sequence={}",
             answer.id, deadline, answer.sequence

@@ -8,10 +8,12 @@ mod ack;
 mod add;
 mod add_batch;
 mod cancel;
+mod completion;
 mod consume;
 mod get;
 mod health;
 mod keepalive;
+mod man;
 mod pending;
 mod redrive;
 mod reschedule;
@@ -41,9 +43,21 @@ pub(crate) enum Command {
     Ack(ack::Ack),
     Redrive(redrive::Redrive),
     Health(health::Health),
+    Completion(completion::Completion),
+    Man(man::Man),
 }
 
 impl Command {
+    /// Runs the subcommands that need no server (completions, the manual page), which must
+    /// work with no tickd around: before connecting. None for the others.
+    pub(crate) fn run_without_server(&self) -> Option<ExitCode> {
+        match self {
+            Command::Completion(completion) => Some(completion.run()),
+            Command::Man(man) => Some(man.run()),
+            _ => None,
+        }
+    }
+
     /// Runs the subcommand. Its exit code is 0, or 1 when the server refused part of the work
     /// (a timer of a batch, an unknown or not dead delivery id) or is not serving; whatever stops the
     /// subcommand as a whole is a [`Failure`].
@@ -62,6 +76,8 @@ impl Command {
             Command::Ack(ack) => ack.run(session).await,
             Command::Redrive(redrive) => redrive.run(session).await,
             Command::Health(health) => health.run(session).await,
+            Command::Completion(completion) => Ok(completion.run()),
+            Command::Man(man) => Ok(man.run()),
         }
     }
 }

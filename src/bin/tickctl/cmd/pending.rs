@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 
 use crate::failure::Failure;
 use crate::output;
@@ -30,7 +29,8 @@ pub(crate) struct Pending {
 struct Listing {
     first_page: PendingResponse,
     timers: Vec<Timer>,
-    more_pages: bool,
+    /// Where a next call would go on, when `--limit` stopped the listing early.
+    next_page_token: String,
 }
 
 impl Pending {
@@ -42,7 +42,7 @@ impl Pending {
         }
         let listing = self.list_pages(session).await?;
         if session.wants_json() {
-            self.print_json(session, &listing);
+            self.print_json(&listing);
         } else {
             self.print_text(&listing);
         }
@@ -77,28 +77,19 @@ impl Pending {
         Ok(Listing {
             first_page: first_page.unwrap_or_default(),
             timers,
-            more_pages: !page_token.is_empty(),
+            next_page_token: page_token,
         })
     }
 
-    fn print_json(&self, session: &Session, listing: &Listing) {
-        let first_page = &listing.first_page;
-        let mut value = json!({
-            "count": first_page.count,
-            "timers": listing.timers.iter().map(output::timer_json).collect::<Vec<_>>(),
-            "more": listing.more_pages,
+    /// The pages as one PendingResponse, as grpcurl would print a single page: every timer
+    /// listed, `nextPageToken` only when `--limit` left some out, dead expirations only with
+    /// `--dead`.
+    fn print_json(&self, listing: &Listing) {
+        output::print_message(&PendingResponse {
+            timers: listing.timers.clone(),
+            next_page_token: listing.next_page_token.clone(),
+            ..listing.first_page.clone()
         });
-        if !session.namespace().is_empty() {
-            value["dead_count"] = json!(first_page.dead_count);
-        }
-        if self.dead {
-            value["dead"] = first_page
-                .dead_expirations
-                .iter()
-                .map(output::expiration_json)
-                .collect();
-        }
-        output::print_json_pretty(&value);
     }
 
     fn print_text(&self, listing: &Listing) {

@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 
 use crate::failure::{Failure, EXIT_REFUSED};
 use crate::output;
@@ -28,10 +27,7 @@ impl Redrive {
         });
         let answer = session.unary(session.timers_api().redrive(request)).await?;
         if session.wants_json() {
-            output::print_json_pretty(&json!({
-                "redriven": answer.redriven,
-                "not_dead": answer.not_dead,
-            }));
+            output::print_message(&answer);
         } else {
             output::print_line(format!("redriven {}", answer.redriven));
         }

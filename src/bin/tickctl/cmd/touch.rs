@@ -20,7 +20,7 @@ pub(crate) struct Touch {
     #[command(flatten)]
     target: Target,
     /// New ttl (default: the timer's own).
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     ttl: Option<Duration>,
 }
 

@@ -1,5 +1,6 @@
 //! `tickctl watch`: observes a namespace, printing every expiration as it fires, without
-//! taking part in delivery or acknowledging (an observer sees copies; consumers are unaffected).
+//! taking part in delivery or acknowledging (an observer sees copies; consumers are unaffected);
+//! across tickd restarts, unless `--no-reconnect`.
 
 use std::process::ExitCode;
 
@@ -7,15 +8,14 @@ use clap::Args;
 
 use crate::failure::Failure;
 use crate::session::Session;
-use crate::streaming::{print_expiration, ExpirationStream};
+use crate::streaming::{print_expiration, ExpirationStream, StreamArgs};
 use tickd::proto::{subscribe_request, SubscribeRequest};
 
 /// Observe a namespace: print every expiration as it fires, without acknowledging.
 #[derive(Debug, Args)]
 pub(crate) struct Watch {
-    /// Stop after this many expirations (default: until Ctrl-C).
-    #[arg(long)]
-    count: Option<u64>,
+    #[command(flatten)]
+    stream: StreamArgs,
 }
 
 impl Watch {
@@ -26,7 +26,7 @@ impl Watch {
             ..Default::default()
         };
         let mut expirations =
-            ExpirationStream::open(session, request, self.count, "watching").await?;
+            ExpirationStream::open(session, request, &self.stream, "watching").await?;
         while let Some(expiration) = expirations.next().await? {
             print_expiration(session, &expiration);
         }

@@ -1,0 +1,45 @@
+//! `tickctl man`: the manual page, rendered by clap_mangen from the command line's own
+//! definition (the help texts are the page's text); with `--dir`, one page per subcommand as
+//! packagers install them. It needs no server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory};
+
+use crate::cli::Cli;
+use crate::failure::Failure;
+use crate::output;
+
+/// Print tickctl's manual page (roff: `tickctl man | man -l -`).
+#[derive(Debug, Args)]
+pub(crate) struct Man {
+    /// Instead, write tickctl.1 and a page per subcommand (tickctl-add.1, ...) into this
+    /// directory.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+impl Man {
+    pub(crate) fn run(&self) -> ExitCode {
+        let written = match &self.dir {
+            Some(dir) => clap_mangen::generate_to(Cli::command(), dir).map_err(|error| {
+                Failure::Other(format!(
+                    "writing manual pages to {}: {error}",
+                    dir.display()
+                ))
+            }),
+            None => {
+                let mut page = Vec::new();
+                clap_mangen::Man::new(Cli::command())
+                    .render(&mut page)
+                    .map(|()| output::print_bytes(&page))
+                    .map_err(|error| Failure::Other(format!("rendering the manual page: {error}")))
+            }
+        };
+        match written {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(failure) => failure.report(),
+        }
+    }
+}
