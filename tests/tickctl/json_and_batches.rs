@@ -340,13 +340,12 @@ async fn count(endpoint: &str, namespace: &str) -> Option<String> {
         .map(|count| count.as_str().unwrap().to_owned())
 }
 
-/// grpcurl 1.8.6 from PyPI, in a venv of its own under target/.
+/// grpcurl 1.8.6 from PyPI, in the operators' tools venv under target/ (tests/tools.rs's).
 fn grpcurl() -> Option<std::path::PathBuf> {
     if common::tooling::skip_polyglot("tickctl's JSON beside grpcurl's") {
         return None;
     }
-    let requirements = common::tooling::repo().join("tests/tickctl/grpcurl-requirements.txt");
-    let python = common::tooling::python_venv("grpcurl-venv", &requirements)
+    let python = common::tooling::tools_python()
         .unwrap_or_else(|error| panic!("installing grpcurl: {error}"));
     Some(python.with_file_name("grpcurl"))
 }
