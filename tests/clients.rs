@@ -20,7 +20,9 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use common::tooling::{install_lock, polyglot_python, repo, run, skip_polyglot, target_dir};
+use common::tooling::{
+    apt_install, install_lock, polyglot_python, repo, run, skip_polyglot, target_dir,
+};
 use common::TestServer;
 
 /// Runs an example with `TICKD_ADDR` pointing at a fresh server, and checks that it exits 0
@@ -174,7 +176,7 @@ const JAVA_PACKAGES: [(&str, &str); 10] = [
     ),
 ];
 
-/// `apt-get install -y` what is missing (with `apt-get update` first only if that fails).
+/// `apt-get install -y` what is missing.
 fn ensure_java_packages() -> Result<(), String> {
     let _lock = install_lock("clients-java-apt")?;
     let missing: Vec<&str> = JAVA_PACKAGES
@@ -185,27 +187,7 @@ fn ensure_java_packages() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!("clients: apt-get install -y {}", missing.join(" "));
-    let install = || {
-        let mut command = Command::new("apt-get");
-        command
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        run(command)
-    };
-    if install().is_err() {
-        let mut update = Command::new("apt-get");
-        update.args(["update", "-q"]);
-        run(update).map_err(|e| {
-            format!(
-                "{e}\n(the Java example needs Debian's packages: {})",
-                missing.join(" ")
-            )
-        })?;
-        install()
-            .map_err(|e| format!("{e}\n(installing as root is needed for the Java example)"))?;
-    }
+    apt_install(&missing, "the Java example")?;
     Ok(())
 }
 

@@ -55,17 +55,6 @@ fn clock_ticks_per_second() -> u64 {
         .expect("CLK_TCK")
 }
 
-/// The `metrics=` address of the daemon's "tickd serving" line.
-fn metrics_addr(daemon: &Daemon) -> SocketAddr {
-    daemon
-        .lines_with(&["tickd serving"])
-        .iter()
-        .flat_map(|line| line.split_whitespace())
-        .find_map(|field| field.strip_prefix("metrics="))
-        .and_then(|addr| addr.parse().ok())
-        .expect("metrics address in the log")
-}
-
 /// Scrapes until `series` reaches `at_least` (an event the server reports), and checks
 /// that it did.
 async fn await_metric(addr: SocketAddr, series: &str, at_least: f64) -> Scrape {
@@ -184,7 +173,7 @@ async fn idle_connections_by_the_thousand_never_keep_a_client_out() {
         core_share < 0.5,
         "tickd spins with idle sockets: {core_share:.2} of a core"
     );
-    let scrape = scrape(metrics_addr(&daemon)).await;
+    let scrape = scrape(daemon.metrics_addr()).await;
     let evicted = "tickd_connections_closed_by_server_total{reason=\"Evicted\"}";
     assert!(scrape.value(evicted) > 0.0, "{scrape:#?}");
     assert!(

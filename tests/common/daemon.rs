@@ -84,6 +84,16 @@ impl Daemon {
         (status, daemon.log_text())
     }
 
+    /// The `metrics=` address of its "tickd serving" line (started with `--metrics-listen`).
+    pub(crate) fn metrics_addr(&self) -> SocketAddr {
+        self.lines_with(&["tickd serving"])
+            .iter()
+            .flat_map(|line| line.split_whitespace())
+            .find_map(|field| field.strip_prefix("metrics="))
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("no metrics address in the log:\n{}", self.log_text()))
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }

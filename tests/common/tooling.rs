@@ -146,3 +146,36 @@ pub(crate) fn polyglot_python() -> Result<PathBuf, String> {
         &repo().join("tests/python/requirements.txt"),
     )
 }
+
+/// `apt-get install -y PACKAGES` (with `apt-get update` first only if that fails); `why`
+/// says in a failure what needs them. Callers hold an [`install_lock`] and look for what
+/// the packages bring first.
+pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<(), String> {
+    eprintln!("apt-get install -y {}", packages.join(" "));
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        run(command)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        run(update).map_err(|e| format!("{e}\n({why} needs Debian's {})", packages.join(" ")))?;
+        install().map_err(|e| format!("{e}\n(installing for {why} needs root)"))?;
+    }
+    Ok(())
+}
+
+/// Debian's `promtool` (package `prometheus`), installed when missing: Prometheus' own
+/// parser of the metrics text format, rule files and rule unit tests.
+pub(crate) fn promtool() -> Result<PathBuf, String> {
+    let promtool = PathBuf::from("/usr/bin/promtool");
+    let _lock = install_lock("prometheus-apt")?;
+    if !promtool.exists() {
+        apt_install(&["prometheus"], "promtool")?;
+    }
+    Ok(promtool)
+}
