@@ -353,15 +353,15 @@ async fn subscriber_and_unacked_gauges_follow_streams_and_acks() {
 
     drop((auto_ack, observer));
     await_gauges(metrics, [0.0, 0.0, 0.0, 0.0, 1.0]).await;
-    // A subscription refused (no namespace) leaves no count behind.
+    // A subscription refused (a control character in its namespace) leaves no count behind.
     let refused = client
         .subscribe(SubscribeRequest {
-            namespace: String::new(),
+            namespace: "bad\u{1}namespace".into(),
             ..Default::default()
         })
         .await;
     assert_eq!(
-        refused.expect_err("no namespace").code(),
+        refused.expect_err("invalid namespace").code(),
         tonic::Code::InvalidArgument
     );
     await_gauges(metrics, [0.0, 0.0, 0.0, 0.0, 1.0]).await;

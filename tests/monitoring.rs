@@ -204,9 +204,9 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     names
 }
 
-/// Names a scrape exports: each sample's, and each declared family's (a family may have
-/// no sample until its first event: connections closed at the limit, say), with a
-/// histogram's `_bucket`, `_sum` and `_count`.
+/// Names a scrape exports: each sample's, and each declared family's with a histogram's
+/// `_bucket`, `_sum` and `_count`. (A family shows only once it has a series: tickd
+/// creates the series of its fixed label values, such as close reasons, at 0.)
 fn exported_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for line in text.lines() {
