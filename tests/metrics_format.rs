@@ -12,14 +12,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::daemon::{tickd_command, Daemon};
+use common::daemon::{clock_ticks_per_second, cpu_ticks, tickd_command, Daemon};
 use common::metrics::{exercise, fetch_metrics, scrape_until, Scrape};
-use common::tooling::{promtool, python_venv, repo, skip_polyglot};
+use common::tooling::{promtool, python_venv, repo, run_with_stdin, skip_polyglot};
 use common::*;
 use tickd::proto::subscribe_request::Mode;
 use tickd::proto::timers_client::TimersClient;
@@ -44,35 +43,6 @@ fn daemon_with_metrics() -> Daemon {
     let mut command = tickd_command();
     command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
     Daemon::start(command)
-}
-
-/// Runs `command` with `input` on its stdin; its output, or the failure with the input.
-fn run_with_stdin(mut command: Command, input: &str) -> Result<std::process::Output, String> {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let shown = common::tooling::describe(&command);
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("could not run `{shown}`: {e}"))?;
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    let output = child.wait_with_output().expect("wait");
-    if output.status.success() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "`{shown}` failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- input ---\n{input}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-        ))
-    }
 }
 
 fn series_names(scrape_text: &str) -> BTreeSet<String> {
@@ -104,7 +74,8 @@ async fn the_text_format_is_declared_as_such_and_passes_promtool() {
         );
         let mut check = Command::new(&promtool);
         check.args(["check", "metrics"]);
-        let checked = run_with_stdin(check, &body).unwrap_or_else(|failure| panic!("{failure}"));
+        let checked =
+            run_with_stdin(check, &body).unwrap_or_else(|failure| panic!("{failure}\n{body}"));
         let said = format!(
             "{}{}",
             String::from_utf8_lossy(&checked.stdout),
@@ -194,24 +165,6 @@ fn proc_field(pid: u32, file: &str, prefix: &str) -> String {
         .to_owned()
 }
 
-/// User and system CPU time of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    let fields: Vec<&str> = stat.rsplit_once(") ").expect("stat").1.split(' ').collect();
-    fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()
-}
-
-fn clock_ticks_per_second() -> f64 {
-    let output = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .expect("getconf");
-    String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .expect("CLK_TCK")
-}
-
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -227,10 +180,10 @@ async fn process_metrics_describe_the_tickd_process_and_build_info_this_build() 
     let serving_by = unix_now();
     exercise(&mut client_of(daemon.addr).await).await;
     let pid = daemon.pid();
-    let ticks = clock_ticks_per_second();
-    let cpu_before = cpu_ticks(pid) / ticks;
+    let ticks = clock_ticks_per_second() as f64;
+    let cpu_before = cpu_ticks(pid) as f64 / ticks;
     let text = fetch_metrics(daemon.metrics_addr(), None).await.body;
-    let cpu_after = cpu_ticks(pid) / ticks;
+    let cpu_after = cpu_ticks(pid) as f64 / ticks;
     let scrape = Scrape::parse(&text);
 
     let cpu = scrape.value("process_cpu_seconds_total");

@@ -224,3 +224,22 @@ fn listen_addr(line: &str) -> Option<SocketAddr> {
         .parse()
         .ok()
 }
+
+/// CPU time the process `pid` has used (user + system), in clock ticks.
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    let fields: Vec<&str> = stat.rsplit_once(") ").expect("stat").1.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `getconf CLK_TCK`: the clock ticks of [`cpu_ticks`] per second.
+pub(crate) fn clock_ticks_per_second() -> u64 {
+    let output = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK")
+}

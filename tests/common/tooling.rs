@@ -8,8 +8,9 @@
 //! they would otherwise install with apt when it is missing).
 
 use std::fs::{self, File};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -55,6 +56,34 @@ pub(crate) fn run(mut command: Command) -> Result<Output, String> {
     let output = command
         .output()
         .map_err(|error| format!("could not run `{shown}`: {error}"))?;
+    succeeded(&shown, output)
+}
+
+/// Like [`run`], with `input` written to the command's stdin.
+pub(crate) fn run_with_stdin(mut command: Command, input: &str) -> Result<Output, String> {
+    let shown = describe(&command);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("could not run `{shown}`: {error}"))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // Written from a thread: a command that answers as it reads could otherwise fill its
+    // stdout pipe while we still write.
+    let input = input.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let output = child
+        .wait_with_output()
+        .map_err(|error| format!("`{shown}`: {error}"))?;
+    let written = writer.join().expect("stdin writer");
+    let output = succeeded(&shown, output)?;
+    written.map_err(|error| format!("writing to `{shown}`: {error}"))?;
+    Ok(output)
+}
+
+fn succeeded(shown: &str, output: Output) -> Result<Output, String> {
     if output.status.success() {
         Ok(output)
     } else {
