@@ -1,22 +1,32 @@
 //! `deploy/monitoring/` checked: the alert rules pass `promtool check rules` and their unit
 //! tests (`promtool test rules`); every dashboard query is PromQL that promtool accepts;
 //! every metric the dashboard and the alerts name is one a real tickd exports; the
-//! ServiceMonitor and PodMonitor point at ports the manifests declare.
+//! ServiceMonitor and PodMonitor point at ports the manifests declare; and a real
+//! Prometheus scrapes a real tickd and evaluates the rules.
 //!
-//! Needs Debian's `prometheus` package for `promtool` (apt-installed when missing).
+//! Needs Debian's `prometheus` package for `promtool` and `prometheus` (apt-installed when
+//! missing).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::metrics::{exercise, fetch_metrics};
 use common::tooling::{must, promtool, repo};
+use common::wait::eventually;
 use common::TestServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MONITORING: &str = "deploy/monitoring";
+
+/// How long Prometheus may take to start, scrape and evaluate; how often it is asked.
+const PATIENCE: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(200);
 
 /// Series Prometheus adds to every target itself.
 const SYNTHETIC: [&str; 1] = ["up"];
@@ -383,4 +393,152 @@ fn the_monitors_point_at_ports_the_manifests_declare() {
     let rules = read(&monitoring_file("alerts.yaml"));
     assert!(rules.contains("up{job=\"tickd\"}"));
     assert!(pod_monitor.contains("replacement: tickd"));
+}
+
+/// A process killed (and reaped) when dropped, so that a failing test leaves none behind.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET path` from Prometheus' HTTP API, as JSON (HTTP/1.0: the body ends with the
+/// connection); Err while it does not answer yet.
+async fn prometheus_api(addr: SocketAddr, path: &str) -> Result<serde_json::Value, String> {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: prometheus\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    let response = String::from_utf8_lossy(&response);
+    let (_, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no body in {response}"))?;
+    serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))
+}
+
+/// A port free a moment ago (Prometheus cannot report one it picked itself).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("bind")
+        .port()
+}
+
+/// The real Prometheus (Debian's, from the same package as promtool) scrapes a real tickd
+/// every second: the target is up with no scrape error, the series arrive with their
+/// labels, the alert rules load and evaluate, and none of them fires on a healthy tickd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_tickd_and_evaluates_the_rules_without_alerting() {
+    promtool_or_panic(); // the package that brings promtool brings prometheus
+    let server = TestServer::start().await;
+    exercise(&mut server.client().await).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n\
+             rule_files: [{:?}]\n\
+             scrape_configs:\n  - job_name: tickd\n    static_configs:\n      - targets: [\"{}\"]\n",
+            monitoring_file("alerts.yaml"),
+            server.metrics_addr
+        ),
+    )
+    .expect("write prometheus.yml");
+    let web: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let log = fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+    let _prometheus = Reaped(
+        Command::new("/usr/bin/prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus"),
+    );
+    let report = || async { read(&dir.path().join("prometheus.log")) };
+
+    eventually(
+        "Prometheus scraped tickd successfully",
+        PATIENCE,
+        POLL,
+        || async {
+            let targets = prometheus_api(web, "/api/v1/targets").await?;
+            let target = &targets["data"]["activeTargets"][0];
+            match (target["health"].as_str(), target["lastError"].as_str()) {
+                (Some("up"), Some("")) => Ok(()),
+                // A scrape that failed to parse says so here: no point waiting.
+                (Some("down"), Some(error)) if !error.is_empty() => {
+                    panic!("Prometheus could not scrape tickd: {error}")
+                }
+                _ => Err(format!("{target}")),
+            }
+        },
+        report,
+    )
+    .await;
+
+    let query = |expr: &'static str| async move {
+        let answer = prometheus_api(web, &format!("/api/v1/query?query={expr}")).await?;
+        answer["data"]["result"]
+            .as_array()
+            .filter(|result| !result.is_empty())
+            .cloned()
+            .ok_or_else(|| format!("{expr}: {answer}"))
+    };
+    let build = query("tickd_build_info").await.expect("tickd_build_info");
+    assert_eq!(
+        build[0]["metric"]["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{build:?}"
+    );
+    for expr in [
+        "process_open_fds",
+        "process_start_time_seconds",
+        "tickd_firing_lateness_seconds_bucket",
+        "tickd_subscribers",
+        "tickd_timers_registered_total",
+    ] {
+        query(expr).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    let alerts = alert_names(&read(&monitoring_file("alerts.yaml")));
+    eventually(
+        "every alert rule loaded and evaluated without error",
+        PATIENCE,
+        POLL,
+        || async {
+            let rules = prometheus_api(web, "/api/v1/rules").await?;
+            let rules = rules["data"]["groups"][0]["rules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let healthy = rules.iter().filter(|rule| rule["health"] == "ok").count();
+            if healthy == alerts.len() && rules.len() == alerts.len() {
+                Ok(())
+            } else {
+                Err(format!("{rules:#?}"))
+            }
+        },
+        report,
+    )
+    .await;
+    let firing = prometheus_api(web, "/api/v1/alerts").await.expect("alerts");
+    assert_eq!(firing["data"]["alerts"], serde_json::json!([]), "{firing}");
 }
