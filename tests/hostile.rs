@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::daemon::{tickd_command, Daemon};
+use common::daemon::{clock_ticks_per_second, cpu_ticks, tickd_command, Daemon};
 use common::metrics::{scrape, scrape_until, Scrape};
 use common::raw_codec::RawCodec;
 use common::tooling::{polyglot_python, repo, skip_polyglot};
@@ -35,35 +35,6 @@ fn memory_kib(pid: u32, field: &str) -> u64 {
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|value| value.trim().trim_end_matches(" kB").parse().ok())
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
-/// CPU time the process has used (user + system), in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    let fields: Vec<&str> = stat.rsplit_once(") ").expect("stat").1.split(' ').collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-fn clock_ticks_per_second() -> u64 {
-    let output = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .expect("getconf");
-    String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .expect("CLK_TCK")
-}
-
-/// The `metrics=` address of the daemon's "tickd serving" line.
-fn metrics_addr(daemon: &Daemon) -> SocketAddr {
-    daemon
-        .lines_with(&["tickd serving"])
-        .iter()
-        .flat_map(|line| line.split_whitespace())
-        .find_map(|field| field.strip_prefix("metrics="))
-        .and_then(|addr| addr.parse().ok())
-        .expect("metrics address in the log")
 }
 
 /// Scrapes until `series` reaches `at_least` (an event the server reports), and checks
@@ -184,7 +155,7 @@ async fn idle_connections_by_the_thousand_never_keep_a_client_out() {
         core_share < 0.5,
         "tickd spins with idle sockets: {core_share:.2} of a core"
     );
-    let scrape = scrape(metrics_addr(&daemon)).await;
+    let scrape = scrape(daemon.metrics_addr()).await;
     let evicted = "tickd_connections_closed_by_server_total{reason=\"Evicted\"}";
     assert!(scrape.value(evicted) > 0.0, "{scrape:#?}");
     assert!(

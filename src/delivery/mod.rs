@@ -120,6 +120,7 @@ pub(crate) struct DeliveryHandle {
     sender: mpsc::UnboundedSender<Request>,
     next_subscriber_id: Arc<AtomicU64>,
     config: DeliveryConfig,
+    metrics: Arc<Metrics>,
 }
 
 impl DeliveryHandle {
@@ -135,7 +136,7 @@ impl DeliveryHandle {
         live: Arc<LiveNamespaces>,
     ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut delivery = task::Delivery::new(config, store, metrics, live);
+        let mut delivery = task::Delivery::new(config, store, metrics.clone(), live);
         recovered.sort_unstable_by_key(|expiration| {
             (
                 expiration.fired_unix,
@@ -150,6 +151,7 @@ impl DeliveryHandle {
             sender,
             next_subscriber_id: Arc::new(AtomicU64::new(1)),
             config,
+            metrics,
         }
     }
 
@@ -273,8 +275,9 @@ impl From<DeliveryStopped> for TimerError {
 /// The local backend's expirations: the delivery task, seen as the API's [`Expirations`].
 impl Expirations for DeliveryHandle {
     fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
+        let counted = self.metrics.subscribers.count(&options);
         let subscription = DeliveryHandle::subscribe(self, options)?;
-        Ok(Box::pin(subscription))
+        Ok(counted.around(Box::pin(subscription)))
     }
 
     fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {

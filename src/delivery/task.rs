@@ -410,6 +410,7 @@ impl Delivery {
     fn settle(&mut self, namespace: &Arc<str>, delivery_id: u64) -> Option<Waiting> {
         let queue = self.namespaces.get_mut(namespace)?;
         let in_flight = queue.in_flight.remove(&delivery_id)?;
+        self.metrics.delivery_unacked.dec();
         self.ack_deadlines.cancel(in_flight.ack_deadline);
         if let Some(subscriber) = queue.subscriber_mut(in_flight.subscriber) {
             subscriber.unacked -= 1;
@@ -514,6 +515,7 @@ impl Delivery {
                 ack_deadline,
             };
             queue.in_flight.insert(delivery_id, in_flight);
+            self.metrics.delivery_unacked.inc();
         }
         self.budget.let_go(settled_on_send.len());
         self.journal_settled(&settled_on_send, None);

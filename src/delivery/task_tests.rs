@@ -48,6 +48,7 @@ impl Delivery {
         assert_eq!(self.budget.dead(), dead, "dead");
         assert_eq!(self.metrics.delivery_buffered.get(), waiting as i64);
         assert_eq!(self.metrics.delivery_dead.get(), dead as i64);
+        assert_eq!(self.metrics.delivery_unacked.get(), in_flight as i64);
         assert_eq!(self.live.len(), self.namespaces.len());
         for queue in self.namespaces.values() {
             assert!(!queue.is_idle(), "an idle queue is kept");

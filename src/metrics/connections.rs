@@ -39,6 +39,16 @@ impl ConnectionMetrics {
     }
 
     pub(super) fn register(&self, registry: &mut Registry) {
+        // Every reason shows from the start, at 0: `rate()` then sees the first close, and
+        // an alert or dashboard on one reason has a series to read before it happens.
+        for reason in [
+            CloseReason::Limit,
+            CloseReason::HandshakeTimeout,
+            CloseReason::Evicted,
+            CloseReason::Idle,
+        ] {
+            drop(self.closed_by_server.get_or_create(&CloseLabels { reason }));
+        }
         registry.register(
             "connections_open",
             "gRPC connections open, handshaking ones included",

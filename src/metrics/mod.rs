@@ -1,30 +1,30 @@
-//! Prometheus metrics, served as text at `/metrics` on `--metrics-listen`.
+//! Prometheus metrics, served at `/metrics` on `--metrics-listen` (OpenMetrics for
+//! Prometheus, the text format 0.0.4 for anyone else: see [`exposition`]).
 //!
 //! One [`Metrics`] is shared by every layer; each updates its own figures with atomic
 //! operations (no locks on the hot paths), and a scrape encodes them with
-//! `prometheus-client`.
+//! `prometheus-client`. tickd's own metrics are named `tickd_*`; the standard `process_*`
+//! ones are read from `/proc` at scrape time ([`process`]).
 
 pub(crate) mod connections;
+mod exposition;
+mod process;
+pub(crate) mod subscribers;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::server::conn::http1;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-use tokio::net::TcpListener;
-use tracing::{debug, warn};
+
+pub(crate) use exposition::serve;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct NamespaceLabels {
@@ -42,6 +42,13 @@ pub(crate) struct MethodLabels {
     pub(crate) method: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    /// The release of the IANA time zone database compiled in (cron schedules use it).
+    tz_database: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Latency buckets from 50 µs to about 3 s.
@@ -55,7 +62,8 @@ pub struct Metrics {
     pub(crate) timers_registered: Counter,
     pub(crate) timers_cancelled: Counter,
     pub(crate) timers_fired: Counter,
-    /// Seconds between a timer's deadline and its firing.
+    /// Seconds between a timer's deadline and its firing: from 100 µs (a tick) to 105 s
+    /// (a stalled worker or a replica catching up), doubling.
     pub(crate) firing_lateness: Histogram,
     pub(crate) expirations_delivered: Counter,
     pub(crate) expirations_redelivered: Counter,
@@ -64,6 +72,11 @@ pub struct Metrics {
     pub(crate) delivery_buffered: Gauge,
     /// Dead expirations kept (what Pending lists), all namespaces.
     pub(crate) delivery_dead: Gauge,
+    /// Deliveries sent to a subscriber and not acknowledged yet (single node; a replica's
+    /// claims live in the database).
+    pub(crate) delivery_unacked: Gauge,
+    /// Subscribe streams open, by mode.
+    pub(crate) subscribers: subscribers::SubscriberMetrics,
     /// Dead expirations dropped, oldest first, to keep within `--max-dead` and
     /// `--max-dead-total`.
     pub(crate) expirations_dead_dropped: Counter,
@@ -85,17 +98,19 @@ impl Metrics {
     pub fn new() -> Arc<Self> {
         let namespaces = Gauge::default();
         let mut metrics = Self {
-            registry: Registry::with_prefix("tickd"),
+            registry: Registry::default(),
             timers_pending: Family::default(),
             timers_registered: Counter::default(),
             timers_cancelled: Counter::default(),
             timers_fired: Counter::default(),
-            firing_lateness: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            firing_lateness: Histogram::new(exponential_buckets(0.000_1, 2.0, 21)),
             expirations_delivered: Counter::default(),
             expirations_redelivered: Counter::default(),
             expirations_dead: Counter::default(),
             delivery_buffered: Gauge::default(),
             delivery_dead: Gauge::default(),
+            delivery_unacked: Gauge::default(),
+            subscribers: subscribers::SubscriberMetrics::default(),
             expirations_dead_dropped: Counter::default(),
             worker_busy_seconds: Counter::default(),
             log_fsync_seconds: latency_histogram(),
@@ -111,8 +126,20 @@ impl Metrics {
     }
 
     fn register_all(&mut self, namespaces: Gauge) {
-        let registry = &mut self.registry;
+        // The root holds what every exporter names alike; tickd's own metrics are `tickd_*`.
+        self.registry
+            .register_collector(Box::new(process::ProcessCollector));
+        let registry = self.registry.sub_registry_with_prefix("tickd");
+        registry.register(
+            "build",
+            "The version tickd was built as (always 1)",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                tz_database: crate::cron::time_zone_database_version(),
+            }),
+        );
         self.connections.register(registry);
+        self.subscribers.register(registry);
         registry.register(
             "serving",
             "1 while tickd reports SERVING; 0 once its store failed or is unreachable",
@@ -169,6 +196,11 @@ impl Metrics {
             "delivery_dead",
             "Dead expirations kept",
             self.delivery_dead.clone(),
+        );
+        registry.register(
+            "delivery_unacked",
+            "Deliveries sent to a subscriber and awaiting its ack (single node)",
+            self.delivery_unacked.clone(),
         );
         registry.register(
             "expirations_dead_dropped",
@@ -234,7 +266,7 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The OpenMetrics exposition of every metric.
     pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
@@ -285,55 +317,6 @@ impl Drop for BusyTimer<'_> {
     fn drop(&mut self) {
         self.counter.inc_by(self.started.elapsed().as_secs_f64());
     }
-}
-
-/// Serves `GET /metrics` until `shutdown` resolves.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    warn!(error = %error, "metrics listener accept failed");
-                    continue;
-                }
-            },
-            () = &mut shutdown => return,
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let metrics = metrics.clone();
-                async move { Ok::<_, Infallible>(respond(&metrics, &request)) }
-            });
-            if let Err(error) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(error = %error, "metrics connection ended");
-            }
-        });
-    }
-}
-
-fn respond(metrics: &Metrics, request: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    if request.uri().path() != "/metrics" {
-        let mut response =
-            Response::new(Full::new(Bytes::from_static(b"not found; try /metrics\n")));
-        *response.status_mut() = StatusCode::NOT_FOUND;
-        return response;
-    }
-    let mut response = Response::new(Full::new(Bytes::from(metrics.encode())));
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
 }
 
 /// The gRPC methods counted by name; anything else counts as "other", so a client cannot

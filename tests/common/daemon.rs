@@ -89,6 +89,16 @@ impl Daemon {
         (status, daemon.log_text())
     }
 
+    /// The `metrics=` address of its "tickd serving" line (started with `--metrics-listen`).
+    pub(crate) fn metrics_addr(&self) -> SocketAddr {
+        self.lines_with(&["tickd serving"])
+            .iter()
+            .flat_map(|line| line.split_whitespace())
+            .find_map(|field| field.strip_prefix("metrics="))
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("no metrics address in the log:\n{}", self.log_text()))
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -218,4 +228,23 @@ fn listen_addr(line: &str) -> Option<SocketAddr> {
         .find_map(|field| field.strip_prefix("listen="))?
         .parse()
         .ok()
+}
+
+/// CPU time the process `pid` has used (user + system), in clock ticks.
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    let fields: Vec<&str> = stat.rsplit_once(") ").expect("stat").1.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `getconf CLK_TCK`: the clock ticks of [`cpu_ticks`] per second.
+pub(crate) fn clock_ticks_per_second() -> u64 {
+    let output = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK")
 }

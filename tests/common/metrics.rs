@@ -4,7 +4,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tickd::proto::timers_client::TimersClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+
+use super::rpc::{ack, by_key, get, next_expiration, register, spec, subscribe, within};
 
 /// How long [`scrape_until`] polls before returning what it last saw.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -95,13 +99,21 @@ fn canonical(series: &str) -> String {
     format!("{name}{{{}}}", labels.join(","))
 }
 
-/// `GET /metrics` over a plain TCP stream (HTTP/1.0, so the body ends with the connection).
-pub(crate) async fn scrape_text(addr: SocketAddr) -> String {
+/// A `/metrics` answer: its Content-Type and its body.
+pub(crate) struct Exposition {
+    pub(crate) content_type: String,
+    pub(crate) body: String,
+}
+
+/// `GET /metrics` over a plain TCP stream (HTTP/1.0, so the body ends with the connection),
+/// with an `Accept` header if given; panics unless the answer is 200.
+pub(crate) async fn fetch_metrics(addr: SocketAddr, accept: Option<&str>) -> Exposition {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect to metrics");
+    let accept = accept.map_or(String::new(), |accept| format!("Accept: {accept}\r\n"));
     stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: tickd\r\n\r\n")
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: tickd\r\n{accept}\r\n").as_bytes())
         .await
         .expect("send request");
     let mut response = Vec::new();
@@ -115,12 +127,29 @@ pub(crate) async fn scrape_text(addr: SocketAddr) -> String {
         head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
         "{head}"
     );
+    let content_type = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no Content-Type in {head}"));
+    Exposition {
+        content_type,
+        body: body.to_owned(),
+    }
+}
+
+/// The text format (what a scraper asking for nothing in particular gets).
+pub(crate) async fn scrape_text(addr: SocketAddr) -> String {
+    let exposition = fetch_metrics(addr, None).await;
     assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: text/plain"),
-        "{head}"
+        exposition.content_type.starts_with("text/plain"),
+        "{}",
+        exposition.content_type
     );
-    body.to_owned()
+    exposition.body
 }
 
 pub(crate) async fn scrape(addr: SocketAddr) -> Scrape {
@@ -138,4 +167,25 @@ pub(crate) async fn scrape_until(addr: SocketAddr, ready: impl Fn(&Scrape) -> bo
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Registers, fires and delivers a timer in namespace `metrics`, leaves one pending, and
+/// makes one call fail, so that the labelled families (RPC codes, namespaces, lateness)
+/// have series.
+pub(crate) async fn exercise(client: &mut TimersClient<Channel>) {
+    let mut stream = subscribe(client, "metrics", 30_000, 0).await;
+    register(client, spec("metrics", 1, b"fire")).await;
+    register(client, spec("metrics", 3_600_000, b"pending")).await;
+    let expiration = within(next_expiration(&mut stream)).await;
+    assert_eq!(
+        ack(client, "metrics", vec![expiration.delivery_id])
+            .await
+            .acknowledged,
+        1
+    );
+    let missing = get(client, by_key("metrics", "no-such-key")).await;
+    assert_eq!(
+        missing.expect_err("no such timer").code(),
+        tonic::Code::NotFound
+    );
 }

@@ -8,8 +8,9 @@
 //! they would otherwise install with apt when it is missing).
 
 use std::fs::{self, File};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -55,6 +56,34 @@ pub(crate) fn run(mut command: Command) -> Result<Output, String> {
     let output = command
         .output()
         .map_err(|error| format!("could not run `{shown}`: {error}"))?;
+    succeeded(&shown, output)
+}
+
+/// Like [`run`], with `input` written to the command's stdin.
+pub(crate) fn run_with_stdin(mut command: Command, input: &str) -> Result<Output, String> {
+    let shown = describe(&command);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("could not run `{shown}`: {error}"))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // Written from a thread: a command that answers as it reads could otherwise fill its
+    // stdout pipe while we still write.
+    let input = input.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let output = child
+        .wait_with_output()
+        .map_err(|error| format!("`{shown}`: {error}"))?;
+    let written = writer.join().expect("stdin writer");
+    let output = succeeded(&shown, output)?;
+    written.map_err(|error| format!("writing to `{shown}`: {error}"))?;
+    Ok(output)
+}
+
+fn succeeded(shown: &str, output: Output) -> Result<Output, String> {
     if output.status.success() {
         Ok(output)
     } else {
@@ -139,7 +168,7 @@ pub(crate) fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, St
     Ok(python)
 }
 
-/// The venv the Python tests and the Python client example share.
+/// The venv the Python end-to-end and hostile-client tests share.
 pub(crate) fn polyglot_python() -> Result<PathBuf, String> {
     python_venv(
         "polyglot-venv",
@@ -152,4 +181,37 @@ pub(crate) fn polyglot_python() -> Result<PathBuf, String> {
 /// its interpreter; `grpcurl` is beside it.
 pub(crate) fn tools_python() -> Result<PathBuf, String> {
     python_venv("tools-venv", &repo().join("tests/tools/requirements.txt"))
+}
+
+/// `apt-get install -y PACKAGES` (with `apt-get update` first only if that fails); `why`
+/// says in a failure what needs them. Callers hold an [`install_lock`] and look for what
+/// the packages bring first.
+pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<(), String> {
+    eprintln!("apt-get install -y {}", packages.join(" "));
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        run(command)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        run(update).map_err(|e| format!("{e}\n({why} needs Debian's {})", packages.join(" ")))?;
+        install().map_err(|e| format!("{e}\n(installing for {why} needs root)"))?;
+    }
+    Ok(())
+}
+
+/// Debian's `promtool` (package `prometheus`), installed when missing: Prometheus' own
+/// parser of the metrics text format, rule files and rule unit tests.
+pub(crate) fn promtool() -> Result<PathBuf, String> {
+    let promtool = PathBuf::from("/usr/bin/promtool");
+    let _lock = install_lock("prometheus-apt")?;
+    if !promtool.exists() {
+        apt_install(&["prometheus"], "promtool")?;
+    }
+    Ok(promtool)
 }

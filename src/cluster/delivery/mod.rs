@@ -362,7 +362,8 @@ fn expiration_of(row: &Row) -> Expiration {
 /// The replicated backend's expirations, seen as the API's [`Expirations`].
 impl Expirations for ClusterDeliveries {
     fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
-        ClusterDeliveries::subscribe(self, options)
+        let counted = self.metrics.subscribers.count(&options);
+        Ok(counted.around(ClusterDeliveries::subscribe(self, options)?))
     }
 
     fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome> {
