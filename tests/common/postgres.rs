@@ -25,7 +25,7 @@ use tokio_postgres::Row;
 
 use super::daemon::send_signal;
 use super::pki::TestCa;
-use super::tooling::{install_lock, run};
+use super::tooling::{apt_get_install, install_lock, run};
 
 /// Where Debian puts each major version's binaries.
 const DEBIAN_POSTGRESQL: &str = "/usr/lib/postgresql";
@@ -324,33 +324,14 @@ fn installed_binaries() -> Option<PathBuf> {
         .map(|(_, bin)| bin)
 }
 
-/// `apt-get install -y postgresql` (with `apt-get update` first only if that fails), under a
-/// lock file: it serialises the tests of this process (each call opens the file anew, and
-/// flock treats each opening separately) as well as other test processes.
+/// `apt-get install -y postgresql`, under a lock file: it serialises the tests of this
+/// process (each call opens the file anew, and flock treats each opening separately) as well
+/// as other test processes.
 fn install_postgresql() -> Result<(), String> {
     let _lock = install_lock("postgresql-apt")?;
     if installed_binaries().is_some() {
         return Ok(());
     }
-    eprintln!("postgres: apt-get install -y postgresql");
-    let install = || {
-        let mut command = Command::new("apt-get");
-        command
-            .args([
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "postgresql",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        run(command)
-    };
-    if install().is_err() {
-        let mut update = Command::new("apt-get");
-        update.args(["update", "-q"]);
-        run(update).map_err(|e| format!("{e}\n(the replica tests need Debian's postgresql)"))?;
-        install().map_err(|e| format!("{e}\n(installing postgresql needs root)"))?;
-    }
-    Ok(())
+    apt_get_install(&["postgresql"])
+        .map_err(|e| format!("{e}\n(the replica tests need Debian's postgresql)"))
 }

@@ -84,6 +84,27 @@ pub(crate) fn install_lock(name: &str) -> Result<File, String> {
     Ok(file)
 }
 
+/// `apt-get install -y PACKAGES` (with `apt-get update` first only if that fails). Needs
+/// root; callers hold an [`install_lock`] and check first whether the packages are needed.
+pub(crate) fn apt_get_install(packages: &[&str]) -> Result<(), String> {
+    eprintln!("apt-get install -y {}", packages.join(" "));
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        run(command)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        run(update)?;
+        install().map_err(|e| format!("{e}\n(installing Debian packages needs root)"))?;
+    }
+    Ok(())
+}
+
 const MARKER: &str = ".tickd-requirements";
 
 /// Makes sure `target/NAME` is a venv holding exactly `requirements` (rebuilt when they or
