@@ -21,9 +21,9 @@
 //!   yet), as the other tests needing Python do; the check of the replicated overlay's
 //!   flags needs no Python and always runs.
 
-mod common;
 #[path = "deploy/binary.rs"]
 mod binary;
+mod common;
 #[path = "deploy/security.rs"]
 mod security;
 #[path = "deploy/support.rs"]
@@ -36,12 +36,11 @@ use std::process::{Command, Stdio};
 use clap::Parser;
 
 use common::tooling::{must, repo, run, skip_polyglot};
-use support::{ensure_venv, manifests_py, render, Sidecar, SIDECAR};
+use support::{ensure_venv, manifests_py, render, Sidecar};
 
 const KUBERNETES_VERSION: &str = "1.33.0";
 /// The overlays README promises; any other directory under deploy/overlays is checked too.
 const OVERLAYS: [&str; 3] = ["replicated", "sidecar", "standalone"];
-
 
 /// The real kustomize to cross-check with, if one is installed.
 fn kustomize() -> Option<Command> {
@@ -272,6 +271,7 @@ fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace
             "{kind}Probe asks for health service {service:?}, which tickd does not report"
         );
     }
+    assert_eq!(sidecar.probe_port(), port);
     assert!(
         sidecar
             .all(&["port"])

@@ -39,7 +39,11 @@ fn network_policies_admit_only_tickds_ports_from_chosen_peers() {
     let bin = ensure_venv();
     let out = tempfile::tempdir().expect("temp dir");
     for overlay in ["standalone", "replicated"] {
-        let rendered = render(&bin, &repo().join("deploy/overlays").join(overlay), out.path());
+        let rendered = render(
+            &bin,
+            &repo().join("deploy/overlays").join(overlay),
+            out.path(),
+        );
         let facts = Facts::from_manifests_py(&bin, &["policies".as_ref(), rendered.as_os_str()]);
         let selecting: Vec<&[String]> = facts
             .all(&["policy"])
@@ -53,7 +57,9 @@ fn network_policies_admit_only_tickds_ports_from_chosen_peers() {
         // Once a policy of each type selects the Pods, whatever no rule admits is refused.
         for kind in ["Ingress", "Egress"] {
             assert!(
-                selecting.iter().any(|rest| rest[2..].iter().any(|t| t == kind)),
+                selecting
+                    .iter()
+                    .any(|rest| rest[2..].iter().any(|t| t == kind)),
                 "{overlay}: no policy of type {kind} selects tickd"
             );
         }
@@ -146,7 +152,10 @@ fn the_example_auth_secret_is_a_token_file_tickd_enforces() {
     assert!(!grants.is_empty(), "the example Secret grants nothing");
 
     let mut command = tickd_command();
-    command.arg("--sync=none").arg("--auth-token-file").arg(&token_file);
+    command
+        .arg("--sync=none")
+        .arg("--auth-token-file")
+        .arg(&token_file);
     let daemon = Daemon::start(command);
     run_calls(daemon.addr, &grants);
 }
@@ -165,15 +174,27 @@ fn run_calls(addr: std::net::SocketAddr, grants: &[(String, String)]) {
             .expect("connect");
         let mut client = TimersClient::new(channel);
         let refused = within(register_with(&mut client, "orders", None)).await;
-        assert_eq!(refused, Err(Code::Unauthenticated), "a call without a token");
+        assert_eq!(
+            refused,
+            Err(Code::Unauthenticated),
+            "a call without a token"
+        );
         for (token, namespaces) in grants {
             let allowed: Vec<&str> = namespaces.split(',').collect();
-            let first = if allowed == ["*"] { "anything" } else { allowed[0] };
+            let first = if allowed == ["*"] {
+                "anything"
+            } else {
+                allowed[0]
+            };
             let answer = within(register_with(&mut client, first, Some(token))).await;
             assert_eq!(answer, Ok(()), "{token} in {first}");
             if allowed != ["*"] {
                 let outside = within(register_with(&mut client, "not-granted", Some(token))).await;
-                assert_eq!(outside, Err(Code::PermissionDenied), "{token} outside {namespaces}");
+                assert_eq!(
+                    outside,
+                    Err(Code::PermissionDenied),
+                    "{token} outside {namespaces}"
+                );
             }
         }
     });

@@ -13,7 +13,7 @@ use tickd::config::Config;
 
 use crate::common::tooling::{must, python_venv, repo};
 
-pub(crate) const SIDECAR: &str = "deploy/overlays/sidecar";
+const SIDECAR: &str = "deploy/overlays/sidecar";
 
 /// `target/deploy-venv` with exactly the pinned requirements; returns its `bin/` directory.
 pub(crate) fn ensure_venv() -> PathBuf {
