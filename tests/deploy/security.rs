@@ -138,6 +138,14 @@ fn the_example_auth_secret_is_a_token_file_tickd_enforces() {
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, &content).expect("write token file");
 
+    let mut command = tickd_command();
+    command
+        .arg("--sync=none")
+        .arg("--auth-token-file")
+        .arg(&token_file);
+    // tickd must start with it: a malformed line stops it ("token line N: ...").
+    let daemon = Daemon::start(command);
+
     // The grants, as the file's format has them (comments and blank lines aside).
     let grants: Vec<(String, String)> = content
         .lines()
@@ -150,13 +158,6 @@ fn the_example_auth_secret_is_a_token_file_tickd_enforces() {
         })
         .collect();
     assert!(!grants.is_empty(), "the example Secret grants nothing");
-
-    let mut command = tickd_command();
-    command
-        .arg("--sync=none")
-        .arg("--auth-token-file")
-        .arg(&token_file);
-    let daemon = Daemon::start(command);
     run_calls(daemon.addr, &grants);
 }
 
