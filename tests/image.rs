@@ -107,8 +107,13 @@ fn skip_image() -> bool {
     true
 }
 
-/// `deploy/build-image TAG` with podman, into this run's target dir.
+/// `deploy/build-image TAG` with podman, into this run's target dir: once per test run.
 fn build_image() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(build_image_now);
+}
+
+fn build_image_now() {
     let _lock = install_lock("image-build").unwrap_or_else(|failure| panic!("{failure}"));
     let mut build = Command::new(repo().join("deploy/build-image"));
     build
@@ -338,4 +343,41 @@ fn the_image_runs_as_the_sidecar_serves_a_round_trip_and_drains_on_sigterm() {
             "expected JSON log lines\n{logs}"
         );
     }
+}
+
+/// The static glibc binary resolves host names without libnss_*.so: a name the container's
+/// /etc/hosts maps (`--add-host`, as Kubernetes hostAliases do) reaches its address (the
+/// connection is refused there), and an unknown name fails as a lookup.
+#[test]
+fn the_static_binary_resolves_the_store_host_through_etc_hosts() {
+    if skip_image() {
+        return;
+    }
+    build_image();
+    let attempt = |host: &str| -> String {
+        let mut command = podman(&["run", "--rm", "--timeout=60", "--read-only"]);
+        command
+            .args(ULIMITS)
+            .args(["--add-host=tickd-db.test:127.0.0.1", "--env=NO_COLOR=1"])
+            .arg(TAG)
+            .arg(format!("--store=postgres://tickd@{host}:1/tickd"))
+            .arg("--log-format=text");
+        let output = command.output().expect("podman run");
+        assert!(!output.status.success(), "tickd started without its store");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+    let mapped = attempt("tickd-db.test");
+    assert!(
+        mapped.contains("Connection refused") && !mapped.contains("lookup"),
+        "tickd-db.test (in /etc/hosts) did not resolve to 127.0.0.1:\n{mapped}"
+    );
+    let unknown = attempt("tickd-db.invalid");
+    assert!(
+        unknown.contains("lookup"),
+        "an unknown host did not fail as a lookup:\n{unknown}"
+    );
 }
