@@ -1,7 +1,10 @@
 //! `deploy/` checked: every manifest validates offline against the Kubernetes 1.33 schemas,
-//! the sidecar variant has the properties a native sidecar needs, and the real `tickd`
-//! binary started with exactly the sidecar container's args and env serves gRPC health and
-//! drains cleanly on SIGTERM. No Docker engine or cluster is needed.
+//! the sidecar variant has the properties a native sidecar needs (its API on loopback and
+//! the Unix socket, its probes on `--health-listen`), the real `tickd` binary started with
+//! exactly the sidecar container's args and env serves gRPC health and drains cleanly on
+//! SIGTERM (`deploy/binary.rs`), the NetworkPolicies admit only tickd's ports and the
+//! example auth Secret is a token file tickd enforces (`deploy/security.rs`). No container
+//! engine or cluster is needed: `tests/image.rs` runs the built image.
 //!
 //! Needs `python3` (3.11+) and PyPI the first time: the test creates `target/deploy-venv`
 //! from `tests/deploy/requirements.txt` (kubernetes-validate, which bundles the schemas,
@@ -18,47 +21,26 @@
 //!   yet), as the other tests needing Python do; the check of the replicated overlay's
 //!   flags needs no Python and always runs.
 
+#[path = "deploy/binary.rs"]
+mod binary;
 mod common;
+#[path = "deploy/security.rs"]
+mod security;
+#[path = "deploy/support.rs"]
+mod support;
 
-use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::net::SocketAddr;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
-use clap::{CommandFactory, Parser};
-use tickd::config::Config;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
+use clap::Parser;
 
-use common::tooling::{describe, must, python_venv, repo, run, skip_polyglot};
-use common::unix_channel;
+use common::tooling::{must, repo, run, skip_polyglot};
+use support::{ensure_venv, manifests_py, render, Sidecar};
 
 const KUBERNETES_VERSION: &str = "1.33.0";
-const SIDECAR: &str = "deploy/overlays/sidecar";
 /// The overlays README promises; any other directory under deploy/overlays is checked too.
 const OVERLAYS: [&str; 3] = ["replicated", "sidecar", "standalone"];
-
-/// `target/deploy-venv` with exactly the pinned requirements; returns its `bin/` directory.
-fn ensure_venv() -> PathBuf {
-    let python = python_venv("deploy-venv", &repo().join("tests/deploy/requirements.txt"))
-        .unwrap_or_else(|failure| panic!("{failure}"));
-    python.parent().expect("bin/python").to_path_buf()
-}
-
-/// `tests/deploy/manifests.py` under the venv's Python.
-fn manifests_py(bin: &Path) -> Command {
-    let mut command = Command::new(bin.join("python"));
-    command
-        .arg(repo().join("tests/deploy/manifests.py"))
-        .current_dir(repo())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env_remove("PYTHONPATH")
-        .env_remove("PYTHONHOME");
-    command
-}
 
 /// The real kustomize to cross-check with, if one is installed.
 fn kustomize() -> Option<Command> {
@@ -117,10 +99,7 @@ fn render_overlays(bin: &Path, out: &Path) -> Vec<PathBuf> {
 
 fn render_one(bin: &Path, overlay: &Path, out: &Path, checker: Option<&mut Command>) -> PathBuf {
     let name = overlay.file_name().unwrap().to_string_lossy().into_owned();
-    let rendered = out.join(format!("{name}.yaml"));
-    let mut render = manifests_py(bin);
-    render.arg("render").arg(overlay).arg(&rendered);
-    must(render);
+    let rendered = render(bin, overlay, out);
     if let Some(checker) = checker {
         let mut real = Command::new(checker.get_program());
         real.args(checker.get_args()).arg(overlay);
@@ -229,109 +208,6 @@ fn replicated_overlay_args_are_tickd_flags() {
     assert_eq!(config.store.as_deref(), Some("postgres://db/tickd"));
 }
 
-/// What manifests.py says about the sidecar overlay's tickd container.
-struct Sidecar {
-    facts: Vec<Vec<String>>,
-}
-
-impl Sidecar {
-    fn load() -> Self {
-        let bin = ensure_venv();
-        let out = tempfile::tempdir().expect("temp dir");
-        let rendered = render_one(&bin, &repo().join(SIDECAR), out.path(), None);
-        let mut facts = manifests_py(&bin);
-        facts.arg("facts").arg(&rendered);
-        let output = must(facts);
-        let facts = String::from_utf8(output.stdout)
-            .expect("utf-8 facts")
-            .lines()
-            .map(|line| line.split('\t').map(str::to_owned).collect())
-            .collect();
-        Self { facts }
-    }
-
-    /// Every fact whose fields start with `prefix`, without the prefix.
-    fn all(&self, prefix: &[&str]) -> Vec<&[String]> {
-        self.facts
-            .iter()
-            .filter(|fields| {
-                fields.len() >= prefix.len() && fields.iter().zip(prefix).all(|(a, b)| a == b)
-            })
-            .map(|fields| &fields[prefix.len()..])
-            .collect()
-    }
-
-    fn one(&self, prefix: &[&str]) -> String {
-        match self.all(prefix).as_slice() {
-            [rest] => rest.join("\t"),
-            other => panic!("expected one {prefix:?} fact, found {other:?}"),
-        }
-    }
-
-    fn args(&self) -> Vec<String> {
-        self.all(&["arg"])
-            .into_iter()
-            .map(|rest| rest.join("\t"))
-            .collect()
-    }
-
-    fn env(&self) -> BTreeMap<String, String> {
-        self.all(&["env"])
-            .into_iter()
-            .map(|rest| (rest[0].clone(), rest[1..].join("\t")))
-            .collect()
-    }
-
-    /// Mounts as (mount path, volume source).
-    fn mounts(&self) -> Vec<(PathBuf, String)> {
-        self.all(&["mount"])
-            .into_iter()
-            .map(|rest| (PathBuf::from(&rest[0]), rest[1].clone()))
-            .collect()
-    }
-
-    /// The value tickd would use for flag `--long`: from the args, else from its
-    /// environment variable, else None (the default).
-    fn flag(&self, long: &str) -> Option<String> {
-        let prefix = format!("--{long}=");
-        if let Some(value) = self.args().iter().find_map(|a| a.strip_prefix(&prefix)) {
-            return Some(value.to_owned());
-        }
-        let env = format!("TICKD_{}", long.replace('-', "_").to_uppercase());
-        self.env().get(&env).cloned()
-    }
-
-    /// The configuration tickd builds from these args and env, parsed by tickd's own
-    /// `Config` (so an unknown or malformed flag fails here). Env applies only where no
-    /// arg gives the flag, as in clap.
-    fn config(&self) -> Config {
-        let args = self.args();
-        let env = self.env();
-        let mut argv = vec!["tickd".to_owned()];
-        for arg in Config::command().get_arguments() {
-            let (Some(long), Some(name)) = (arg.get_long(), arg.get_env()) else {
-                continue;
-            };
-            let given = args
-                .iter()
-                .any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}=")));
-            if let Some(value) = env.get(name.to_str().unwrap_or_default()) {
-                if !given {
-                    argv.push(format!("--{long}={value}"));
-                }
-            }
-        }
-        argv.extend(args);
-        Config::try_parse_from(&argv).unwrap_or_else(|error| {
-            panic!("the sidecar's args and env do not parse as tickd flags ({argv:?}):\n{error}")
-        })
-    }
-
-    fn grace(&self) -> Duration {
-        Duration::from_secs(self.one(&["grace"]).parse().expect("grace seconds"))
-    }
-}
-
 #[test]
 fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace_period() {
     if skip_polyglot("deploy") {
@@ -356,14 +232,32 @@ fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace
         );
     }
 
-    // Probes: native gRPC, numeric port = the port in --listen, on every interface
-    // (the kubelet probes the Pod IP, not localhost).
-    let port = config.listen.port();
+    // The API is for the app in the same Pod: on loopback (or the Unix socket alone), never
+    // on the Pod IP without a token to check.
     assert!(
-        config.listen.ip().is_unspecified(),
-        "--listen {} is not reachable by the kubelet's probes on the Pod IP",
+        config.listen.ip().is_loopback() || config.auth_token_file.is_some(),
+        "--listen {} serves the API beyond the Pod without --auth-token-file",
         config.listen
     );
+    assert!(
+        sidecar
+            .all(&["port"])
+            .iter()
+            .all(|rest| rest[1] != config.listen.port().to_string()
+                || !config.listen.ip().is_loopback()),
+        "containerPort {} is declared, but --listen binds it to loopback",
+        config.listen.port()
+    );
+    // Probes: native gRPC to a numeric port, the one in --health-listen, on every interface
+    // (the kubelet probes the Pod IP, not localhost).
+    let health = config
+        .health_listen
+        .expect("the sidecar sets --health-listen for the kubelet's probes");
+    assert!(
+        health.ip().is_unspecified(),
+        "--health-listen {health} is not reachable by the kubelet's probes on the Pod IP"
+    );
+    let port = health.port();
     for kind in ["startup", "readiness", "liveness"] {
         assert_eq!(
             sidecar.one(&["probe", kind, "handler"]),
@@ -374,7 +268,7 @@ fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace
         assert_eq!(
             probe_port.parse::<u16>().ok(),
             Some(port),
-            "{kind}Probe port {probe_port} must be the number in --listen ({port})"
+            "{kind}Probe port {probe_port} must be the number in --health-listen ({port})"
         );
         let service = sidecar.one(&["probe", kind, "service"]);
         assert!(
@@ -382,6 +276,7 @@ fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace
             "{kind}Probe asks for health service {service:?}, which tickd does not report"
         );
     }
+    assert_eq!(sidecar.probe_port(), port);
     assert!(
         sidecar
             .all(&["port"])
@@ -437,247 +332,6 @@ fn sidecar_is_a_native_sidecar_with_matching_probes_and_a_drain_inside_the_grace
             on_empty_dir(socket.parent().expect("socket dir")),
             "--unix-socket {} is not on an emptyDir shared with the app",
             socket.display()
-        );
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port()
-}
-
-/// The sidecar's args and env with exactly these substitutions: the port of each
-/// `*listen` address becomes a free one, and each path under one of the container's
-/// mounts (or its workingDir) moves under `root`.
-struct Substituted {
-    args: Vec<String>,
-    env: BTreeMap<String, String>,
-    working_dir: PathBuf,
-    listen: SocketAddr,
-}
-
-fn substitute(sidecar: &Sidecar, root: &Path) -> Substituted {
-    let mut prefixes: Vec<PathBuf> = sidecar.mounts().into_iter().map(|(m, _)| m).collect();
-    let working_dir = sidecar.one(&["working_dir"]);
-    if !working_dir.is_empty() {
-        prefixes.push(PathBuf::from(&working_dir));
-    }
-    let relocate = |path: &Path| root.join(path.strip_prefix("/").unwrap_or(path));
-    for prefix in &prefixes {
-        fs::create_dir_all(relocate(prefix)).expect("create mount dir");
-    }
-    let value = |name: &str, value: &str| -> String {
-        if name.ends_with("listen") {
-            let addr: SocketAddr = value.parse().expect("listen address");
-            return SocketAddr::new(addr.ip(), free_port()).to_string();
-        }
-        let path = Path::new(value);
-        if prefixes.iter().any(|prefix| path.starts_with(prefix)) {
-            return relocate(path).to_string_lossy().into_owned();
-        }
-        value.to_owned()
-    };
-    let args: Vec<String> = sidecar
-        .args()
-        .iter()
-        .map(|arg| {
-            let (flag, v) = arg.split_once('=').expect("--flag=value");
-            format!("{flag}={}", value(flag, v))
-        })
-        .collect();
-    let mut env: BTreeMap<String, String> = sidecar
-        .env()
-        .iter()
-        .map(|(name, v)| (name.clone(), value(&name.to_lowercase(), v)))
-        .collect();
-    // A listener the manifest leaves at its default (fixed) port must not collide with
-    // whatever else runs here: give it a free port too.
-    for arg in Config::command().get_arguments() {
-        let (Some(long), Some(name)) = (arg.get_long(), arg.get_env()) else {
-            continue;
-        };
-        let name = name.to_string_lossy().into_owned();
-        if long.ends_with("listen") && sidecar.flag(long).is_none() {
-            eprintln!(
-                "deploy: the sidecar leaves --{long} at its default; testing with a free port"
-            );
-            env.insert(name, format!("127.0.0.1:{}", free_port()));
-        }
-    }
-    let listen_arg = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--listen="))
-        .map(str::to_owned)
-        .or_else(|| env.get("TICKD_LISTEN").cloned())
-        .expect("the sidecar sets --listen");
-    let listen: SocketAddr = listen_arg.parse().expect("listen address");
-    let working_dir = if working_dir.is_empty() {
-        root.to_path_buf()
-    } else {
-        relocate(Path::new(&working_dir))
-    };
-    Substituted {
-        args,
-        env,
-        working_dir,
-        listen,
-    }
-}
-
-/// Kills the child if the test fails before it exits.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-async fn health(channel: tonic::transport::Channel, service: &str) -> Result<i32, String> {
-    HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: service.into(),
-        })
-        .await
-        .map(|answer| answer.into_inner().status)
-        .map_err(|status| status.to_string())
-}
-
-async fn tcp_channel(addr: SocketAddr) -> Result<tonic::transport::Channel, String> {
-    tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", addr.port()))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(1))
-        .connect()
-        .await
-        .map_err(|e| e.to_string())
-}
-
-fn logs(root: &Path) -> String {
-    format!(
-        "--- tickd stdout ---\n{}\n--- tickd stderr ---\n{}",
-        fs::read_to_string(root.join("tickd.stdout")).unwrap_or_default(),
-        fs::read_to_string(root.join("tickd.stderr")).unwrap_or_default()
-    )
-}
-
-#[test]
-fn tickd_started_with_the_sidecar_args_and_env_serves_health_and_drains_on_sigterm() {
-    if skip_polyglot("deploy") {
-        return;
-    }
-    let sidecar = Sidecar::load();
-    let config = sidecar.config();
-    let root = tempfile::tempdir().expect("temp dir");
-    let root = root.path();
-    let run = substitute(&sidecar, root);
-    let socket = config.unix_socket.as_ref().map(|path| {
-        let prefixes: Vec<PathBuf> = sidecar.mounts().into_iter().map(|(m, _)| m).collect();
-        assert!(prefixes.iter().any(|m| path.starts_with(m)));
-        root.join(path.strip_prefix("/").unwrap_or(path))
-    });
-
-    // Exactly the container's args and env (the kubelet adds only HOSTNAME, service
-    // links and the like, which tickd does not read).
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickd"));
-    command
-        .args(&run.args)
-        .env_clear()
-        .envs(&run.env)
-        .current_dir(&run.working_dir)
-        .stdin(Stdio::null())
-        .stdout(File::create(root.join("tickd.stdout")).expect("stdout file"))
-        .stderr(File::create(root.join("tickd.stderr")).expect("stderr file"));
-    println!("starting {}", describe(&command));
-    let mut child = Running(command.spawn().expect("spawn tickd"));
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let serving = ServingStatus::Serving as i32;
-    let started = Instant::now();
-    let channel = runtime.block_on(async {
-        loop {
-            if let Some(status) = child.0.try_wait().expect("try_wait") {
-                panic!("tickd exited at start ({status})\n{}", logs(root));
-            }
-            if let Ok(channel) = tcp_channel(run.listen).await {
-                if health(channel.clone(), "").await == Ok(serving) {
-                    break channel;
-                }
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "tickd did not answer SERVING on {} within 10s\n{}",
-                run.listen,
-                logs(root)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
-    println!("SERVING after {:?}", started.elapsed());
-    runtime.block_on(async {
-        // What the startup/readiness probes ask for, over TCP and the app's Unix socket.
-        let status = health(channel.clone(), "tickd.v1.Timers").await;
-        assert_eq!(
-            status,
-            Ok(serving),
-            "tickd.v1.Timers health\n{}",
-            logs(root)
-        );
-        if let Some(socket) = &socket {
-            let unix = unix_channel(socket.clone()).await.expect("unix socket");
-            let status = health(unix, "tickd.v1.Timers").await;
-            assert_eq!(status, Ok(serving), "health over {}", socket.display());
-        }
-    });
-
-    // SIGTERM, as the kubelet sends once the app has exited; the open connection must not
-    // hold tickd past its drain bound.
-    let terminated = Instant::now();
-    let mut kill = Command::new("kill");
-    kill.args(["-TERM", &child.0.id().to_string()]);
-    must(kill);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(
-            terminated.elapsed() < config.drain_timeout,
-            "tickd still running {:?} after SIGTERM (drain timeout {:?})\n{}",
-            terminated.elapsed(),
-            config.drain_timeout,
-            logs(root)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    drop(channel);
-    println!("exited {status} {:?} after SIGTERM", terminated.elapsed());
-    assert!(status.success(), "tickd exited {status}\n{}", logs(root));
-    if let Some(socket) = &socket {
-        assert!(!socket.exists(), "tickd left its socket behind");
-    }
-    // The data dir was written on the (relocated) emptyDir.
-    if let Some(dir) = run.args.iter().find_map(|a| a.strip_prefix("--data-dir=")) {
-        assert!(
-            Path::new(dir).is_dir(),
-            "no data dir at {dir}\n{}",
-            logs(root)
-        );
-    }
-    // The ConfigMap's TICKD_LOG_FORMAT reached the binary.
-    if run.env.get("TICKD_LOG_FORMAT").map(String::as_str) == Some("json") {
-        let stdout = fs::read_to_string(root.join("tickd.stdout")).unwrap_or_default();
-        assert!(
-            stdout.lines().count() > 0 && stdout.lines().all(|line| line.starts_with('{')),
-            "expected JSON log lines\n{}",
-            logs(root)
         );
     }
 }

@@ -3,6 +3,9 @@
     manifests.py render OVERLAY_DIR OUT_FILE   render a kustomization without kustomize
     manifests.py same RENDERED_A RENDERED_B    exit 1 unless both hold the same objects
     manifests.py facts RENDERED_FILE           print facts about the tickd sidecar
+    manifests.py policies RENDERED_FILE        print facts about the NetworkPolicies that
+                                               select tickd's Pods, and tickd's args
+    manifests.py secret FILE NAME KEY          print the value of KEY in Secret NAME
 
 The renderer supports only what deploy/ uses -- `resources`, `images` and `labels`
 (without selectors or templates) -- and fails on anything else, so it cannot silently
@@ -13,6 +16,7 @@ Facts are printed one per line as tab-separated fields (the Rust test has no YAM
 parser); values containing tabs or newlines are refused.
 """
 
+import base64
 import sys
 from pathlib import Path
 
@@ -160,15 +164,7 @@ def facts(rendered):
         for doc in docs
         if doc.get("kind") == "ConfigMap"
     }
-    workloads = []
-    for doc in docs:
-        pod = doc.get("spec", {}).get("template", {}).get("spec", {})
-        names = [c.get("name") for c in pod.get("initContainers", []) + pod.get("containers", [])]
-        if "tickd" in names:
-            workloads.append((doc, pod))
-    if len(workloads) != 1:
-        fail(f"expected one workload with a tickd container, found {len(workloads)}")
-    doc, pod = workloads[0]
+    doc, pod = tickd_workload(docs)
     emit("workload", doc["kind"], doc["metadata"]["name"])
     emit("grace", pod.get("terminationGracePeriodSeconds", 30))
     pod_security = pod.get("securityContext", {})
@@ -240,6 +236,65 @@ def facts(rendered):
         emit("mount", mount["mountPath"], source, yaml_scalar(mount.get("readOnly", False)))
 
 
+def tickd_workload(docs):
+    """The one workload whose pod template runs a container named tickd: (doc, pod spec)."""
+    workloads = []
+    for doc in docs:
+        pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+        names = [c.get("name") for c in pod.get("initContainers", []) + pod.get("containers", [])]
+        if "tickd" in names:
+            workloads.append((doc, pod))
+    if len(workloads) != 1:
+        fail(f"expected one workload with a tickd container, found {len(workloads)}")
+    return workloads[0]
+
+
+def selects(selector, labels):
+    if set(selector) - {"matchLabels"}:
+        fail(f"podSelector {selector} not supported by this test (matchLabels only)")
+    return all(labels.get(key) == value for key, value in selector.get("matchLabels", {}).items())
+
+
+def policies(rendered):
+    """Facts about the NetworkPolicies selecting tickd's Pods, one rule port per line:
+    `ingress|egress POLICY PORT PROTOCOL PEERS`, PEERS the number of from/to peers (0: anyone),
+    PORT `*` for a rule without ports."""
+    docs = load_all(rendered)
+    doc, pod = tickd_workload(docs)
+    labels = doc["spec"]["template"].get("metadata", {}).get("labels", {})
+    tickd = next(c for c in pod.get("initContainers", []) + pod.get("containers", [])
+                 if c.get("name") == "tickd")
+    for arg in tickd.get("args", []):
+        emit("arg", arg)
+    for policy in docs:
+        if policy.get("kind") != "NetworkPolicy":
+            continue
+        name = policy["metadata"]["name"]
+        spec = policy.get("spec", {})
+        if not selects(spec.get("podSelector", {}), labels):
+            emit("policy", name, "other")
+            continue
+        emit("policy", name, "tickd", *spec.get("policyTypes", []))
+        for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+            for rule in spec.get(direction, []):
+                peers = len(rule.get(peers_key, []))
+                for port in rule.get("ports", [{"port": "*"}]):
+                    emit(direction, name, port.get("port", "*"), port.get("protocol", "TCP"), peers)
+
+
+def secret(path, name, key):
+    for doc in load_all(path):
+        if doc.get("kind") == "Secret" and doc["metadata"]["name"] == name:
+            if key in doc.get("stringData", {}):
+                sys.stdout.write(doc["stringData"][key])
+            elif key in doc.get("data", {}):
+                sys.stdout.write(base64.b64decode(doc["data"][key]).decode())
+            else:
+                fail(f"Secret {name} has no key {key}")
+            return
+    fail(f"{path} has no Secret {name}")
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "render":
         render(argv[2], argv[3])
@@ -247,6 +302,10 @@ def main(argv):
         same(argv[2], argv[3])
     elif len(argv) == 3 and argv[1] == "facts":
         facts(argv[2])
+    elif len(argv) == 3 and argv[1] == "policies":
+        policies(argv[2])
+    elif len(argv) == 5 and argv[1] == "secret":
+        secret(argv[2], argv[3], argv[4])
     else:
         fail(__doc__)
 
