@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 import grpc
 import pytest
@@ -13,7 +14,7 @@ import pytest_asyncio
 
 import tickd
 from tickd.aio import AsyncClient
-from conftest import TEST_CLIENT_OPTIONS
+from conftest import TEST_CLIENT_OPTIONS, StartTickd
 from tickd_server import TickdServer
 from waiting import PATIENCE
 
@@ -143,3 +144,31 @@ async def test_lease_keeper_across_a_restart(aio_client: AsyncClient, tickd_serv
         assert lost.empty() and [lease.timer_id for lease in keeper.leases()] == [kept.id]
     finally:
         await keeper.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_subscriber_and_a_lease_keeper_with_a_wrong_token_end_with_the_refusal(
+    start_tickd: StartTickd, tmp_path: Path, namespace: str
+) -> None:
+    """Reconnecting cannot cure UNAUTHENTICATED: both tasks end and report it."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"right-token {namespace}\n")
+    server = await asyncio.to_thread(start_tickd, "--auth-token-file", str(tokens))
+    client = AsyncClient(server.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace, token="wrong-token"))
+
+    async def ignore(expiration: tickd.pb.Expiration) -> None:
+        pass
+
+    subscriber = client.subscribe(ignore)
+    keeper = client.lease_keeper()
+    try:
+        for helper in (subscriber, keeper):
+            with pytest.raises(tickd.TickdError) as refused:
+                await asyncio.wait_for(helper.wait(), PATIENCE)
+            assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+            assert helper.error is refused.value
+            assert not helper.running  # it ended by itself, without stop()
+    finally:
+        await subscriber.stop()
+        await keeper.stop()
+        await client.close()
