@@ -6,7 +6,7 @@ import queue
 import threading
 
 import tickd
-from waiting import PATIENCE, Recorder
+from waiting import PATIENCE, Recorder, eventually
 
 
 class InFlightCounter:
@@ -100,6 +100,9 @@ def test_stop_waits_for_running_handlers_and_their_acks(client: tickd.Client) ->
 
     stopper = threading.Thread(target=stop)
     stopper.start()
+    eventually(lambda: subscriber.stopping, "stop() to begin")
+    # stop() began while the handler is held: it must still be waiting for it.
+    assert stopper.is_alive() and not handler_done_when_stop_returned
     release.set()
     stopper.join(PATIENCE)
     assert not stopper.is_alive()
