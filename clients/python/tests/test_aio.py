@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import grpc
@@ -19,6 +19,8 @@ from tickd_server import TickdServer
 from waiting import PATIENCE
 
 HOUR = 3600.0
+#: The ttl of the lease that expires while tickd is down.
+SHORT_TTL = 3.0
 
 
 @pytest_asyncio.fixture
@@ -124,16 +126,20 @@ async def test_lease_keeper_across_a_restart(aio_client: AsyncClient, tickd_serv
     keeper = aio_client.lease_keeper(on_lost=lost.put_nowait)
     try:
         kept = (await aio_client.register(tickd.TimerSpec(key="kept", ttl=120.0))).timer
-        short = (await aio_client.register(tickd.TimerSpec(key="short", ttl=3.0))).timer
+        short = (await aio_client.register(tickd.TimerSpec(key="short", ttl=SHORT_TTL))).timer
         keeper.add_timer(kept)
         keeper.add_timer(short)
         while keeper.deadline(short.id) is None or keeper.deadline(kept.id) is None:
             await asyncio.sleep(0.05)  # polling the keeper's state: there is no event for a heartbeat
         assert await asyncio.to_thread(tickd_server.stop) == 0
+        exited_at = datetime.now(timezone.utc)
         kept_before, short_deadline = keeper.deadline(kept.id), keeper.deadline(short.id)
         assert kept_before is not None and short_deadline is not None
-        # Wall-clock time passes the short lease's last deadline while tickd is down.
-        while datetime.now(timezone.utc) <= short_deadline:
+        # Wall-clock time passes the latest deadline the short lease can have while tickd is
+        # down: an unanswered heartbeat may have been applied (before tickd exited), so the
+        # last answered deadline is not enough.
+        latest_possible_deadline = max(short_deadline, exited_at + timedelta(seconds=SHORT_TTL))
+        while datetime.now(timezone.utc) <= latest_possible_deadline:
             await asyncio.sleep(0.1)
         await asyncio.to_thread(tickd_server.start)
 

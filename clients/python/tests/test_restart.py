@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import grpc
 import pytest
@@ -14,6 +14,9 @@ from conftest import Connect
 from recording_retry import RecordingRetryPolicy
 from tickd_server import TickdServer
 from waiting import Recorder, eventually
+
+#: The ttl of the lease that expires while tickd is down.
+SHORT_TTL = 3.0
 
 
 def register_keyed(client: tickd.Client, keys: list[str], delay: float) -> None:
@@ -61,7 +64,7 @@ def test_lease_keeper_keeps_the_long_lease_and_reports_the_expired_one_lost(
         lost_event.set()
 
     long_lease = client.register(tickd.TimerSpec(key="long", ttl=120.0)).timer
-    short_lease = client.register(tickd.TimerSpec(key="short", ttl=3.0)).timer
+    short_lease = client.register(tickd.TimerSpec(key="short", ttl=SHORT_TTL)).timer
     keeper = client.lease_keeper(on_lost=on_lost)
     try:
         keeper.add_timer(long_lease)
@@ -72,11 +75,16 @@ def test_lease_keeper_keeps_the_long_lease_and_reports_the_expired_one_lost(
 
         status = tickd_server.stop()
         assert status == 0
+        exited_at = datetime.now(timezone.utc)
         long_deadline_before = keeper.deadline(long_lease.id)
         short_deadline = keeper.deadline(short_lease.id)
         assert long_deadline_before is not None and short_deadline is not None
-        # While tickd is down, wall-clock time passes the short lease's last known deadline.
-        eventually(lambda: datetime.now(timezone.utc) > short_deadline, "the short lease's deadline to pass")
+        # While tickd is down, wall-clock time passes the latest deadline the short lease can
+        # have: a heartbeat sent but never answered may have been applied, so its last answered
+        # deadline is not enough; any heartbeat applied was applied before tickd exited.
+        latest_possible_deadline = max(short_deadline, exited_at + timedelta(seconds=SHORT_TTL))
+        eventually(lambda: datetime.now(timezone.utc) > latest_possible_deadline,
+                   "the short lease's latest possible deadline to pass")
         tickd_server.start()
 
         assert lost_event.wait(90), "the short lease was not reported lost"
