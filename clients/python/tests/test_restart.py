@@ -13,7 +13,7 @@ import tickd
 from conftest import Connect
 from recording_retry import RecordingRetryPolicy
 from tickd_server import TickdServer
-from waiting import Recorder, eventually
+from waiting import PATIENCE, Recorder, eventually
 
 #: The ttl of the lease that expires while tickd is down.
 SHORT_TTL = 3.0
@@ -120,7 +120,7 @@ def test_keyed_registration_is_retried_until_tickd_is_back_and_keyless_is_not(
 
     def register() -> None:
         try:
-            outcome.append(client.register(tickd.TimerSpec(key=key, delay=3600)))
+            outcome.append(client.register(tickd.TimerSpec(key=key, delay=3600), timeout=PATIENCE))
         except BaseException as error:  # handed to the test thread
             outcome.append(error)
 
@@ -133,3 +133,27 @@ def test_keyed_registration_is_retried_until_tickd_is_back_and_keyless_is_not(
     assert isinstance(outcome[0], tickd.pb.NewTimeoutResponse), outcome
     assert outcome[0].created and outcome[0].timer.key == key
     assert client.get(key=key).id == outcome[0].timer.id  # registered exactly once, under its key
+
+
+def test_the_timeout_bounds_the_whole_retried_call(
+    connect: Connect, tickd_server: TickdServer, namespace: str
+) -> None:
+    """With a retry budget far longer than the timeout, the call still ends once its timeout
+    passed: retries stay within the call's deadline (each attempt gets the time left)."""
+    endless = tickd.RetryPolicy(max_attempts=1_000_000, backoff=tickd.BackoffPolicy(initial=0.01, maximum=0.05))
+    client = connect(tickd_server, namespace=namespace, retry=endless)
+    assert tickd_server.stop() == 0
+    outcome: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            client.get(key="absent", timeout=1.0)
+        except BaseException as error:  # handed to the test thread
+            outcome.append(error)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(PATIENCE)  # without the overall deadline: a million attempts, hours
+    assert not worker.is_alive(), "the retried call outlived its timeout"
+    assert isinstance(outcome[0], tickd.TickdError), outcome
+    assert outcome[0].code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
