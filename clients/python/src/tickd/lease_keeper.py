@@ -113,7 +113,7 @@ class LeaseKeeper(LeaseSet):
         try:
             # Headers come once tickd accepted the stream: the back-off starts over from here.
             call.initial_metadata()
-            if not call.done():
+            if call.is_active():
                 self._backoff.reset()
             for answer in call:
                 take_answer(self._table, answer, self._on_lost)

@@ -133,7 +133,7 @@ class Subscriber:
             # Headers come once tickd accepted the subscription (a refusal ends the call first):
             # from then on the next break starts the back-off from its beginning.
             call.initial_metadata()
-            if not call.done():
+            if call.is_active():
                 self._backoff.reset()
             for response in call:
                 self._dispatch(response.expiration)
