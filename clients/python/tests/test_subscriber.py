@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import replace
 
 import tickd
+from conftest import TEST_CLIENT_OPTIONS, Connect
+from tcp_proxy import TcpProxy
+from tickd_server import TickdServer
 from waiting import PATIENCE, Recorder, eventually
 
 
@@ -127,3 +131,22 @@ def test_a_repeating_timer_is_delivered_once_per_firing(client: tickd.Client) ->
         assert set(recorder.attempts["tick"]) == {1}  # each firing is a first delivery
     finally:
         subscriber.stop()
+
+
+def test_the_reconnect_back_off_starts_over_once_tickd_accepted_a_stream(
+    connect: Connect, tickd_server: TickdServer, namespace: str
+) -> None:
+    """Two breaks of streams tickd had accepted, with no delivery in between: the second
+    reconnect waits the initial back-off again, not the (hours long) grown one."""
+    proxy = TcpProxy(tickd_server.address)
+    client = tickd.Client(proxy.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace))
+    hours_after_one_failure = tickd.BackoffPolicy(initial=0.05, maximum=1e6, multiplier=1e6, jitter=0)
+    subscriber = client.subscribe(lambda expiration: None, tickd.SubscriberOptions(reconnect=hours_after_one_failure))
+    try:
+        for accepted in (1, 2, 3):
+            eventually(lambda: subscriber.accepted_streams >= accepted, f"accepted stream {accepted}")
+            proxy.cut()
+    finally:
+        subscriber.stop()
+        client.close()
+        proxy.close()

@@ -58,6 +58,7 @@ class Subscriber:
         self._stopped_event = threading.Event()
         self._call: grpc.Call | None = None
         self._error: TickdError | None = None
+        self._accepted_streams = 0
         self._reader = threading.Thread(target=self._run, name="tickd-subscriber", daemon=True)
         self._reader.start()
 
@@ -75,6 +76,13 @@ class Subscriber:
         """True once ``stop()`` began (or the subscriber ended on an error): no more handlers start."""
         with self._state:
             return self._stopping
+
+    @property
+    def accepted_streams(self) -> int:
+        """How many Subscribe streams tickd accepted so far (1 once subscribed; each reconnect
+        adds one)."""
+        with self._state:
+            return self._accepted_streams
 
     @property
     def error(self) -> TickdError | None:
@@ -135,6 +143,8 @@ class Subscriber:
             call.initial_metadata()
             if call.is_active():
                 self._backoff.reset()
+                with self._state:
+                    self._accepted_streams += 1
             for response in call:
                 self._dispatch(response.expiration)
             log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
