@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import grpc
 import pytest
@@ -13,11 +14,13 @@ import pytest_asyncio
 
 import tickd
 from tickd.aio import AsyncClient
-from conftest import TEST_CLIENT_OPTIONS
+from conftest import TEST_CLIENT_OPTIONS, StartTickd
 from tickd_server import TickdServer
 from waiting import PATIENCE
 
 HOUR = 3600.0
+#: The ttl of the lease that expires while tickd is down.
+SHORT_TTL = 3.0
 
 
 @pytest_asyncio.fixture
@@ -123,16 +126,20 @@ async def test_lease_keeper_across_a_restart(aio_client: AsyncClient, tickd_serv
     keeper = aio_client.lease_keeper(on_lost=lost.put_nowait)
     try:
         kept = (await aio_client.register(tickd.TimerSpec(key="kept", ttl=120.0))).timer
-        short = (await aio_client.register(tickd.TimerSpec(key="short", ttl=3.0))).timer
+        short = (await aio_client.register(tickd.TimerSpec(key="short", ttl=SHORT_TTL))).timer
         keeper.add_timer(kept)
         keeper.add_timer(short)
         while keeper.deadline(short.id) is None or keeper.deadline(kept.id) is None:
             await asyncio.sleep(0.05)  # polling the keeper's state: there is no event for a heartbeat
         assert await asyncio.to_thread(tickd_server.stop) == 0
+        exited_at = datetime.now(timezone.utc)
         kept_before, short_deadline = keeper.deadline(kept.id), keeper.deadline(short.id)
         assert kept_before is not None and short_deadline is not None
-        # Wall-clock time passes the short lease's last deadline while tickd is down.
-        while datetime.now(timezone.utc) <= short_deadline:
+        # Wall-clock time passes the latest deadline the short lease can have while tickd is
+        # down: an unanswered heartbeat may have been applied (before tickd exited), so the
+        # last answered deadline is not enough.
+        latest_possible_deadline = max(short_deadline, exited_at + timedelta(seconds=SHORT_TTL))
+        while datetime.now(timezone.utc) <= latest_possible_deadline:
             await asyncio.sleep(0.1)
         await asyncio.to_thread(tickd_server.start)
 
@@ -143,3 +150,31 @@ async def test_lease_keeper_across_a_restart(aio_client: AsyncClient, tickd_serv
         assert lost.empty() and [lease.timer_id for lease in keeper.leases()] == [kept.id]
     finally:
         await keeper.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_subscriber_and_a_lease_keeper_with_a_wrong_token_end_with_the_refusal(
+    start_tickd: StartTickd, tmp_path: Path, namespace: str
+) -> None:
+    """Reconnecting cannot cure UNAUTHENTICATED: both tasks end and report it."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"right-token {namespace}\n")
+    server = await asyncio.to_thread(start_tickd, "--auth-token-file", str(tokens))
+    client = AsyncClient(server.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace, token="wrong-token"))
+
+    async def ignore(expiration: tickd.pb.Expiration) -> None:
+        pass
+
+    subscriber = client.subscribe(ignore)
+    keeper = client.lease_keeper()
+    try:
+        for helper in (subscriber, keeper):
+            with pytest.raises(tickd.TickdError) as refused:
+                await asyncio.wait_for(helper.wait(), PATIENCE)
+            assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+            assert helper.error is refused.value
+            assert not helper.running  # it ended by itself, without stop()
+    finally:
+        await subscriber.stop()
+        await keeper.stop()
+        await client.close()

@@ -85,8 +85,23 @@ async def test_keyed_registration_is_retried_and_keyless_is_not(
     assert refused.value.code == grpc.StatusCode.UNAVAILABLE
     assert not RecordingRetryPolicy.retried.is_set()
 
-    keyed = asyncio.get_running_loop().create_task(aio_client.register(tickd.TimerSpec(key="retried", delay=3600)))
+    keyed = asyncio.get_running_loop().create_task(aio_client.register(tickd.TimerSpec(key="retried", delay=3600), timeout=PATIENCE))
     assert await asyncio.to_thread(RecordingRetryPolicy.retried.wait, PATIENCE), "no retry while tickd was down"
     await asyncio.to_thread(tickd_server.start)
     registered = await asyncio.wait_for(keyed, PATIENCE)
     assert registered.created and (await aio_client.get(key="retried")).id == registered.timer.id
+
+
+@pytest.mark.asyncio
+async def test_the_timeout_bounds_the_whole_retried_call(tickd_server: TickdServer, namespace: str) -> None:
+    """A retry budget far longer than the timeout: the call still ends once its timeout passed."""
+    endless = tickd.RetryPolicy(max_attempts=1_000_000, backoff=tickd.BackoffPolicy(initial=0.01, maximum=0.05))
+    client = AsyncClient(tickd_server.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace, retry=endless))
+    try:
+        assert await asyncio.to_thread(tickd_server.stop) == 0
+        with pytest.raises(tickd.TickdError) as refused:
+            # Without the overall deadline: a million attempts, hours.
+            await asyncio.wait_for(client.get(key="absent", timeout=1.0), PATIENCE)
+        assert refused.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    finally:
+        await client.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import grpc
 import pytest
@@ -13,7 +13,10 @@ import tickd
 from conftest import Connect
 from recording_retry import RecordingRetryPolicy
 from tickd_server import TickdServer
-from waiting import Recorder, eventually
+from waiting import PATIENCE, Recorder, eventually
+
+#: The ttl of the lease that expires while tickd is down.
+SHORT_TTL = 3.0
 
 
 def register_keyed(client: tickd.Client, keys: list[str], delay: float) -> None:
@@ -61,7 +64,7 @@ def test_lease_keeper_keeps_the_long_lease_and_reports_the_expired_one_lost(
         lost_event.set()
 
     long_lease = client.register(tickd.TimerSpec(key="long", ttl=120.0)).timer
-    short_lease = client.register(tickd.TimerSpec(key="short", ttl=3.0)).timer
+    short_lease = client.register(tickd.TimerSpec(key="short", ttl=SHORT_TTL)).timer
     keeper = client.lease_keeper(on_lost=on_lost)
     try:
         keeper.add_timer(long_lease)
@@ -72,11 +75,16 @@ def test_lease_keeper_keeps_the_long_lease_and_reports_the_expired_one_lost(
 
         status = tickd_server.stop()
         assert status == 0
+        exited_at = datetime.now(timezone.utc)
         long_deadline_before = keeper.deadline(long_lease.id)
         short_deadline = keeper.deadline(short_lease.id)
         assert long_deadline_before is not None and short_deadline is not None
-        # While tickd is down, wall-clock time passes the short lease's last known deadline.
-        eventually(lambda: datetime.now(timezone.utc) > short_deadline, "the short lease's deadline to pass")
+        # While tickd is down, wall-clock time passes the latest deadline the short lease can
+        # have: a heartbeat sent but never answered may have been applied, so its last answered
+        # deadline is not enough; any heartbeat applied was applied before tickd exited.
+        latest_possible_deadline = max(short_deadline, exited_at + timedelta(seconds=SHORT_TTL))
+        eventually(lambda: datetime.now(timezone.utc) > latest_possible_deadline,
+                   "the short lease's latest possible deadline to pass")
         tickd_server.start()
 
         assert lost_event.wait(90), "the short lease was not reported lost"
@@ -112,7 +120,7 @@ def test_keyed_registration_is_retried_until_tickd_is_back_and_keyless_is_not(
 
     def register() -> None:
         try:
-            outcome.append(client.register(tickd.TimerSpec(key=key, delay=3600)))
+            outcome.append(client.register(tickd.TimerSpec(key=key, delay=3600), timeout=PATIENCE))
         except BaseException as error:  # handed to the test thread
             outcome.append(error)
 
@@ -125,3 +133,27 @@ def test_keyed_registration_is_retried_until_tickd_is_back_and_keyless_is_not(
     assert isinstance(outcome[0], tickd.pb.NewTimeoutResponse), outcome
     assert outcome[0].created and outcome[0].timer.key == key
     assert client.get(key=key).id == outcome[0].timer.id  # registered exactly once, under its key
+
+
+def test_the_timeout_bounds_the_whole_retried_call(
+    connect: Connect, tickd_server: TickdServer, namespace: str
+) -> None:
+    """With a retry budget far longer than the timeout, the call still ends once its timeout
+    passed: retries stay within the call's deadline (each attempt gets the time left)."""
+    endless = tickd.RetryPolicy(max_attempts=1_000_000, backoff=tickd.BackoffPolicy(initial=0.01, maximum=0.05))
+    client = connect(tickd_server, namespace=namespace, retry=endless)
+    assert tickd_server.stop() == 0
+    outcome: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            client.get(key="absent", timeout=1.0)
+        except BaseException as error:  # handed to the test thread
+            outcome.append(error)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(PATIENCE)  # without the overall deadline: a million attempts, hours
+    assert not worker.is_alive(), "the retried call outlived its timeout"
+    assert isinstance(outcome[0], tickd.TickdError), outcome
+    assert outcome[0].code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

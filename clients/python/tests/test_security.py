@@ -10,6 +10,7 @@ import pytest
 import tickd
 from certificates import Certificates, make_certificates
 from conftest import Connect, StartTickd
+from waiting import PATIENCE
 
 HOUR = 3600.0
 
@@ -67,3 +68,26 @@ def test_mutual_tls_needs_the_client_certificate(
         ca_file=certificates.ca, cert_file=certificates.client_cert, key_file=certificates.client_key))
     assert client.register(tickd.TimerSpec(key="mtls", delay=HOUR)).created
     assert client.get(key="mtls").key == "mtls"
+
+
+def test_a_subscriber_and_a_lease_keeper_with_a_wrong_token_end_with_the_refusal(
+    start_tickd: StartTickd, connect: Connect, tmp_path: Path, namespace: str
+) -> None:
+    """Reconnecting cannot cure UNAUTHENTICATED: both end and report it instead of retrying forever."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"right-token {namespace}\n")
+    server = start_tickd("--auth-token-file", str(tokens))
+    client = connect(server, namespace=namespace, token="wrong-token")
+
+    subscriber = client.subscribe(lambda expiration: None)
+    keeper = client.lease_keeper()
+    try:
+        for helper in (subscriber, keeper):
+            with pytest.raises(tickd.TickdError) as refused:
+                helper.wait(PATIENCE)
+            assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+            assert helper.error is refused.value
+            assert not helper.running  # it ended by itself, without stop()
+    finally:
+        subscriber.stop()
+        keeper.stop()

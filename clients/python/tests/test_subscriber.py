@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import replace
 
 import tickd
-from waiting import PATIENCE, Recorder
+from conftest import TEST_CLIENT_OPTIONS, Connect
+from tcp_proxy import TcpProxy
+from tickd_server import TickdServer
+from waiting import PATIENCE, Recorder, eventually
 
 
 class InFlightCounter:
@@ -100,6 +104,9 @@ def test_stop_waits_for_running_handlers_and_their_acks(client: tickd.Client) ->
 
     stopper = threading.Thread(target=stop)
     stopper.start()
+    eventually(lambda: subscriber.stopping, "stop() to begin")
+    # stop() began while the handler is held: it must still be waiting for it.
+    assert stopper.is_alive() and not handler_done_when_stop_returned
     release.set()
     stopper.join(PATIENCE)
     assert not stopper.is_alive()
@@ -124,3 +131,22 @@ def test_a_repeating_timer_is_delivered_once_per_firing(client: tickd.Client) ->
         assert set(recorder.attempts["tick"]) == {1}  # each firing is a first delivery
     finally:
         subscriber.stop()
+
+
+def test_the_reconnect_back_off_starts_over_once_tickd_accepted_a_stream(
+    connect: Connect, tickd_server: TickdServer, namespace: str
+) -> None:
+    """Two breaks of streams tickd had accepted, with no delivery in between: the second
+    reconnect waits the initial back-off again, not the (hours long) grown one."""
+    proxy = TcpProxy(tickd_server.address)
+    client = tickd.Client(proxy.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace))
+    hours_after_one_failure = tickd.BackoffPolicy(initial=0.05, maximum=1e6, multiplier=1e6, jitter=0)
+    subscriber = client.subscribe(lambda expiration: None, tickd.SubscriberOptions(reconnect=hours_after_one_failure))
+    try:
+        for accepted in (1, 2, 3):
+            eventually(lambda: subscriber.accepted_streams >= accepted, f"accepted stream {accepted}")
+            proxy.cut()
+    finally:
+        subscriber.stop()
+        client.close()
+        proxy.close()

@@ -62,11 +62,12 @@ class Client:
         idempotent: bool,
         timeout: float | None = None,
     ) -> Response:
-        """One unary call with the client's metadata and deadline, retried if ``idempotent``."""
-        deadline = self.options.timeout if timeout is None else timeout
+        """One unary call with the client's metadata, retried if ``idempotent``; ``timeout``
+        (default: the client's) bounds the whole call, each attempt getting the time left."""
         metadata = self.options.metadata()
         return retry.call_blocking(
-            self.options.retry, idempotent, lambda: method(request, timeout=deadline, metadata=metadata)
+            self.options.retry, idempotent, self.options.timeout if timeout is None else timeout,
+            lambda time_left: method(request, timeout=time_left, metadata=metadata),
         )
 
     def register(self, spec: TimerSpec, *, timeout: float | None = None) -> pb.NewTimeoutResponse:

@@ -10,6 +10,17 @@ import grpc.aio
 _STATUS_BY_NUMBER: dict[int, grpc.StatusCode] = {status.value[0]: status for status in grpc.StatusCode}
 
 
+#: Refusals that a new attempt cannot cure (a wrong token, a namespace the token may not use, a
+#: request tickd rejects, an RPC it lacks): a subscriber or lease keeper ends on them and
+#: reports the error instead of reconnecting forever.
+FINAL_STREAM_CODES: frozenset[grpc.StatusCode] = frozenset({
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.UNIMPLEMENTED,
+})
+
+
 class TickdError(Exception):
     """A call (or one item of a batch, or one heartbeat) that tickd refused or could not answer.
 
@@ -21,6 +32,11 @@ class TickdError(Exception):
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
+
+    @property
+    def is_final_for_streams(self) -> bool:
+        """Whether re-opening a stream that ended with this error would only fail the same way."""
+        return self.code in FINAL_STREAM_CODES
 
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError) -> TickdError:

@@ -31,6 +31,9 @@ class LeaseKeeper(LeaseSet):
     never re-created. Leases can be added and removed while it runs. ``stop()`` ends it.
 
     ``on_lost`` runs on the keeper's thread: keep it short (hand the news over, don't block).
+
+    A refusal of the stream that reconnecting cannot cure (UNAUTHENTICATED, PERMISSION_DENIED,
+    INVALID_ARGUMENT, UNIMPLEMENTED) ends the keeper: ``error`` holds it, ``wait()`` raises it.
     """
 
     def __init__(
@@ -47,11 +50,29 @@ class LeaseKeeper(LeaseSet):
         self._wake_sender = threading.Event()
         self._call_lock = threading.Lock()
         self._call: grpc.Call | None = None
+        self._error: TickdError | None = None
         self._thread = threading.Thread(target=self._run, name="tickd-lease-keeper", daemon=True)
         self._thread.start()
 
     def _heartbeats_changed(self) -> None:
         self._wake_sender.set()
+
+    @property
+    def error(self) -> TickdError | None:
+        """The refusal the keeper ended on (None while it runs, or if it was stopped)."""
+        return self._error
+
+    @property
+    def running(self) -> bool:
+        """False once the keeper ended (stopped, or on a refusal): its threads are gone."""
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Blocks until the keeper ended (``stop()``, or a refusal reconnecting cannot cure),
+        at most ``timeout`` seconds; raises that refusal as :class:`TickdError`."""
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
 
     def stop(self, timeout: float | None = None) -> None:
         """Stops heartbeating (the leases then expire after their ttl) and closes the stream."""
@@ -90,13 +111,21 @@ class LeaseKeeper(LeaseSet):
         )
         sender.start()
         try:
-            for answer in call:
+            # Headers come once tickd accepted the stream: the back-off starts over from here.
+            call.initial_metadata()
+            if call.is_active():
                 self._backoff.reset()
+            for answer in call:
                 take_answer(self._table, answer, self._on_lost)
             log.info("KeepAlive stream ended by tickd; re-opening it")
-        except grpc.RpcError as error:
-            if not self._stopping.is_set():
-                log.warning("KeepAlive stream broke (%s); re-opening it", TickdError.from_rpc_error(error))
+        except grpc.RpcError as rpc_error:
+            error = TickdError.from_rpc_error(rpc_error)
+            if error.is_final_for_streams:
+                log.error("KeepAlive stream refused (%s): the lease keeper ends", error)
+                self._error = error
+                self._stopping.set()
+            elif not self._stopping.is_set():
+                log.warning("KeepAlive stream broke (%s); re-opening it", error)
         finally:
             stream_over.set()
             self._wake_sender.set()

@@ -4,6 +4,8 @@ Only calls that cannot do anything twice are retried: Get, Cancel, Ack, Touch, P
 registrations whose timers ALL carry a key (tickd answers a known key with the existing timer).
 A registration without a key is never retried: the first attempt may have registered the
 timer before the connection broke, and a retry would register a second one.
+
+A call's timeout bounds the whole call, retries included: each attempt gets the time left.
 """
 
 from __future__ import annotations
@@ -42,32 +44,62 @@ class RetryPolicy:
         return error.code in self.retry_on and attempt < self.max_attempts
 
 
-def call_blocking(policy: RetryPolicy, idempotent: bool, attempt_call: Callable[[], T]) -> T:
-    """Runs ``attempt_call`` (one RPC), again after a back-off while it fails with a
-    retryable code and ``idempotent`` allows it; raises :class:`TickdError` otherwise."""
+@dataclass(frozen=True)
+class CallDeadline:
+    """The deadline of a whole call, its retries included (``monotonic`` seconds; None: none).
+    Each attempt gets the time left; no attempt starts once the back-off would pass it."""
+
+    expires_at: float | None
+
+    @classmethod
+    def after(cls, timeout: float | None) -> CallDeadline:
+        return cls(None if timeout is None else time.monotonic() + timeout)
+
+    def remaining(self) -> float | None:
+        """The timeout of the next attempt: the time left (None: no deadline)."""
+        return None if self.expires_at is None else max(0.0, self.expires_at - time.monotonic())
+
+    def leaves_room_after(self, wait: float) -> bool:
+        """Whether an attempt started after waiting ``wait`` seconds would still have time."""
+        return self.expires_at is None or time.monotonic() + wait < self.expires_at
+
+
+def call_blocking(
+    policy: RetryPolicy, idempotent: bool, timeout: float | None, attempt_call: Callable[[float | None], T]
+) -> T:
+    """Runs ``attempt_call(timeout_of_this_attempt)`` (one RPC), again after a back-off while it
+    fails with a retryable code, ``idempotent`` allows it and ``timeout`` (seconds, for the whole
+    call) leaves time; raises :class:`TickdError` otherwise (the last attempt's error)."""
     backoff = Backoff(policy.backoff)
+    deadline = CallDeadline.after(timeout)
     attempt = 1
     while True:
         try:
-            return attempt_call()
+            return attempt_call(deadline.remaining())
         except grpc.RpcError as rpc_error:
             error = TickdError.from_rpc_error(rpc_error)
-        if not (idempotent and policy.should_retry(error, attempt)):
+        wait = backoff.next_delay()
+        if not (idempotent and policy.should_retry(error, attempt) and deadline.leaves_room_after(wait)):
             raise error
-        time.sleep(backoff.next_delay())
+        time.sleep(wait)
         attempt += 1
 
 
-async def call_async(policy: RetryPolicy, idempotent: bool, attempt_call: Callable[[], Awaitable[T]]) -> T:
-    """:func:`call_blocking` for grpc.aio: the same policy, awaiting instead of sleeping."""
+async def call_async(
+    policy: RetryPolicy, idempotent: bool, timeout: float | None,
+    attempt_call: Callable[[float | None], Awaitable[T]],
+) -> T:
+    """:func:`call_blocking` for grpc.aio: the same policy and deadline, awaiting instead of sleeping."""
     backoff = Backoff(policy.backoff)
+    deadline = CallDeadline.after(timeout)
     attempt = 1
     while True:
         try:
-            return await attempt_call()
+            return await attempt_call(deadline.remaining())
         except grpc.RpcError as rpc_error:
             error = TickdError.from_rpc_error(rpc_error)
-        if not (idempotent and policy.should_retry(error, attempt)):
+        wait = backoff.next_delay()
+        if not (idempotent and policy.should_retry(error, attempt) and deadline.leaves_room_after(wait)):
             raise error
-        await asyncio.sleep(backoff.next_delay())
+        await asyncio.sleep(wait)
         attempt += 1

@@ -35,6 +35,10 @@ class Subscriber:
     handler that raised, a stream that broke first) is delivered again, so handlers must be
     idempotent. ``stop()`` returns once in-flight handlers finished (and their acks were
     sent) and the stream is closed; call it from outside the handlers.
+
+    A refusal that reconnecting cannot cure (UNAUTHENTICATED, PERMISSION_DENIED,
+    INVALID_ARGUMENT, UNIMPLEMENTED) ends the subscriber: ``error`` holds it, ``wait()``
+    raises it, and ``stop()`` still waits for the handlers running.
     """
 
     def __init__(
@@ -53,6 +57,8 @@ class Subscriber:
         self._stopping = False
         self._stopped_event = threading.Event()
         self._call: grpc.Call | None = None
+        self._error: TickdError | None = None
+        self._accepted_streams = 0
         self._reader = threading.Thread(target=self._run, name="tickd-subscriber", daemon=True)
         self._reader.start()
 
@@ -64,6 +70,31 @@ class Subscriber:
     def running(self) -> bool:
         """False once stopped: the stream closed and the reader thread gone."""
         return self._reader.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` began (or the subscriber ended on an error): no more handlers start."""
+        with self._state:
+            return self._stopping
+
+    @property
+    def accepted_streams(self) -> int:
+        """How many Subscribe streams tickd accepted so far (1 once subscribed; each reconnect
+        adds one)."""
+        with self._state:
+            return self._accepted_streams
+
+    @property
+    def error(self) -> TickdError | None:
+        """The refusal the subscriber ended on (None while it runs, or if it was stopped)."""
+        return self._error
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Blocks until the subscriber ended (``stop()``, or a refusal reconnecting cannot
+        cure), at most ``timeout`` seconds; raises that refusal as :class:`TickdError`."""
+        self._reader.join(timeout)
+        if self._error is not None:
+            raise self._error
 
     def ack(self, expiration: pb.Expiration) -> bool:
         """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it, False
@@ -107,17 +138,34 @@ class Subscriber:
                 return
             self._call = call
         try:
-            for response in call:
+            # Headers come once tickd accepted the subscription (a refusal ends the call first):
+            # from then on the next break starts the back-off from its beginning.
+            call.initial_metadata()
+            if call.is_active():
                 self._backoff.reset()
+                with self._state:
+                    self._accepted_streams += 1
+            for response in call:
                 self._dispatch(response.expiration)
             log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
-        except grpc.RpcError as error:
-            if not self._stopped_event.is_set():
-                log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace,
-                            TickdError.from_rpc_error(error))
+        except grpc.RpcError as rpc_error:
+            error = TickdError.from_rpc_error(rpc_error)
+            if error.is_final_for_streams:
+                self._end_on(error)
+            elif not self._stopped_event.is_set():
+                log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace, error)
         finally:
             with self._state:
                 self._call = None
+
+    def _end_on(self, error: TickdError) -> None:
+        """Ends the subscriber on a refusal that re-opening the stream would only repeat."""
+        log.error("Subscribe stream of %r refused (%s): the subscriber ends", self.namespace, error)
+        self._error = error
+        with self._state:
+            self._stopping = True
+            self._state.notify_all()
+        self._stopped_event.set()
 
     def _dispatch(self, expiration: pb.Expiration) -> None:
         """Waits for a free handler thread, then hands the expiration over (dropped if stopping)."""

@@ -68,14 +68,16 @@ class AsyncClient:
         idempotent: bool,
         timeout: float | None = None,
     ) -> Response:
-        """One unary call with the client's metadata and deadline, retried if ``idempotent``."""
-        deadline = self.options.timeout if timeout is None else timeout
+        """One unary call with the client's metadata, retried if ``idempotent``; ``timeout``
+        (default: the client's) bounds the whole call, each attempt getting the time left."""
         metadata = self.options.metadata()
 
-        async def attempt() -> Response:
-            return await method(request, timeout=deadline, metadata=metadata)
+        async def attempt(time_left: float | None) -> Response:
+            return await method(request, timeout=time_left, metadata=metadata)
 
-        return await retry.call_async(self.options.retry, idempotent, attempt)
+        return await retry.call_async(
+            self.options.retry, idempotent, self.options.timeout if timeout is None else timeout, attempt
+        )
 
     async def register(self, spec: TimerSpec, *, timeout: float | None = None) -> pb.NewTimeoutResponse:
         """See :meth:`tickd.Client.register` (retried only with a key)."""

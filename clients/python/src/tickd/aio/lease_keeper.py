@@ -27,7 +27,11 @@ class AsyncLeaseKeeper(LeaseSet):
     """:class:`tickd.LeaseKeeper` for asyncio: one task reads the KeepAlive stream, another
     writes each heartbeat when due (about every ttl/3). A lease answered NOT_FOUND is dropped
     and reported to ``on_lost`` (a plain function, called on the event loop); the stream is
-    re-opened with back-off when it breaks. Create it inside the running loop; ``await stop()``."""
+    re-opened with back-off when it breaks. Create it inside the running loop; ``await stop()``.
+
+    A refusal of the stream that reconnecting cannot cure (UNAUTHENTICATED, PERMISSION_DENIED,
+    INVALID_ARGUMENT, UNIMPLEMENTED) ends the keeper: ``error`` holds it, ``await wait()``
+    raises it."""
 
     def __init__(
         self,
@@ -40,10 +44,29 @@ class AsyncLeaseKeeper(LeaseSet):
         self._on_lost = on_lost
         self._backoff = Backoff(reconnect or RECONNECT_BACKOFF)
         self._wake_writer = asyncio.Event()
+        self._error: TickdError | None = None
         self._task = asyncio.get_running_loop().create_task(self._run(), name="tickd-lease-keeper")
 
     def _heartbeats_changed(self) -> None:
         self._wake_writer.set()
+
+    @property
+    def error(self) -> TickdError | None:
+        """The refusal the keeper ended on (None while it runs, or if it was stopped)."""
+        return self._error
+
+    @property
+    def running(self) -> bool:
+        """False once the keeper ended (stopped, or on a refusal)."""
+        return not self._task.done()
+
+    async def wait(self) -> None:
+        """Returns once the keeper ended (``stop()``, or a refusal reconnecting cannot cure);
+        raises that refusal as :class:`TickdError`."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self._task)
+        if self._error is not None:
+            raise self._error
 
     async def stop(self) -> None:
         """Stops heartbeating (leases then expire after their ttl) and closes the stream."""
@@ -58,22 +81,31 @@ class AsyncLeaseKeeper(LeaseSet):
         await self.stop()
 
     async def _run(self) -> None:
-        while True:
+        while self._error is None:
             await self._one_stream()
-            await asyncio.sleep(self._backoff.next_delay())
+            if self._error is None:
+                await asyncio.sleep(self._backoff.next_delay())
 
     async def _one_stream(self) -> None:
         self._table.new_stream()
         call = self._client.stub.KeepAlive(metadata=self._client.options.metadata())
         writer = asyncio.get_running_loop().create_task(self._write_heartbeats(call))
         try:
+            # Headers come once tickd accepted the stream: the back-off starts over from here.
+            await call.initial_metadata()
+            if not call.done():
+                self._backoff.reset()
             while (answer := await call.read()) is not grpc.aio.EOF:
                 assert isinstance(answer, pb.KeepAliveResponse)
-                self._backoff.reset()
                 take_answer(self._table, answer, self._on_lost)
             log.info("KeepAlive stream ended by tickd; re-opening it")
-        except grpc.RpcError as error:
-            log.warning("KeepAlive stream broke (%s); re-opening it", TickdError.from_rpc_error(error))
+        except grpc.RpcError as rpc_error:
+            error = TickdError.from_rpc_error(rpc_error)
+            if error.is_final_for_streams:
+                log.error("KeepAlive stream refused (%s): the lease keeper ends", error)
+                self._error = error
+            else:
+                log.warning("KeepAlive stream broke (%s); re-opening it", error)
         finally:
             writer.cancel()
             call.cancel()

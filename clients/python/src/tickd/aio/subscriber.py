@@ -32,7 +32,11 @@ class AsyncSubscriber:
     as its own task, at most ``max_in_flight`` at once; acknowledges once the handler returned
     without raising (unless ``manual_ack``); re-opens the stream with exponential back-off and
     jitter. At-least-once: handlers must be idempotent. ``await stop()`` returns once in-flight
-    handlers finished (their acks sent) and the stream is closed."""
+    handlers finished (their acks sent) and the stream is closed.
+
+    A refusal that reconnecting cannot cure (UNAUTHENTICATED, PERMISSION_DENIED,
+    INVALID_ARGUMENT, UNIMPLEMENTED) ends the subscriber: ``error`` holds it and
+    ``await wait()`` raises it."""
 
     def __init__(
         self, client: AsyncClient, handler: AsyncHandler, options: SubscriberOptions,
@@ -47,6 +51,7 @@ class AsyncSubscriber:
         self._free_slots = asyncio.Semaphore(options.max_in_flight)
         self._handlers: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._error: TickdError | None = None
         self._reader = asyncio.get_running_loop().create_task(self._run(), name="tickd-subscriber")
 
     @property
@@ -57,6 +62,24 @@ class AsyncSubscriber:
     def running(self) -> bool:
         """False once stopped: the stream closed and the reader task done."""
         return not self._reader.done()
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` began (or the subscriber ended on an error)."""
+        return self._stopping
+
+    @property
+    def error(self) -> TickdError | None:
+        """The refusal the subscriber ended on (None while it runs, or if it was stopped)."""
+        return self._error
+
+    async def wait(self) -> None:
+        """Returns once the subscriber ended (``stop()``, or a refusal reconnecting cannot
+        cure); raises that refusal as :class:`TickdError`."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self._reader)
+        if self._error is not None:
+            raise self._error
 
     async def ack(self, expiration: pb.Expiration) -> bool:
         """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it."""
@@ -84,18 +107,28 @@ class AsyncSubscriber:
     async def _run(self) -> None:
         while not self._stopping:
             await self._one_stream()
-            await asyncio.sleep(self._backoff.next_delay())
+            if not self._stopping:
+                await asyncio.sleep(self._backoff.next_delay())
 
     async def _one_stream(self) -> None:
         call = self._client.stub.Subscribe(self._request, metadata=self._client.options.metadata())
         try:
-            async for response in call:
+            # Headers come once tickd accepted the subscription (a refusal ends the call first):
+            # from then on the next break starts the back-off from its beginning.
+            await call.initial_metadata()
+            if not call.done():
                 self._backoff.reset()
+            async for response in call:
                 await self._dispatch(response.expiration)
             log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
-        except grpc.RpcError as error:
-            log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace,
-                        TickdError.from_rpc_error(error))
+        except grpc.RpcError as rpc_error:
+            error = TickdError.from_rpc_error(rpc_error)
+            if error.is_final_for_streams:
+                log.error("Subscribe stream of %r refused (%s): the subscriber ends", self.namespace, error)
+                self._error = error
+                self._stopping = True
+            else:
+                log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace, error)
         finally:
             call.cancel()
 
