@@ -109,7 +109,7 @@ public final class RemoteTimer implements AutoCloseable {
     /**
      * Handles expirations of this namespace that belong to no task of this timer, e.g. timers
      * registered with a payload by another service or before a restart. Acknowledged after the
-     * handler returns.
+     * handler returns. Without such a handler they are left unacknowledged (see deliver).
      */
     public void onExpiration(Consumer<Expiration> handler) {
         this.fallback = handler;
