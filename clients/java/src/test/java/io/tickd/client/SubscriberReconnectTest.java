@@ -2,14 +2,6 @@ package io.tickd.client;
 
 import static org.junit.Assert.assertTrue;
 
-import io.grpc.CallOptions;
-import io.grpc.Channel;
-import io.grpc.ClientCall;
-import io.grpc.ClientInterceptor;
-import io.grpc.ForwardingClientCall;
-import io.grpc.ForwardingClientCallListener;
-import io.grpc.Metadata;
-import io.grpc.MethodDescriptor;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -54,35 +46,6 @@ public class SubscriberReconnectTest {
             Duration afterAccepted = waits.get(before);
             assertTrue("the wait after an accepted subscription is the first step again: " + waits,
                     afterAccepted.compareTo(backoff.initialBackoff()) <= 0);
-        }
-    }
-
-    /** Counts Subscribe calls answered with response headers, i.e. accepted by tickd. */
-    private static final class SubscribeAccepted implements ClientInterceptor {
-        private final AtomicInteger accepted;
-
-        SubscribeAccepted(AtomicInteger accepted) {
-            this.accepted = accepted;
-        }
-
-        @Override
-        public <Q, A> ClientCall<Q, A> interceptCall(MethodDescriptor<Q, A> method, CallOptions options, Channel next) {
-            ClientCall<Q, A> call = next.newCall(method, options);
-            if (!method.getFullMethodName().endsWith("/Subscribe")) {
-                return call;
-            }
-            return new ForwardingClientCall.SimpleForwardingClientCall<Q, A>(call) {
-                @Override
-                public void start(Listener<A> listener, Metadata headers) {
-                    super.start(new ForwardingClientCallListener.SimpleForwardingClientCallListener<A>(listener) {
-                        @Override
-                        public void onHeaders(Metadata responseHeaders) {
-                            accepted.incrementAndGet();
-                            super.onHeaders(responseHeaders);
-                        }
-                    }, headers);
-                }
-            };
         }
     }
 }

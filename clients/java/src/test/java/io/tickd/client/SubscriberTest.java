@@ -97,13 +97,16 @@ public class SubscriberTest {
         List<String> observed = new CopyOnWriteArrayList<>();
         List<String> taken = new CopyOnWriteArrayList<>();
         List<String> takenDeliveryIds = new CopyOnWriteArrayList<>();
-        try (TickdClient tickd = server.client().namespace("modes").build();
+        AtomicInteger accepted = new AtomicInteger();
+        try (TickdClient tickd = server.client().namespace("modes").interceptor(new SubscribeAccepted(accepted)).build();
                 Subscriber observer = tickd.subscriber(delivery -> observed.add(delivery.timer().getKey()))
                         .observer(true).start();
                 Subscriber atMostOnce = tickd.subscriber(delivery -> {
                     takenDeliveryIds.add(delivery.deliveryId());
                     taken.add(delivery.timer().getKey());
                 }).autoAck(true).start()) {
+            // An observer gets copies only of what fires while it is subscribed.
+            Await.until("both subscriptions accepted by tickd", () -> accepted.get() == 2);
             registerDueNow(tickd, "m1");
             Await.until("the observer's copy and the sharing subscriber's delivery",
                     () -> observed.contains("m1") && taken.contains("m1"));
