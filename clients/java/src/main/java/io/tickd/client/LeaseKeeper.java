@@ -12,6 +12,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -29,6 +30,14 @@ import java.util.concurrent.TimeUnit;
  * heartbeating it. It never re-creates a lost lease: its expiration has fired, and whoever
  * supervises it may already have acted on it.
  *
+ * <p>A lease kept by key is pinned to the timer id tickd answers its first heartbeat with: if a
+ * later answer names another id, the original lease is gone (it expired and someone registered
+ * the key anew) and the keeper reports it lost instead of keeping the newcomer alive.
+ *
+ * <p>A stream refused with a code no reconnect can cure (UNAUTHENTICATED, PERMISSION_DENIED,
+ * INVALID_ARGUMENT, UNIMPLEMENTED) ends the keeper: {@link LeaseListener#onFailed} is told,
+ * {@link #ended()} fails with that error, and no lease is heartbeated any more.
+ *
  * <p>All state lives on one thread (the keeper's scheduler); stream callbacks and the public
  * methods hand their work to it, so heartbeats are sent in order on the stream.
  */
@@ -39,6 +48,7 @@ public final class LeaseKeeper implements AutoCloseable {
     private final Map<TimerRef, Lease> leases = new HashMap<>();
     private final Map<Long, Lease> awaitingAnswer = new HashMap<>();
     private final Backoff reconnectBackoff;
+    private final CompletableFuture<Void> ended = new CompletableFuture<>();
     private StreamObserver<KeepAliveRequest> stream;
     private long streamGeneration;
     private long lastSequence;
@@ -47,7 +57,7 @@ public final class LeaseKeeper implements AutoCloseable {
     LeaseKeeper(TickdClient client, LeaseListener listener) {
         this.client = client;
         this.listener = Objects.requireNonNull(listener);
-        this.reconnectBackoff = client.retryPolicy().newBackoff();
+        this.reconnectBackoff = client.reconnectPolicy().newBackoff();
         this.keeperThread = Executors.newSingleThreadScheduledExecutor(runnable -> {
             Thread thread = new Thread(runnable, "tickd-lease-keeper");
             thread.setDaemon(true);
@@ -61,6 +71,8 @@ public final class LeaseKeeper implements AutoCloseable {
         final TimerRef ref;
         final Duration ttl;
         ScheduledFuture<?> heartbeats;
+        /** The timer id of the first answered heartbeat (a key may later name another timer). */
+        String id;
 
         Lease(TimerRef ref, Duration ttl) {
             this.ref = ref;
@@ -160,6 +172,16 @@ public final class LeaseKeeper implements AutoCloseable {
             return; // removed (or re-added) meanwhile
         }
         if (!answer.hasError()) {
+            if (lease.id == null) {
+                lease.id = answer.getId();
+            } else if (!lease.id.equals(answer.getId())) {
+                // The key now names a new timer: ours expired and was registered anew. That
+                // heartbeat already renewed the newcomer once; it is not ours to keep alive.
+                removeNow(lease.ref);
+                listener.onLost(lease.ref, new TickdException(Status.Code.NOT_FOUND,
+                        "lease " + lease.id + " is gone: its key now names timer " + answer.getId(), null));
+                return;
+            }
             listener.onRenewed(lease.ref, ProtoTime.instant(answer.getDeadline()));
             return;
         }
@@ -178,6 +200,13 @@ public final class LeaseKeeper implements AutoCloseable {
         }
         stream = null;
         awaitingAnswer.clear();
+        if (StreamRefusals.cannotBeCuredByReconnecting(error)) {
+            stopHeartbeating();
+            keeperThread.shutdown();
+            listener.onFailed(error);
+            ended.completeExceptionally(error);
+            return;
+        }
         Duration wait = reconnectBackoff.next();
         listener.onDisconnected(error, wait);
         keeperThread.schedule(() -> {
@@ -191,11 +220,7 @@ public final class LeaseKeeper implements AutoCloseable {
     public void close() {
         try {
             onKeeperThread(() -> {
-                closed = true;
-                for (Lease lease : leases.values()) {
-                    lease.heartbeats.cancel(false);
-                }
-                leases.clear();
+                stopHeartbeating();
                 if (stream != null) {
                     stream.onCompleted();
                     stream = null;
@@ -203,9 +228,31 @@ public final class LeaseKeeper implements AutoCloseable {
                 return null;
             });
         } catch (IllegalStateException alreadyClosed) {
-            // closed before
+            // closed before, or ended by a refusal
         }
         keeperThread.shutdownNow();
+        ended.complete(null);
+    }
+
+    /**
+     * Completes when the keeper is closed; fails with the {@link TickdException} of a refusal
+     * no reconnect can cure (see the class doc), after which no lease is kept.
+     */
+    public CompletableFuture<Void> ended() {
+        return ended;
+    }
+
+    /** The back-off of this keeper's reconnects (for tests). */
+    Backoff reconnectBackoff() {
+        return reconnectBackoff;
+    }
+
+    private void stopHeartbeating() {
+        closed = true;
+        for (Lease lease : leases.values()) {
+            lease.heartbeats.cancel(false);
+        }
+        leases.clear();
     }
 
     /** Hands a stream callback to the keeper's thread; dropped once the keeper is closed. */

@@ -29,4 +29,12 @@ public interface LeaseListener {
     /** The KeepAlive stream broke; the keeper reconnects after {@code reconnectIn}. */
     default void onDisconnected(TickdException error, Duration reconnectIn) {
     }
+
+    /**
+     * tickd refused the KeepAlive stream with a code no reconnect can cure (UNAUTHENTICATED,
+     * PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED): the keeper has ended and keeps no
+     * lease any more (its {@code ended()} future fails with the same error).
+     */
+    default void onFailed(TickdException error) {
+    }
 }

@@ -39,7 +39,24 @@ public final class RetryPolicy {
         return new RetryPolicy(6, Duration.ofMillis(200), Duration.ofSeconds(5), 2.0);
     }
 
-    /** One attempt: never retried. */
+    /**
+     * The streams' reconnect back-off: 500 ms doubling up to 30 s, with jitter. Separate from
+     * the call retry policy so that turning retries off ({@link #none()}, zero back-off) never
+     * makes a subscriber or lease keeper reconnect in a tight loop.
+     */
+    public static RetryPolicy reconnectDefaults() {
+        return new RetryPolicy(1, Duration.ofMillis(500), Duration.ofSeconds(30), 2.0);
+    }
+
+    /** For reconnect back-offs: a zero first wait would reconnect in a tight loop. */
+    RetryPolicy requirePositiveBackoff() {
+        if (initialBackoff.isZero()) {
+            throw new IllegalArgumentException("a reconnect back-off needs a positive initialBackoff: " + this);
+        }
+        return this;
+    }
+
+    /** One attempt: never retried (and no back-off: not for reconnects). */
     public static RetryPolicy none() {
         return new RetryPolicy(1, Duration.ZERO, Duration.ZERO, 1.0);
     }

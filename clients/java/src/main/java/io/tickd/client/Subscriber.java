@@ -7,6 +7,7 @@ import io.tickd.v1.SubscribeRequest;
 import io.tickd.v1.SubscribeResponse;
 import java.time.Duration;
 import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -27,6 +28,11 @@ import java.util.logging.Logger;
  * deliveries that were in flight and not acknowledged come again after tickd's ack timeout.
  * Delivery is therefore at least once: handlers must be idempotent.
  *
+ * <p>The back-off starts again from its first step each time tickd accepts a subscription
+ * (answers with response headers). A refusal no reconnect can cure (UNAUTHENTICATED,
+ * PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED) ends the subscriber instead:
+ * {@link SubscriberListener#onFailed} is told and {@link #ended()} fails with that error.
+ *
  * <p>The stream asks tickd for one message per free handler slot (gRPC flow control), so
  * deliveries do not pile up in this process while the handlers are busy.
  */
@@ -46,6 +52,7 @@ public final class Subscriber implements AutoCloseable {
     private final Object streamLock = new Object();
     private ClientCallStreamObserver<SubscribeRequest> currentStream;
     private volatile boolean stopping;
+    private final CompletableFuture<Void> ended = new CompletableFuture<>();
 
     private Subscriber(Builder builder) {
         this.client = builder.client;
@@ -54,7 +61,7 @@ public final class Subscriber implements AutoCloseable {
         this.maxInFlight = builder.maxInFlight;
         // Observers and auto-ack subscribers have nothing to acknowledge.
         this.manualAck = builder.manualAck || builder.observer || builder.autoAck;
-        this.reconnectPolicy = builder.reconnectPolicy != null ? builder.reconnectPolicy : client.retryPolicy();
+        this.reconnectPolicy = builder.reconnectPolicy != null ? builder.reconnectPolicy : client.reconnectPolicy();
         SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
                 .setNamespace(builder.namespace)
                 .setMode(builder.observer ? SubscribeRequest.Mode.MODE_OBSERVER : SubscribeRequest.Mode.MODE_SHARED)
@@ -84,12 +91,18 @@ public final class Subscriber implements AutoCloseable {
     private void superviseStreams() {
         Backoff backoff = reconnectPolicy.newBackoff();
         while (!stopping) {
-            TickdException ended = runOneStream(backoff);
+            TickdException why = runOneStream(backoff);
             if (stopping) {
                 return;
             }
+            if (StreamRefusals.cannotBeCuredByReconnecting(why)) {
+                LOG.log(Level.WARNING, "subscription to " + namespace() + " refused, not reconnecting: " + why.getMessage());
+                listener.onFailed(why);
+                ended.completeExceptionally(why);
+                return;
+            }
             Duration wait = backoff.next();
-            listener.onDisconnected(ended, wait);
+            listener.onDisconnected(why, wait);
             try {
                 if (stopRequested.await(wait.toNanos(), TimeUnit.NANOSECONDS)) {
                     return;
@@ -105,7 +118,8 @@ public final class Subscriber implements AutoCloseable {
     private TickdException runOneStream(Backoff backoff) {
         CountDownLatch ended = new CountDownLatch(1);
         TickdException[] why = new TickdException[1];
-        client.asyncStub().subscribe(request, new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
+        client.asyncStub().withInterceptors(new AcceptedStreamInterceptor(backoff::reset))
+                .subscribe(request, new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
             private ClientCallStreamObserver<SubscribeRequest> stream;
 
             @Override
@@ -122,7 +136,6 @@ public final class Subscriber implements AutoCloseable {
 
             @Override
             public void onNext(SubscribeResponse response) {
-                backoff.reset(); // the stream works: the next break starts from a short wait
                 Delivery delivery = new Delivery(client, request.getNamespace(), response.getExpiration());
                 try {
                     handlerPool.execute(() -> {
@@ -214,6 +227,7 @@ public final class Subscriber implements AutoCloseable {
                 interrupted = true;
             }
         }
+        ended.complete(null);
         if (interrupted) {
             Thread.currentThread().interrupt();
         }
@@ -222,6 +236,19 @@ public final class Subscriber implements AutoCloseable {
     @Override
     public void close() {
         stop();
+    }
+
+    /** True once {@link #stop()} began (for tests: stop() is then waiting for the handlers). */
+    boolean isStopping() {
+        return stopping;
+    }
+
+    /**
+     * Completes once {@link #stop()} returned; fails with the {@link TickdException} of a
+     * refusal no reconnect can cure (see the class doc), after which nothing is delivered.
+     */
+    public CompletableFuture<Void> ended() {
+        return ended;
     }
 
     /** Configures a {@link Subscriber}; from {@link TickdClient#subscriber(ExpirationHandler)}. */
@@ -294,9 +321,9 @@ public final class Subscriber implements AutoCloseable {
             return this;
         }
 
-        /** The back-off between reconnects (its maxAttempts is ignored); default: the client's retry policy. */
+        /** The back-off between reconnects (its maxAttempts is ignored); default: the client's {@code reconnectBackoff}. */
         public Builder reconnectBackoff(RetryPolicy policy) {
-            this.reconnectPolicy = Objects.requireNonNull(policy);
+            this.reconnectPolicy = Objects.requireNonNull(policy).requirePositiveBackoff();
             return this;
         }
 

@@ -22,4 +22,12 @@ public interface SubscriberListener {
     /** The stream broke (or could not be opened); the subscriber reconnects after {@code reconnectIn}. */
     default void onDisconnected(TickdException error, Duration reconnectIn) {
     }
+
+    /**
+     * tickd refused the subscription with a code no reconnect can cure (UNAUTHENTICATED,
+     * PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED): the subscriber has ended (its
+     * {@code ended()} future fails with the same error); call {@code stop()} to free its threads.
+     */
+    default void onFailed(TickdException error) {
+    }
 }

@@ -67,15 +67,19 @@ public final class TickdClient implements AutoCloseable {
     private final String namespace;
     private final Duration callDeadline;
     private final RetryPolicy retryPolicy;
+    /** The streams' back-off between reconnects: never the call retry policy (which may be none()). */
+    private final RetryPolicy reconnectPolicy;
     private final RetryingCaller caller;
 
     TickdClient(ManagedChannel ownedChannel, Channel channel, List<ClientInterceptor> interceptors,
-            String bearerToken, String namespace, Duration callDeadline, RetryPolicy retryPolicy) {
-        this(ownedChannel, ownedChannel, intercepted(channel, interceptors, bearerToken), namespace, callDeadline, retryPolicy);
+            String bearerToken, String namespace, Duration callDeadline, RetryPolicy retryPolicy,
+            RetryPolicy reconnectPolicy) {
+        this(ownedChannel, ownedChannel, intercepted(channel, interceptors, bearerToken), namespace, callDeadline,
+                retryPolicy, reconnectPolicy);
     }
 
     private TickdClient(ManagedChannel ownedChannel, ManagedChannel wakeableChannel, Channel channel,
-            String namespace, Duration callDeadline, RetryPolicy retryPolicy) {
+            String namespace, Duration callDeadline, RetryPolicy retryPolicy, RetryPolicy reconnectPolicy) {
         this.ownedChannel = ownedChannel;
         this.wakeableChannel = wakeableChannel;
         this.channel = channel;
@@ -84,6 +88,7 @@ public final class TickdClient implements AutoCloseable {
         this.namespace = namespace;
         this.callDeadline = callDeadline;
         this.retryPolicy = retryPolicy;
+        this.reconnectPolicy = reconnectPolicy;
         this.caller = new RetryingCaller(retryPolicy, wakeableChannel);
     }
 
@@ -103,17 +108,17 @@ public final class TickdClient implements AutoCloseable {
         if (deadline.isNegative() || deadline.isZero()) {
             throw new IllegalArgumentException("the call deadline must be positive");
         }
-        return new TickdClient(null, wakeableChannel, channel, namespace, deadline, retryPolicy);
+        return new TickdClient(null, wakeableChannel, channel, namespace, deadline, retryPolicy, reconnectPolicy);
     }
 
     /** The same client in another default namespace. Closing the derived client leaves the channel open. */
     public TickdClient withNamespace(String otherNamespace) {
-        return new TickdClient(null, wakeableChannel, channel, otherNamespace, callDeadline, retryPolicy);
+        return new TickdClient(null, wakeableChannel, channel, otherNamespace, callDeadline, retryPolicy, reconnectPolicy);
     }
 
     /** The same client with another retry policy. Closing the derived client leaves the channel open. */
     public TickdClient withRetryPolicy(RetryPolicy policy) {
-        return new TickdClient(null, wakeableChannel, channel, namespace, callDeadline, policy);
+        return new TickdClient(null, wakeableChannel, channel, namespace, callDeadline, policy, reconnectPolicy);
     }
 
     public static TickdClientBuilder builder() {
@@ -127,6 +132,11 @@ public final class TickdClient implements AutoCloseable {
 
     public RetryPolicy retryPolicy() {
         return retryPolicy;
+    }
+
+    /** The back-off of the streams' reconnects (lease keepers, subscribers without their own). */
+    public RetryPolicy reconnectPolicy() {
+        return reconnectPolicy;
     }
 
     // ---- registering -------------------------------------------------------------------

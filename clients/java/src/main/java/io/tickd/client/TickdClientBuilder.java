@@ -13,6 +13,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
+import java.util.concurrent.TimeUnit;
 import javax.net.ssl.SSLException;
 
 /**
@@ -30,6 +31,10 @@ public final class TickdClientBuilder {
     private String namespace = "";
     private Duration callDeadline = Duration.ofSeconds(10);
     private RetryPolicy retryPolicy = RetryPolicy.defaults();
+    private RetryPolicy reconnectPolicy = RetryPolicy.reconnectDefaults();
+    private boolean tls;
+    private Duration keepAliveTime = Duration.ofSeconds(30);
+    private Duration keepAliveTimeout = Duration.ofSeconds(20);
     private final List<ClientInterceptor> interceptors = new ArrayList<>();
 
     TickdClientBuilder() {
@@ -47,6 +52,33 @@ public final class TickdClientBuilder {
      */
     public TickdClientBuilder channel(Channel channel) {
         this.channel = Objects.requireNonNull(channel);
+        return this;
+    }
+
+    /**
+     * Connects with TLS, trusting the JDK's default trust roots (its cacerts, or
+     * {@code javax.net.ssl.trustStore}): for a tickd whose certificate a public CA signed.
+     * {@link #trustedCertificates} and {@link #clientCertificate} imply TLS already.
+     */
+    public TickdClientBuilder useTls() {
+        this.tls = true;
+        return this;
+    }
+
+    /**
+     * HTTP/2 keepalive pings: after {@code time} without reads the channel pings tickd, and
+     * drops the connection if no answer comes within {@code timeout} (so a stream over a dead
+     * connection, e.g. a NAT that forgot it, breaks and reconnects instead of hanging). Pings
+     * go even without calls in flight, which keeps idle subscriber and KeepAlive connections
+     * open through middleboxes. Default 30 s / 20 s; tickd (hyper's HTTP/2) accepts pings at
+     * any rate. {@code Duration.ZERO} as {@code time} turns the pings off.
+     */
+    public TickdClientBuilder keepAlive(Duration time, Duration timeout) {
+        if (time.isNegative() || timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("keepAlive needs time >= 0 and timeout > 0");
+        }
+        this.keepAliveTime = time;
+        this.keepAliveTimeout = timeout;
         return this;
     }
 
@@ -90,9 +122,19 @@ public final class TickdClientBuilder {
         return this;
     }
 
-    /** Retries of idempotent calls on UNAVAILABLE, and the streams' reconnect back-off. */
+    /** Retries of idempotent calls on UNAVAILABLE (not the streams' reconnects: see {@link #reconnectBackoff}). */
     public TickdClientBuilder retryPolicy(RetryPolicy policy) {
         this.retryPolicy = Objects.requireNonNull(policy);
+        return this;
+    }
+
+    /**
+     * The back-off between reconnects of lease keepers and subscribers (its maxAttempts is
+     * ignored: they reconnect until closed); default {@link RetryPolicy#reconnectDefaults()}.
+     * It must start above zero.
+     */
+    public TickdClientBuilder reconnectBackoff(RetryPolicy policy) {
+        this.reconnectPolicy = Objects.requireNonNull(policy).requirePositiveBackoff();
         return this;
     }
 
@@ -104,10 +146,10 @@ public final class TickdClientBuilder {
 
     public TickdClient build() {
         if (channel != null) {
-            return new TickdClient(null, channel, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
+            return new TickdClient(null, channel, interceptors, bearerToken, namespace, callDeadline, retryPolicy, reconnectPolicy);
         }
         ManagedChannel owned = buildChannel();
-        return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy);
+        return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy, reconnectPolicy);
     }
 
     /**
@@ -135,7 +177,12 @@ public final class TickdClientBuilder {
 
     private ManagedChannel buildChannel() {
         NettyChannelBuilder builder = NettyChannelBuilder.forTarget(target);
-        if (trustedCertificates == null && clientCertificateChain == null) {
+        if (!keepAliveTime.isZero()) {
+            builder.keepAliveTime(keepAliveTime.toNanos(), TimeUnit.NANOSECONDS)
+                    .keepAliveTimeout(keepAliveTimeout.toNanos(), TimeUnit.NANOSECONDS)
+                    .keepAliveWithoutCalls(true);
+        }
+        if (!tls && trustedCertificates == null && clientCertificateChain == null) {
             return builder.usePlaintext().build();
         }
         builder.sslContext(clientTlsContext());

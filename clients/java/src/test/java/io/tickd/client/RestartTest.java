@@ -70,6 +70,10 @@ public class RestartTest {
             keeper.add(longLease, Duration.ofSeconds(60));
             keeper.add(shortLease, Duration.ofSeconds(1));
             Await.until("both leases heartbeated", () -> lastDeadline.containsKey(longLease) && lastDeadline.containsKey(shortLease));
+            // Kept alive, not just answered once: its deadline moved on by more than its ttl.
+            Instant firstShortDeadline = lastDeadline.get(shortLease);
+            Await.until("the short lease heartbeated for more than its ttl",
+                    () -> lastDeadline.get(shortLease).isAfter(firstShortDeadline.plusSeconds(1)));
 
             Set<String> expected = new HashSet<>();
             for (int i = 0; i < 5; i++) {
@@ -81,11 +85,16 @@ public class RestartTest {
             Await.until("the timers due before the restart to be acknowledged",
                     () -> acknowledged.containsAll(Set.of("before-0", "before-1", "before-2", "before-3", "before-4")));
 
+            Await.until("the short lease still renewed just before the stop",
+                    () -> lastDeadline.get(shortLease).isAfter(Instant.now().plusMillis(200)));
+            assertTrue("the short lease was still kept at the stop", keeper.leases().contains(shortLease));
             server.stop();
-            // The short lease cannot be heartbeated now: wait until its last known deadline passed.
-            Instant shortDeadline = lastDeadline.get(shortLease);
-            Await.until("wall-clock time past the short lease's deadline " + shortDeadline,
-                    () -> Instant.now().isAfter(shortDeadline.plusMillis(200)));
+            // The short lease cannot be heartbeated now. Its last heartbeat reached tickd before
+            // the stop ended (a later answered one may have been sent after the last answer we
+            // saw), so its deadline is at most stoppedAt + ttl: wait until that has passed.
+            Instant stoppedAt = Instant.now();
+            Await.until("wall-clock time past the short lease's last possible deadline",
+                    () -> Instant.now().isAfter(stoppedAt.plusSeconds(1).plusMillis(200)));
             Instant restartedAt = Instant.now();
             server.startAgain();
 

@@ -7,6 +7,7 @@ import static org.junit.Assert.assertTrue;
 import io.tickd.v1.TimerSpec;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -96,13 +97,16 @@ public class SubscriberTest {
         List<String> observed = new CopyOnWriteArrayList<>();
         List<String> taken = new CopyOnWriteArrayList<>();
         List<String> takenDeliveryIds = new CopyOnWriteArrayList<>();
-        try (TickdClient tickd = server.client().namespace("modes").build();
+        AtomicInteger accepted = new AtomicInteger();
+        try (TickdClient tickd = server.client().namespace("modes").interceptor(new SubscribeAccepted(accepted)).build();
                 Subscriber observer = tickd.subscriber(delivery -> observed.add(delivery.timer().getKey()))
                         .observer(true).start();
                 Subscriber atMostOnce = tickd.subscriber(delivery -> {
                     takenDeliveryIds.add(delivery.deliveryId());
                     taken.add(delivery.timer().getKey());
                 }).autoAck(true).start()) {
+            // An observer gets copies only of what fires while it is subscribed.
+            Await.until("both subscriptions accepted by tickd", () -> accepted.get() == 2);
             registerDueNow(tickd, "m1");
             Await.until("the observer's copy and the sharing subscriber's delivery",
                     () -> observed.contains("m1") && taken.contains("m1"));
@@ -134,10 +138,18 @@ public class SubscriberTest {
             }).start();
             registerDueNow(tickd, "slow");
             assertTrue(handlerStarted.await(60, TimeUnit.SECONDS));
-            CompletableFuture<Void> stopped = CompletableFuture.runAsync(subscriber::stop);
-            assertFalse("stop() waits for the handler in flight", stopped.isDone());
+            Thread stopper = new Thread(subscriber::stop, "stopper");
+            stopper.start();
+            // stop() began, and its thread is parked (or done): if it did not wait for the
+            // handler, it would be done here, with the handler still held.
+            Await.until("stop() to begin and block or return", () -> subscriber.isStopping()
+                    && EnumSet.of(Thread.State.WAITING, Thread.State.TIMED_WAITING, Thread.State.TERMINATED)
+                            .contains(stopper.getState()));
+            assertTrue("stop() waits for the handler in flight", stopper.isAlive());
+            assertFalse(handlerFinished.get());
             finishHandler.countDown();
-            stopped.get(60, TimeUnit.SECONDS);
+            stopper.join(60_000);
+            assertFalse("stop() returned once the handler finished", stopper.isAlive());
             assertTrue(handlerFinished.get());
             synchronized (acks) {
                 assertEquals("its ack went out before stop() returned", List.of(true), acks);

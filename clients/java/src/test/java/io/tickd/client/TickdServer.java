@@ -119,7 +119,8 @@ final class TickdServer implements AutoCloseable {
     /** A client builder pointed at this tickd, with quick retries so tests stay short. */
     TickdClientBuilder client() {
         return TickdClient.builder().target(address)
-                .retryPolicy(RetryPolicy.of(40, java.time.Duration.ofMillis(50), java.time.Duration.ofMillis(500), 2.0));
+                .retryPolicy(RetryPolicy.of(40, java.time.Duration.ofMillis(50), java.time.Duration.ofMillis(500), 2.0))
+                .reconnectBackoff(RetryPolicy.of(1, java.time.Duration.ofMillis(50), java.time.Duration.ofMillis(500), 2.0));
     }
 
     /** SIGTERM, then waits for tickd to exit, which must be with status 0. */

@@ -11,7 +11,9 @@ import io.tickd.v1.Expiration;
 import io.tickd.v1.TimerRef;
 import io.tickd.v1.TimerSpec;
 import java.time.Duration;
+import java.util.Collections;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
@@ -49,6 +51,17 @@ public final class RemoteTimer implements AutoCloseable {
     private final boolean ownsClient;
     private final String namespace;
     private final Map<String, RemoteTimeout> byKey = new ConcurrentHashMap<>();
+    /**
+     * Keys whose task ran (or was cancelled) here lately: a redelivery of one of them (its ack
+     * was lost) is acknowledged, not mistaken for an expiration nobody can handle.
+     */
+    private final Set<String> recentlyFinishedKeys = Collections.newSetFromMap(
+            Collections.synchronizedMap(new LinkedHashMap<String, Boolean>() {
+                @Override
+                protected boolean removeEldestEntry(Map.Entry<String, Boolean> eldest) {
+                    return size() > 10_000;
+                }
+            }));
     private final Subscriber subscriber;
     private LeaseKeeper leaseKeeper;
     private volatile Consumer<Expiration> fallback;
@@ -96,7 +109,7 @@ public final class RemoteTimer implements AutoCloseable {
     /**
      * Handles expirations of this namespace that belong to no task of this timer, e.g. timers
      * registered with a payload by another service or before a restart. Acknowledged after the
-     * handler returns.
+     * handler returns. Without such a handler they are left unacknowledged (see deliver).
      */
     public void onExpiration(Consumer<Expiration> handler) {
         this.fallback = handler;
@@ -165,22 +178,35 @@ public final class RemoteTimer implements AutoCloseable {
         stop();
     }
 
-    /** On the subscriber's handler thread: runs the expiration's task (or the fallback); the subscriber acks. */
+    /**
+     * On the subscriber's handler thread: runs the expiration's task (or the fallback); the
+     * subscriber acks once this returns. An expiration with neither a task of this JVM nor a
+     * fallback handler is NOT acknowledged (this throws): tickd delivers it again, and after
+     * its attempt limit keeps it dead, where an operator can list and redrive it, instead of
+     * it being lost for good.
+     */
     private void deliver(Delivery delivery) {
         Expiration expiration = delivery.expiration();
         String key = expiration.getTimer().getKey();
         RemoteTimeout timeout = key.isEmpty() ? null : byKey.get(key);
+        if (timeout == null && fallback == null && !recentlyFinishedKeys.contains(key)) {
+            String why = "no task in this JVM and no onExpiration handler for expiration of timer "
+                    + expiration.getTimer().getId() + " (key '" + key + "', attempt " + delivery.attempt()
+                    + "); left unacknowledged: tickd delivers it again, then keeps it dead for an operator to redrive";
+            LOG.warning(why);
+            throw new IllegalStateException(why);
+        }
         try {
             if (timeout != null) {
                 byKey.remove(key);
+                recentlyFinishedKeys.add(key);
                 if (timeout.expire()) {
                     timeout.task().run(timeout);
                 }
-            } else if (fallback != null) {
+            } else if (fallback != null && !recentlyFinishedKeys.contains(key)) {
                 fallback.accept(expiration);
-            } else {
-                LOG.warning("no task for expiration of timer " + expiration.getTimer().getId() + "; dropped");
             }
+            // else: a redelivery of a key whose task already ran here (its ack was lost).
         } catch (Throwable error) {
             // As Netty does: a failing task is logged, and the timer goes on.
             LOG.log(Level.WARNING, "timer task failed", error);
@@ -193,6 +219,7 @@ public final class RemoteTimer implements AutoCloseable {
             boolean wasPending = client.cancel(TimerRef.newBuilder().setNamespace(namespace).setKey(timeout.key).build());
             if (wasPending) {
                 byKey.remove(timeout.key); // tickd will never deliver it
+                recentlyFinishedKeys.add(timeout.key);
             }
             return wasPending;
         } catch (TickdException error) {

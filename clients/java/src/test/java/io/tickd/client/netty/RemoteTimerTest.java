@@ -80,6 +80,23 @@ public class RemoteTimerTest {
     }
 
     @Test
+    public void anExpirationNobodyHandlesIsLeftUnacknowledgedAndEndsDead() throws Exception {
+        try (TestTickd strict = TestTickd.start("--sync", "none", "--ack-timeout", "1s", "--max-attempts", "2");
+                RemoteTimer timer = RemoteTimer.connect(strict.address(), "rt-orphan");
+                TickdClient other = TickdClient.builder().target(strict.address()).namespace("rt-orphan").build()) {
+            // No task of this JVM and no onExpiration handler: not acknowledged (not lost), so
+            // tickd redelivers it and then keeps it dead, where an operator can redrive it.
+            other.register(TimerSpec.newBuilder().setKey("orphan").setDelay(ProtoTime.duration(Duration.ZERO)).build());
+            long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (other.deadCount() != 1) {
+                assertTrue("the unhandled expiration ends dead", System.nanoTime() < end);
+                Thread.sleep(20); // polling interval
+            }
+            assertEquals("orphan", other.deadExpirations().get(0).getTimer().getKey());
+        }
+    }
+
+    @Test
     public void aLeaseKeptAliveDoesNotFireUntilItsHeartbeatStops() throws Exception {
         try (RemoteTimer timer = RemoteTimer.connect(tickd.address(), "rt-lease")) {
             CountDownLatch leaseExpired = new CountDownLatch(1);
