@@ -56,7 +56,7 @@ type RetryPolicy struct {
 // DefaultRetryPolicy: 5 attempts, 100ms doubling to at most 2s, with jitter (about 4s in all).
 var DefaultRetryPolicy = RetryPolicy{
 	MaxAttempts: 5,
-	Backoff:     Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: true},
+	Backoff:     Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2},
 }
 
 // retryableCodes are the codes after which an idempotent call is tried again.

@@ -15,7 +15,7 @@ import (
 )
 
 // fastReconnect keeps tests quick: reconnect attempts every 50ms to 500ms.
-var fastReconnect = tickd.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2, Jitter: true}
+var fastReconnect = tickd.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2}
 
 // fastRetry retries idempotent calls for about a minute at most.
 var fastRetry = tickd.RetryPolicy{MaxAttempts: 200, Backoff: fastReconnect}
