@@ -8,18 +8,21 @@ import (
 )
 
 // Backoff is an exponential back-off: Initial, then multiplied by Multiplier after each
-// failure, never above Max. With Jitter, each wait is drawn at random between half of it
-// and all of it, so that many clients cut off by the same outage do not come back in step.
+// failure, never above Max. Each wait is drawn at random between half of it and all of it
+// (jitter), so that many clients cut off by the same outage do not come back in step;
+// NoJitter turns that off (tests, or a caller that jitters itself). Jitter is on in the
+// zero value on purpose: a Backoff{} left to its defaults must not make every client of an
+// outage reconnect in step.
 type Backoff struct {
 	Initial    time.Duration
 	Max        time.Duration
 	Multiplier float64
-	Jitter     bool
+	NoJitter   bool
 }
 
 // DefaultReconnectBackoff is what subscribers and lease keepers wait between attempts to
 // open their stream again: 100ms, doubling, at most 5s, with jitter.
-var DefaultReconnectBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: true}
+var DefaultReconnectBackoff = Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // withDefaults fills the zero fields from DefaultReconnectBackoff.
 func (b Backoff) withDefaults() Backoff {
@@ -48,7 +51,7 @@ func (b Backoff) Delay(failures int) time.Duration {
 	if wait > float64(b.Max) {
 		wait = float64(b.Max)
 	}
-	if b.Jitter {
+	if !b.NoJitter {
 		wait = wait/2 + jitterSource.float64()*wait/2
 	}
 	return time.Duration(wait)

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tickd/tickd/clients/go/tickdpb"
 )
@@ -24,7 +25,7 @@ type Client struct {
 // made in the background; the first call waits for it (and fails UNAVAILABLE if tickd
 // cannot be reached, retried for the calls that are safe to retry).
 func Dial(ctx context.Context, target string, options ...Option) (*Client, error) {
-	settings := clientOptions{callTimeout: DefaultCallTimeout, retry: DefaultRetryPolicy}
+	settings := clientOptions{callTimeout: DefaultCallTimeout, retry: DefaultRetryPolicy, keepalive: DefaultKeepalive}
 	for _, option := range options {
 		option(&settings)
 	}
@@ -46,6 +47,9 @@ func Dial(ctx context.Context, target string, options ...Option) (*Client, error
 			},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+	}
+	if settings.keepalive != (keepalive.ClientParameters{}) {
+		dialOptions = append(dialOptions, grpc.WithKeepaliveParams(settings.keepalive))
 	}
 	if settings.token != "" {
 		dialOptions = append(dialOptions, grpc.WithPerRPCCredentials(bearerToken(settings.token)))

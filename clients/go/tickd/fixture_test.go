@@ -124,6 +124,23 @@ func (s *tickdServer) Stop() {
 	}
 }
 
+// Freeze stops tickd with SIGSTOP: its connections stay open but nothing answers (a host
+// that vanished without closing them). It is thawed when the test ends, if not before.
+func (s *tickdServer) Freeze() {
+	s.t.Helper()
+	if err := s.process.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(s.Thaw)
+}
+
+// Thaw resumes a frozen tickd (SIGCONT).
+func (s *tickdServer) Thaw() {
+	if s.process != nil {
+		_ = s.process.Process.Signal(syscall.SIGCONT)
+	}
+}
+
 // Start starts tickd again on the same address and data directory.
 func (s *tickdServer) Start() {
 	s.t.Helper()

@@ -15,7 +15,8 @@ type LeaseKeeperOptions struct {
 	// Backoff paces reopening the KeepAlive stream after it broke (default DefaultReconnectBackoff).
 	Backoff Backoff
 	// OnLost is told once when a lease is lost: a heartbeat was answered NOT_FOUND (the lease
-	// expired, was cancelled, or was unknown after a reconnect). The keeper stops
+	// expired, was cancelled, or was unknown after a reconnect), or, for a lease added by
+	// key, the key now names another timer (reported as NOT_FOUND too). The keeper stops
 	// heartbeating it; it does not register it again.
 	OnLost func(LeaseLost)
 	// OnRenewed is told each heartbeat answered with a new deadline.
@@ -61,6 +62,11 @@ type keptLease struct {
 	ttl          time.Duration
 	nextBeat     time.Time
 	lastDeadline time.Time
+	// id is the timer id of a lease added by key, learned from its first answered heartbeat;
+	// from then on it is heartbeaten by id. A key names whichever timer holds it now: had the
+	// lease expired (say while tickd was down) and another holder registered the key again,
+	// heartbeats by key would keep the new holder's lease alive and never report the loss.
+	id string
 }
 
 // NewLeaseKeeper prepares a keeper with no leases; nothing is sent until Run.
@@ -74,7 +80,10 @@ func (c *Client) NewLeaseKeeper(options LeaseKeeperOptions) *LeaseKeeper {
 // Add keeps a lease alive from now on, heartbeating it every ttl/3. ttl is sent with each
 // heartbeat and so becomes the lease's ttl (give the one it was registered with); a ttl of
 // 0 keeps the lease's own ttl and heartbeats every second. Adding a lease already kept
-// replaces its ttl.
+// replaces its ttl. A lease added by key is heartbeaten by key until the first answer names
+// its timer id, and by that id from then on: should the lease expire and the key be
+// registered again by someone else, the keeper reports the lease lost instead of keeping
+// the newcomer's timer alive.
 func (k *LeaseKeeper) Add(ref Ref, ttl time.Duration) {
 	k.mu.Lock()
 	k.leases[k.normalize(ref)] = &keptLease{ttl: ttl}
@@ -235,8 +244,12 @@ func (k *LeaseKeeper) dueHeartbeats(now time.Time) []*tickdpb.KeepAliveRequest {
 		k.nextSequence++
 		k.inFlight[k.nextSequence] = ref
 		lease.nextBeat = now.Add(heartbeatInterval(lease.ttl))
+		target := ref
+		if lease.id != "" {
+			target = Ref{Namespace: ref.Namespace, ID: lease.id}
+		}
 		requests = append(requests, &tickdpb.KeepAliveRequest{
-			Timer: k.client.refToProto(ref), Ttl: optionalDuration(lease.ttl), Sequence: k.nextSequence,
+			Timer: k.client.refToProto(target), Ttl: optionalDuration(lease.ttl), Sequence: k.nextSequence,
 		})
 	}
 	return requests
@@ -271,7 +284,15 @@ func (k *LeaseKeeper) onAnswer(response *tickdpb.KeepAliveResponse) {
 		return
 	}
 	failure := response.GetError()
+	if failure == nil && lease.id != "" && response.GetId() != lease.id {
+		// Only a heartbeat sent by key before the id was known can meet another timer: the
+		// lease it was kept for is gone.
+		failure = &tickdpb.Error{Code: int32(codes.NotFound), Message: "the key " + ref.Key + " names another timer (" + response.GetId() + ") than the lease kept (" + lease.id + ")"}
+	}
 	if failure == nil {
+		if ref.Key != "" && lease.id == "" {
+			lease.id = response.GetId()
+		}
 		lease.lastDeadline = optionalTime(response.GetDeadline())
 		k.mu.Unlock()
 		if k.options.OnRenewed != nil {

@@ -71,23 +71,28 @@ func (e *leaseEvents) awaitRenewal(t *testing.T, key string, after time.Time) ti
 func TestLeaseKeeperAcrossRestart(t *testing.T) {
 	server := startTickd(t, "--sync", "always")
 	client := server.dial(t, tickd.WithNamespace("leases"), tickd.WithRetry(fastRetry))
-	registerAll(t, client,
-		tickd.TimerSpec{Key: "long", TTL: 30 * time.Second},
-		tickd.TimerSpec{Key: "short", TTL: time.Second})
+	registerAll(t, client, tickd.TimerSpec{Key: "long", TTL: 30 * time.Second})
+	short, err := client.Register(testContext(t), tickd.TimerSpec{Key: "short", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	events := newLeaseEvents()
 	keeper := client.NewLeaseKeeper(events.options())
 	keeper.Add(tickd.ByKey("long"), 30*time.Second)
 	keeper.Add(tickd.ByKey("short"), time.Second)
 	done := runInBackground(t, keeper.Run, keeper.Stop)
 	events.awaitRenewal(t, "long", time.Time{})
-	events.awaitRenewal(t, "short", time.Time{})
+	// The short lease is being kept alive: a heartbeat was answered after its registered
+	// deadline had passed (so it lived on only thanks to earlier heartbeats), with a deadline
+	// more than one ttl past the registered one.
+	events.awaitRenewal(t, "short", short.Timer.Deadline.Add(time.Second))
 
 	server.Stop()
+	stoppedAt := time.Now()
 	// Once the keeper saw its stream break, every answer tickd sent has been applied.
 	await(t, "the keeper to see its stream break", events.broken)
 	longBefore, shortBefore := events.lastDeadline("long"), events.lastDeadline("short")
-	// The short lease expires while tickd is down: wait until its last known deadline passed.
-	time.Sleep(time.Until(shortBefore) + 100*time.Millisecond)
+	waitPastExpiry(stoppedAt, time.Second)
 	server.Start()
 
 	lost := await(t, "the short lease reported lost", events.lost)
@@ -111,6 +116,15 @@ func TestLeaseKeeperAcrossRestart(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitPastExpiry waits until a lease with the given ttl has expired for sure in a tickd that
+// exited at stoppedAt. Its last ANSWERED deadline is not enough: a heartbeat tickd applied
+// but whose answer was lost with the connection moved the deadline further; none can have
+// been applied after tickd exited, so the deadline is at most stoppedAt + ttl. (Waiting for
+// wall-clock time to pass a deadline is the point here, not a synchronisation.)
+func waitPastExpiry(stoppedAt time.Time, ttl time.Duration) {
+	time.Sleep(time.Until(stoppedAt.Add(ttl + 100*time.Millisecond)))
 }
 
 func TestLeaseKeeperAddAndRemoveWhileRunning(t *testing.T) {

