@@ -1,4 +1,4 @@
-import type { ChannelOptions, ClientDuplexStream, ClientReadableStream, Metadata } from "@grpc/grpc-js";
+import type { ClientOptions, ClientDuplexStream, ClientReadableStream, Metadata } from "@grpc/grpc-js";
 import { callMetadata, channelCredentials, tlsChannelOptions } from "./credentials";
 import { optionalDuration } from "./durations";
 import { Status, TickdError } from "./errors";
@@ -68,7 +68,7 @@ export class TickdClient {
   private readonly retry: RetryOptions;
 
   constructor(options: TickdClientOptions) {
-    const channelOptions: ChannelOptions = {
+    const channelOptions: ClientOptions = {
       ...DEFAULT_CHANNEL_OPTIONS,
       ...tlsChannelOptions(options.tls),
       ...options.channelOptions,
@@ -214,9 +214,10 @@ export class TickdClient {
     const deadlineMs = options?.deadlineMs ?? this.deadlineMs;
     const signal = options?.signal;
     return callWithRetries(
-      () => callOnce(method, request, this.metadata.clone(), deadlineMs, signal),
+      (deadline) => callOnce(method, request, this.metadata.clone(), deadline, signal),
       idempotent,
       this.retry,
+      deadlineMs,
       signal,
     );
   }

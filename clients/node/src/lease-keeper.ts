@@ -14,7 +14,11 @@ import type { TimerTarget } from "./timer-inputs";
 export interface Lease {
   /** The timer, by id or key, with its namespace. */
   readonly reference: TimerRef;
-  /** The id tickd answered with (known after the first heartbeat). */
+  /**
+   * The timer's id: as given, or the first one tickd answered with for a key. It never changes:
+   * once known, heartbeats name the lease by this id, and an answer with another id means the
+   * key now names someone else's timer (this lease was lost).
+   */
   readonly id: string | undefined;
   /** The deadline after the last heartbeat answered (undefined before the first). */
   readonly deadline: Date | undefined;
@@ -39,7 +43,10 @@ export interface LeaseKeeperEvents {
   failed: [error: TickdError];
   /** A heartbeat was answered; `lease.deadline` is the new deadline. */
   heartbeat: [lease: Lease];
-  /** tickd no longer knows the lease (NOT_FOUND: it expired, or is unknown after a reconnect). No more heartbeats for it. */
+  /**
+   * tickd no longer knows the lease (NOT_FOUND: it expired, or is unknown after a reconnect, or
+   * its key now names another timer, registered anew by someone else). No more heartbeats for it.
+   */
   lost: [lease: Lease, error: TickdError];
   /** A heartbeat failed otherwise; it is retried after `heartbeatRetryMs`. */
   heartbeatError: [lease: Lease, error: TickdError];
@@ -165,7 +172,7 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     this.sequence += 1n;
     const sequence = this.sequence.toString();
     this.heartbeatsInFlight.set(sequence, lease);
-    this.stream.write({ timer: lease.reference, ttl: optionalDuration(lease.ttlMs), sequence });
+    this.stream.write({ timer: heartbeatTarget(lease), ttl: optionalDuration(lease.ttlMs), sequence });
     // Should the answer never come while the stream stays up, heartbeat again anyway (an
     // answer cancels this and schedules the next one from the new deadline).
     this.scheduleHeartbeat(lease, lease.intervalMs ?? this.heartbeatRetryMs);
@@ -178,16 +185,20 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     if (answer.error !== undefined && answer.error.code !== Status.OK) {
       const error = TickdError.fromItemError(answer.error);
       if (error.code === Status.NOT_FOUND) {
-        clearTimeout(lease.nextHeartbeat);
-        this.leasesByName.delete(leaseName(lease.reference));
-        this.emit("lost", lease, error);
+        this.loseLease(lease, error);
       } else {
         this.emit("heartbeatError", lease, error);
         this.scheduleHeartbeat(lease, this.heartbeatRetryMs);
       }
       return;
     }
-    lease.id = answer.id || lease.id;
+    if (lease.id !== undefined && answer.id !== "" && answer.id !== lease.id) {
+      // Only possible before the id was learned (heartbeats name the id afterwards), e.g. an
+      // answer to a heartbeat by key sent before the first answer: never adopt another timer.
+      this.loseLease(lease, anotherTimerError(lease, answer.id));
+      return;
+    }
+    lease.id ??= answer.id || undefined;
     lease.deadline = answer.deadline;
     const timeLeftMs = (answer.deadline?.getTime() ?? Date.now()) - Date.now();
     lease.intervalMs = this.heartbeatFraction * heartbeatPeriod(timeLeftMs, lease.knownTtlMs, this.heartbeatRetryMs);
@@ -204,10 +215,22 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
     try {
       const timer = await this.client.get(toTimerTarget(lease.reference));
       lease.knownTtlMs ??= durationToMillis(timer.ttl);
+      if (lease.id === undefined) lease.id = timer.id || undefined;
+      else if (timer.id !== "" && timer.id !== lease.id && this.isKept(lease)) {
+        this.loseLease(lease, anotherTimerError(lease, timer.id));
+      }
     } catch {
       // NOT_FOUND comes back as a lost lease from the first heartbeat; anything else: the
       // keeper goes by the deadlines alone.
     }
+  }
+
+  /** Reports `lease` lost once, and stops heartbeating it. */
+  private loseLease(lease: KeptLease, error: TickdError): void {
+    clearTimeout(lease.nextHeartbeat);
+    lease.nextHeartbeat = undefined;
+    this.leasesByName.delete(leaseName(lease.reference));
+    this.emit("lost", lease, error);
   }
 
   /** False once the lease was removed or lost (a timer or an answer may still name it). */
@@ -229,6 +252,21 @@ export class LeaseKeeper extends EventEmitter<LeaseKeeperEvents> {
 function heartbeatPeriod(timeLeftMs: number, ttlMs: number | undefined, fallbackMs: number): number {
   if (ttlMs === undefined || ttlMs <= 0) return timeLeftMs > 0 ? timeLeftMs : fallbackMs;
   return timeLeftMs > 0 ? Math.min(timeLeftMs, ttlMs) : ttlMs;
+}
+
+/**
+ * What a heartbeat names: the lease's id once known, so that a key registered anew by another
+ * holder (after this lease expired) is answered NOT_FOUND instead of having its timer kept alive.
+ */
+function heartbeatTarget(lease: KeptLease): TimerRef {
+  return lease.id === undefined ? lease.reference : { namespace: lease.reference.namespace, id: lease.id };
+}
+
+function anotherTimerError(lease: KeptLease, otherId: string): TickdError {
+  return new TickdError(
+    Status.NOT_FOUND,
+    `${describeTarget(lease.reference)} now names timer ${otherId}, not the lease's timer ${lease.id}: the lease was lost and the key registered anew`,
+  );
 }
 
 /** One key per lease: its namespace and its id or key. */

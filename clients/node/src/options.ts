@@ -1,4 +1,4 @@
-import type { ChannelOptions } from "@grpc/grpc-js";
+import type { ChannelOptions, ClientOptions } from "@grpc/grpc-js";
 import type { BackoffOptions } from "./backoff";
 
 /** TLS settings; PEM contents (Buffers or strings), not file names, so callers choose how to load them. */
@@ -27,17 +27,23 @@ export interface TickdClientOptions {
   token?: string;
   /** Connect with TLS; `true` trusts the system's roots. Omitted: plaintext. */
   tls?: TlsOptions | true;
-  /** Deadline of each unary call attempt (ms). Default 10000. Streams have none. */
+  /**
+   * Deadline of each unary call (ms), retries and their back-off included: each attempt gets
+   * the time left, and none starts after it passed. Default 10000. Streams have none.
+   */
   deadlineMs?: number;
   /** Retries of idempotent calls on UNAVAILABLE. */
   retry?: RetryOptions;
-  /** Passed to the grpc-js channel as they are (after this package's defaults). */
-  channelOptions?: ChannelOptions;
+  /**
+   * Passed to the grpc-js client as they are (after this package's defaults); grpc-js's
+   * `interceptors` go here too (e.g. to log or count every attempt of a call).
+   */
+  channelOptions?: ClientOptions;
 }
 
 /** What each call may override. */
 export interface CallOptions {
-  /** This call's deadline (ms), instead of the client's `deadlineMs`. */
+  /** This call's deadline (ms, retries included), instead of the client's `deadlineMs`. */
   deadlineMs?: number;
   /** An AbortSignal that cancels the call (and its retries). */
   signal?: AbortSignal;

@@ -52,6 +52,11 @@ export interface SubscriberEvents {
   handlerError: [error: unknown, expiration: Expiration];
   /** The ack call itself failed (after its retries). */
   ackError: [error: TickdError, expiration: Expiration];
+  /**
+   * stop() took no more expirations and now waits for this many handlers in flight (and their
+   * acks) before it closes the stream.
+   */
+  draining: [handlersInFlight: number];
 }
 
 const DEFAULT_MAX_IN_FLIGHT = 8;
@@ -109,6 +114,7 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
     this.pauseStream?.();
     // The stream stays open until the handlers finished: tickd takes back a subscriber's
     // unacknowledged deliveries when its stream closes, so acks must land before that.
+    this.emit("draining", this.inFlight.size);
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     await this.loop.stop();
   }

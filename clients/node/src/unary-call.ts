@@ -10,18 +10,19 @@ export type UnaryMethod<Request, Response> = (
 ) => ClientUnaryCall;
 
 /**
- * One attempt of a unary call as a Promise, with a deadline, and cancelled when `signal`
+ * One attempt of a unary call as a Promise, with a deadline (the whole call's, retries
+ * included: see callWithRetries), and cancelled when `signal`
  * aborts. Failures reject with a TickdError.
  */
 export function callOnce<Request, Response>(
   method: UnaryMethod<Request, Response>,
   request: Request,
   metadata: Metadata,
-  deadlineMs: number,
+  deadline: Date,
   signal?: AbortSignal,
 ): Promise<Response> {
   return new Promise((resolve, reject) => {
-    const call = method(request, metadata, { deadline: new Date(Date.now() + deadlineMs) }, (error, response) => {
+    const call = method(request, metadata, { deadline }, (error, response) => {
       signal?.removeEventListener("abort", onAbort);
       if (error) reject(TickdError.fromServiceError(error));
       else resolve(response);

@@ -125,12 +125,23 @@ test("stop() waits for the handlers in flight and their acks, then the stream is
   await handlerStarted.opened;
 
   let stopped = false;
+  const drainingFor: number[] = [];
+  const drainingStarted = new Gate();
+  subscriber.on("draining", (handlersInFlight) => {
+    drainingFor.push(handlersInFlight);
+    drainingStarted.open();
+  });
   const stopping = subscriber.stop().then(() => {
     stopped = true;
   });
-  // Let the stream's cancellation run; stop() must still be waiting for the handler.
-  await new Promise((resolve) => setImmediate(resolve));
-  assert.equal(stopped, false, "stop() waits while a handler runs");
+  // stop() began and is waiting for the held handler: it says so, and while the handler is
+  // held it neither resolves nor acks, however many turns of the event loop pass.
+  await drainingStarted.opened;
+  assert.deepEqual(drainingFor, [1], "stop() waits for the one handler in flight");
+  for (let turn = 0; turn < 20; turn++) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(stopped, false, "stop() is still pending while the handler is held");
+  assert.equal(subscriber.handlersInFlight, 1);
+  assert.equal(acknowledged, 0, "nothing acknowledged while the handler is held");
   releaseHandler.open();
   await stopping;
   assert.equal(handlerFinished, true);
