@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { LeaseKeeper, Status, Subscriber, TickdError } from "@tickd/client";
 import type { Expiration, Lease, TickdClient } from "@tickd/client";
 import { clientFor, QUICK_RECONNECT } from "./support/clients";
-import { TickdServer } from "./support/tickd-server";
+import { TickdServer, workDirectory } from "./support/tickd-server";
 import { Condition } from "./support/waiting";
 
 let server: TickdServer;
@@ -79,7 +81,11 @@ test("leases added and removed while the keeper runs: kept ones outlive their tt
 });
 
 test("a keeper without a valid token fails instead of reconnecting forever", async () => {
-  const tokenServer = await TickdServer.start(["--auth-token-file", "/dev/null"]);
+  // tickd refuses a token file with no token in it, so it holds one this client never sends.
+  const tokens = join(workDirectory(), `keeper-tokens-${process.pid}`);
+  writeFileSync(tokens, "a-token-the-keeper-lacks *\n");
+  const tokenServer = await TickdServer.start(["--auth-token-file", tokens]);
+  rmSync(tokens, { force: true });
   const anonymous = clientFor(tokenServer);
   try {
     const keeper = new LeaseKeeper(anonymous, { reconnect: QUICK_RECONNECT });
