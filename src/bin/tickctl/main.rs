@@ -25,7 +25,7 @@ mod values;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use cli::Cli;
 use failure::Failure;
@@ -34,7 +34,7 @@ use session::Session;
 fn main() -> ExitCode {
     // Clap prints its own usage errors and exits with 2 (0 for --help and --version).
     let cli = Cli::parse();
-    if let Some(exit_code) = cli.command.run_without_server() {
+    if let Some(exit_code) = cli.command.run_without_server(Cli::command) {
         return exit_code;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -4,10 +4,9 @@
 
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
-use crate::cli::Cli;
 use crate::output;
 
 /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -22,9 +21,10 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn run(&self) -> ExitCode {
+    /// `definition` is tickctl's whole command line, handed down by `main` (which owns it).
+    pub(crate) fn run(&self, mut definition: clap::Command) -> ExitCode {
         let mut script = Vec::new();
-        clap_complete::generate(self.shell, &mut Cli::command(), "tickctl", &mut script);
+        clap_complete::generate(self.shell, &mut definition, "tickctl", &mut script);
         output::print_bytes(&script);
         ExitCode::SUCCESS
     }

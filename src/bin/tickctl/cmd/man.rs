@@ -5,9 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 
-use crate::cli::Cli;
 use crate::failure::Failure;
 use crate::output;
 
@@ -21,9 +20,10 @@ pub(crate) struct Man {
 }
 
 impl Man {
-    pub(crate) fn run(&self) -> ExitCode {
+    /// `definition` is tickctl's whole command line, handed down by `main` (which owns it).
+    pub(crate) fn run(&self, definition: clap::Command) -> ExitCode {
         let written = match &self.dir {
-            Some(dir) => clap_mangen::generate_to(Cli::command(), dir).map_err(|error| {
+            Some(dir) => clap_mangen::generate_to(definition, dir).map_err(|error| {
                 Failure::Other(format!(
                     "writing manual pages to {}: {error}",
                     dir.display()
@@ -31,7 +31,7 @@ impl Man {
             }),
             None => {
                 let mut page = Vec::new();
-                clap_mangen::Man::new(Cli::command())
+                clap_mangen::Man::new(definition)
                     .render(&mut page)
                     .map(|()| output::print_bytes(&page))
                     .map_err(|error| Failure::Other(format!("rendering the manual page: {error}")))

@@ -49,11 +49,16 @@ pub(crate) enum Command {
 
 impl Command {
     /// Runs the subcommands that need no server (completions, the manual page), which must
-    /// work with no tickd around: before connecting. None for the others.
-    pub(crate) fn run_without_server(&self) -> Option<ExitCode> {
+    /// work with no tickd around: before connecting. None for the others. `definition` makes
+    /// tickctl's whole command line, which both are generated from; it comes from `main`, so
+    /// that the subcommands need not import the command line that imports them.
+    pub(crate) fn run_without_server(
+        &self,
+        definition: impl FnOnce() -> clap::Command,
+    ) -> Option<ExitCode> {
         match self {
-            Command::Completion(completion) => Some(completion.run()),
-            Command::Man(man) => Some(man.run()),
+            Command::Completion(completion) => Some(completion.run(definition())),
+            Command::Man(man) => Some(man.run(definition())),
             _ => None,
         }
     }
@@ -76,8 +81,9 @@ impl Command {
             Command::Ack(ack) => ack.run(session).await,
             Command::Redrive(redrive) => redrive.run(session).await,
             Command::Health(health) => health.run(session).await,
-            Command::Completion(completion) => Ok(completion.run()),
-            Command::Man(man) => Ok(man.run()),
+            Command::Completion(_) | Command::Man(_) => {
+                unreachable!("main runs completion and man before connecting (run_without_server)")
+            }
         }
     }
 }
