@@ -25,6 +25,7 @@ pub mod domain;
 mod faults;
 pub mod metrics;
 pub(crate) mod namespaces;
+mod pem;
 pub mod proto;
 pub mod server;
 pub mod store;

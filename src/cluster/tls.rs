@@ -18,11 +18,12 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres::config::SslMode as Negotiation;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::pem::{roots_from_pem, RootsError};
 
 /// libpq's `sslmode` (`allow`, which prefers plaintext, is left out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,18 +124,14 @@ pub(crate) fn connector(
 /// a few) are skipped, as long as one is left.
 fn load_roots(path: &Path) -> Result<RootCertStore, String> {
     let shown = path.display();
-    let certificates = CertificateDer::pem_file_iter(path)
-        .map_err(|error| format!("reading the store CA file {shown}: {error}"))?
-        .collect::<Result<Vec<_>, _>>()
+    let pem = std::fs::read(path)
         .map_err(|error| format!("reading the store CA file {shown}: {error}"))?;
-    let mut roots = RootCertStore::empty();
-    roots.add_parsable_certificates(certificates);
-    if roots.is_empty() {
-        return Err(format!(
-            "the store CA file {shown} holds no usable PEM certificate"
-        ));
-    }
-    Ok(roots)
+    roots_from_pem(&pem).map_err(|error| match error {
+        RootsError::Unreadable(error) => format!("reading the store CA file {shown}: {error}"),
+        RootsError::NoUsableCertificate => {
+            format!("the store CA file {shown} holds no usable PEM certificate")
+        }
+    })
 }
 
 /// `verify-ca`: the server's chain must lead to one of `roots`, whatever name it is for

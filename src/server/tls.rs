@@ -15,7 +15,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
@@ -29,6 +29,7 @@ use super::reload::Reloadable;
 use crate::config::Config;
 use crate::metrics::connections::CloseReason;
 use crate::metrics::Metrics;
+use crate::pem::{roots_from_pem, RootsError};
 
 /// The files `--tls-cert`, `--tls-key` and `--tls-client-ca` name.
 #[derive(Debug, Clone)]
@@ -116,16 +117,12 @@ fn server_config(files: &TlsFiles, contents: &[Vec<u8>]) -> Result<ServerConfig,
     let builder = match (&files.client_ca, rest.first()) {
         (Some(path), Some(ca_pem)) => {
             let shown = path.display();
-            let certificates = CertificateDer::pem_slice_iter(ca_pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|error| format!("--tls-client-ca {shown}: {error}"))?;
-            let mut roots = RootCertStore::empty();
-            roots.add_parsable_certificates(certificates);
-            if roots.is_empty() {
-                return Err(format!(
-                    "--tls-client-ca {shown}: no usable PEM certificate in it"
-                ));
-            }
+            let roots = roots_from_pem(ca_pem).map_err(|error| match error {
+                RootsError::Unreadable(error) => format!("--tls-client-ca {shown}: {error}"),
+                RootsError::NoUsableCertificate => {
+                    format!("--tls-client-ca {shown}: no usable PEM certificate in it")
+                }
+            })?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|error| format!("--tls-client-ca {shown}: {error}"))?;
