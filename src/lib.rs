@@ -17,6 +17,7 @@
 //! [`server::run`] chooses the backend, in one place, and wires it behind a listener.
 
 pub(crate) mod api;
+pub mod budget;
 pub mod cluster;
 pub mod config;
 pub mod cron;

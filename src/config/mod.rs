@@ -8,6 +8,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::api::streams::StreamLimitsConfig;
+use crate::budget::container::Probe;
+use crate::budget::memory::BudgetSource;
+use crate::budget::{ByteCount, MemoryBudget};
 use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
@@ -89,6 +92,22 @@ pub struct Config {
     /// Length of one wheel tick: the lateness bound is one tick plus scheduling noise.
     #[arg(long, env = "TICKD_TICK", default_value = "1ms", value_parser = parse_duration)]
     pub tick: Duration,
+    /// Bytes tickd may hold for timers, keys, payloads, buffered and dead expirations, their
+    /// indexes and requests in flight (`256MiB`, `2GiB`, ...); a registration that would
+    /// cross it fails with RESOURCE_EXHAUSTED while cancels, acks and reads are still
+    /// served. Default: half the container's memory limit (cgroup), else half of physical
+    /// memory. `0`: no memory budget.
+    #[arg(long, env = "TICKD_MAX_MEMORY")]
+    pub max_memory: Option<ByteCount>,
+    /// Bytes the data directory (log segments and snapshots) may reach (`64MiB`, `10GiB`,
+    /// ...); beyond it registrations fail with RESOURCE_EXHAUSTED while cancels and acks
+    /// still go through. `0`: no disk budget (a full disk still stops tickd safely).
+    #[arg(long, env = "TICKD_MAX_DISK", default_value = "0")]
+    pub max_disk: ByteCount,
+    /// Where the cgroup file system is mounted, read for the default --max-memory (a test
+    /// points it at a fake layout).
+    #[arg(long, env = "TICKD_CGROUP_ROOT", default_value = "/sys/fs/cgroup", hide = true)]
+    pub cgroup_root: PathBuf,
     /// Pending timers the server holds at most; beyond it registrations fail with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_PENDING", default_value_t = 10_000_000)]
     pub max_pending: usize,
@@ -287,6 +306,25 @@ impl Config {
             worker_queue: self.worker_queue,
             delivery: self.delivery(),
         })
+    }
+
+    /// The memory budget in force: `--max-memory`, or its default from the container's
+    /// memory limit (see [`crate::budget::container`]). Its gauges are the metrics'.
+    pub fn memory_budget(&self, metrics: &Metrics) -> std::sync::Arc<MemoryBudget> {
+        let (limit, source) = match self.max_memory {
+            Some(ByteCount(0)) => (0, BudgetSource::Off),
+            Some(ByteCount(bytes)) => (bytes, BudgetSource::Flag),
+            None => Probe {
+                cgroup_root: self.cgroup_root.clone(),
+                ..Probe::default()
+            }
+            .default_budget(),
+        };
+        metrics
+            .budgets
+            .memory_budget
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+        MemoryBudget::new(limit, source, metrics.budgets.memory_used.clone())
     }
 
     pub fn table(&self) -> TableConfig {

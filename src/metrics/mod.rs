@@ -6,6 +6,7 @@
 //! `prometheus-client`. tickd's own metrics are named `tickd_*`; the standard `process_*`
 //! ones are read from `/proc` at scrape time ([`process`]).
 
+mod budgets;
 pub(crate) mod connections;
 mod exposition;
 mod process;
@@ -92,6 +93,8 @@ pub struct Metrics {
     /// How many namespaces are live, `tickd_namespaces` (the set is
     /// [`crate::namespaces::LiveNamespaces`], shared by the table and delivery).
     pub(crate) namespaces: Gauge,
+    /// The byte budgets and refusals by reason.
+    pub(crate) budgets: budgets::BudgetMetrics,
 }
 
 impl Metrics {
@@ -120,6 +123,7 @@ impl Metrics {
             connections: connections::ConnectionMetrics::default(),
             serving: Gauge::default(),
             namespaces: namespaces.clone(),
+            budgets: budgets::BudgetMetrics::default(),
         };
         metrics.register_all(namespaces);
         Arc::new(metrics)
@@ -140,6 +144,7 @@ impl Metrics {
         );
         self.connections.register(registry);
         self.subscribers.register(registry);
+        self.budgets.register(registry);
         registry.register(
             "serving",
             "1 while tickd reports SERVING; 0 once its store failed or is unreachable",
