@@ -196,10 +196,12 @@ impl Limits {
         }
     }
 
-    /// A payload within `--max-payload-bytes`. A copy: the decoded `Bytes` shares the whole
-    /// request buffer, which a pending timer would otherwise keep alive (kilobytes for a
-    /// 16-byte payload).
-    pub(crate) fn payload(&self, payload: &[u8]) -> Result<bytes::Bytes, TimerError> {
+    /// A payload within `--max-payload-bytes`. Not copied: the decoded `Bytes` shares the
+    /// request's buffer, which lives only as long as the call, since no backend keeps a
+    /// `NewTimer`'s payload (the table copies it into its record, the one copy a pending
+    /// timer keeps; a replica writes it to the database). Copying here too would be one
+    /// more whole copy of every registration's payload at its peak.
+    pub(crate) fn payload(&self, payload: &bytes::Bytes) -> Result<bytes::Bytes, TimerError> {
         if payload.len() > self.max_payload_bytes {
             return Err(TimerError::ResourceExhausted(format!(
                 "payload: {} bytes is over the limit of {} (--max-payload-bytes)",
@@ -207,7 +209,7 @@ impl Limits {
                 self.max_payload_bytes
             )));
         }
-        Ok(bytes::Bytes::copy_from_slice(payload))
+        Ok(payload.clone())
     }
 
     /// A wall-clock deadline in nanoseconds since the epoch; past ones are allowed (they

@@ -22,7 +22,9 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
+use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::domain::{Expirations, PendingQuery, SubscribeOptions, TimerError, TimerRef, Timers};
+use crate::metrics::Metrics;
 use crate::proto;
 use auth::{grant_of, Grant};
 use convert::Limits;
@@ -42,6 +44,10 @@ pub(crate) struct TimersService {
     limits: Limits,
     streams: StreamLimits,
     shutdown: watch::Receiver<bool>,
+    /// Write requests are held against it while they are served (see
+    /// [`Self::hold_request`]).
+    memory: Arc<MemoryBudget>,
+    metrics: Arc<Metrics>,
 }
 
 impl TimersService {
@@ -51,6 +57,8 @@ impl TimersService {
         limits: Limits,
         streams: streams::StreamLimitsConfig,
         shutdown: watch::Receiver<bool>,
+        memory: Arc<MemoryBudget>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             timers,
@@ -58,7 +66,25 @@ impl TimersService {
             limits,
             streams: StreamLimits::new(streams),
             shutdown,
+            memory,
+            metrics,
         }
+    }
+
+    /// Holds a request that brings new bytes (a registration, a new payload) against the
+    /// memory budget until it is answered: the write path's buffers in flight (the decoded
+    /// request, its payloads on their way to the table and the log) count with what is
+    /// held, so many large requests at once are refused instead of adding up past the
+    /// budget. Refused, the request goes no further.
+    fn hold_request<T: prost::Message>(
+        &self,
+        request: &Request<T>,
+    ) -> Result<MemoryReservation, TimerError> {
+        let bytes = request.get_ref().encoded_len() as u64;
+        self.memory.try_reserve(bytes).map_err(|exhausted| {
+            self.metrics.budgets.refused(Refusal::Memory);
+            TimerError::from(exhausted)
+        })
     }
 
     /// Validates a timer reference and checks the caller may use its namespace.
@@ -93,6 +119,7 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<proto::NewTimeoutRequest>,
     ) -> Result<Response<proto::NewTimeoutResponse>, Status> {
         let grant = grant_of(&request);
+        let _in_flight = self.hold_request(&request)?;
         let spec = request
             .into_inner()
             .timer
@@ -118,6 +145,7 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<proto::NewTimeoutsRequest>,
     ) -> Result<Response<proto::NewTimeoutsResponse>, Status> {
         let grant = grant_of(&request);
+        let _in_flight = self.hold_request(&request)?;
         let specs = request.into_inner().timers;
         if specs.len() > self.limits.max_batch {
             return Err(Status::resource_exhausted(format!(
@@ -346,6 +374,7 @@ impl proto::timers_server::Timers for TimersService {
         request: Request<proto::RescheduleRequest>,
     ) -> Result<Response<proto::RescheduleResponse>, Status> {
         let grant = grant_of(&request);
+        let _in_flight = self.hold_request(&request)?;
         let request = request.into_inner();
         let timer = self.authorized_ref(&grant, request.timer)?;
         let due = self

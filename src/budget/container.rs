@@ -77,7 +77,7 @@ impl Probe {
         if limit.bytes == 0 {
             return (0, BudgetSource::Off);
         }
-        let budget = limit.bytes / 100 * DEFAULT_SHARE_PERCENT;
+        let budget = (u128::from(limit.bytes) * u128::from(DEFAULT_SHARE_PERCENT) / 100) as u64;
         let what = format!(
             "{DEFAULT_SHARE_PERCENT}% of {} {}",
             ByteCount(limit.bytes),

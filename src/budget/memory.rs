@@ -15,7 +15,6 @@ use std::sync::Arc;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::ByteCount;
-use crate::domain::TimerError;
 
 /// Where the limit came from, for the start-up line and every refusal's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,12 +58,6 @@ impl std::fmt::Display for MemoryExhausted {
             ByteCount(self.limit),
             self.source_note,
         )
-    }
-}
-
-impl From<MemoryExhausted> for TimerError {
-    fn from(exhausted: MemoryExhausted) -> Self {
-        TimerError::ResourceExhausted(exhausted.to_string())
     }
 }
 
@@ -146,7 +139,7 @@ impl MemoryBudget {
     pub fn try_reserve(self: &Arc<Self>, bytes: u64) -> Result<MemoryReservation, MemoryExhausted> {
         self.try_charge(bytes)?;
         Ok(MemoryReservation {
-            budget: self.clone(),
+            budget: Some(self.clone()),
             bytes,
         })
     }
@@ -165,28 +158,72 @@ impl MemoryBudget {
     }
 }
 
-/// Bytes held from the budget until dropped.
-#[derive(Debug)]
+/// What one timer is counted as holding, pending or fired: its record in the wheel and its
+/// place in the id index ([`TIMER_BYTES`]), its key twice (in the record and in the key
+/// index, with the index's entry: [`KEY_INDEX_BYTES`]), its payload, an eighth of key
+/// and payload for the allocator's rounding, and a cron schedule ([`CALENDAR_BYTES`]).
+/// A fired expiration carries the same figure: it holds the same key and payload copied
+/// out of the record, and its delivery bookkeeping in place of the wheel's.
+pub fn held_bytes(key_len: usize, payload_len: usize, calendar: bool) -> u64 {
+    let (key, payload) = (key_len as u64, payload_len as u64);
+    let key_cost = if key > 0 { 2 * key + KEY_INDEX_BYTES } else { 0 };
+    let spilled = if key + payload > 16 { key + payload } else { 0 };
+    TIMER_BYTES
+        + key_cost
+        + payload
+        + spilled / 8
+        + if calendar { CALENDAR_BYTES } else { 0 }
+}
+
+/// A timer's fixed cost: its 96-byte wheel entry, its id index slot, its share of the
+/// namespace's bookkeeping and, once fired, its `Arc<Expiration>` and queue entries.
+pub const TIMER_BYTES: u64 = 192;
+/// A key's entry in its namespace's key index, besides the key's own bytes.
+pub const KEY_INDEX_BYTES: u64 = 64;
+/// A cron timer's parsed schedule and time zone.
+pub const CALENDAR_BYTES: u64 = 512;
+
+/// Bytes held from the budget until dropped (or none: [`Default`]).
+///
+/// A clone holds nothing: what is cloned (an expiration, whose payload `Bytes` are
+/// shared) costs nothing more, and the bytes are given back once, by the original.
+#[derive(Debug, Default)]
 pub struct MemoryReservation {
-    budget: Arc<MemoryBudget>,
+    budget: Option<Arc<MemoryBudget>>,
     bytes: u64,
 }
 
+impl Clone for MemoryReservation {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
 impl MemoryReservation {
+    /// Charges `bytes` whether or not they fit (see [`MemoryBudget::charge`]), until dropped.
+    pub fn forced(budget: &Arc<MemoryBudget>, bytes: u64) -> Self {
+        budget.charge(bytes);
+        Self {
+            budget: Some(budget.clone()),
+            bytes,
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// Keeps the bytes charged for good: their holder now releases them itself.
     pub fn keep(mut self) -> u64 {
-        std::mem::take(&mut self.bytes)
+        self.budget = None;
+        self.bytes
     }
 }
 
 impl Drop for MemoryReservation {
     fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.budget.release(self.bytes);
+        if let Some(budget) = &self.budget {
+            budget.release(self.bytes);
         }
     }
 }

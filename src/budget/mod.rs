@@ -34,18 +34,15 @@ pub enum Refusal {
     NamespaceQuota,
     /// `--max-namespaces`.
     Namespaces,
-    /// `--worker-queue`: the worker's queue is full.
-    WorkerQueue,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 6] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::Memory,
         Refusal::Disk,
         Refusal::Pending,
         Refusal::NamespaceQuota,
         Refusal::Namespaces,
-        Refusal::WorkerQueue,
     ];
 
     pub fn label(self) -> &'static str {
@@ -55,7 +52,6 @@ impl Refusal {
             Refusal::Pending => "max_pending",
             Refusal::NamespaceQuota => "namespace_quota",
             Refusal::Namespaces => "max_namespaces",
-            Refusal::WorkerQueue => "worker_queue",
         }
     }
 }

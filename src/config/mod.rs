@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::api::streams::StreamLimitsConfig;
-use crate::budget::container::Probe;
+use crate::budget::container::{MemoryLimit, Probe};
 use crate::budget::memory::BudgetSource;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
@@ -308,17 +308,25 @@ impl Config {
         })
     }
 
+    /// The memory tickd can really have: its container's limit, else physical memory.
+    pub fn memory_limit(&self) -> MemoryLimit {
+        self.probe().memory_limit()
+    }
+
+    fn probe(&self) -> Probe {
+        Probe {
+            cgroup_root: self.cgroup_root.clone(),
+            ..Probe::default()
+        }
+    }
+
     /// The memory budget in force: `--max-memory`, or its default from the container's
     /// memory limit (see [`crate::budget::container`]). Its gauges are the metrics'.
     pub fn memory_budget(&self, metrics: &Metrics) -> std::sync::Arc<MemoryBudget> {
         let (limit, source) = match self.max_memory {
             Some(ByteCount(0)) => (0, BudgetSource::Off),
             Some(ByteCount(bytes)) => (bytes, BudgetSource::Flag),
-            None => Probe {
-                cgroup_root: self.cgroup_root.clone(),
-                ..Probe::default()
-            }
-            .default_budget(),
+            None => self.probe().default_budget(),
         };
         metrics
             .budgets

@@ -183,6 +183,7 @@ impl Delivery {
             if touched.last() != Some(&namespace) && !touched.contains(&namespace) {
                 touched.push(namespace.clone());
             }
+            let over_memory_budget = expiration.over_memory_budget;
             let expiration = Arc::new(expiration);
             let copy = Delivered {
                 delivery_id: 0,
@@ -196,13 +197,17 @@ impl Delivery {
             let full = self.buffer_full(&namespace);
             let queue = self.queue(&namespace);
             queue.copy_to_observers(&copy);
-            if full {
+            if full || over_memory_budget {
                 overflowed += 1;
                 let dead = Dead {
                     id: 0,
                     expiration,
                     attempts: 0,
-                    reason: "delivery buffer full",
+                    reason: if full {
+                        "delivery buffer full"
+                    } else {
+                        "memory budget full"
+                    },
                 };
                 self.bury(&namespace, dead, &mut dropped);
             } else {

@@ -23,6 +23,8 @@ fn expiration(namespace: &str, id: u64) -> Expiration {
         fired_count: 1,
         calendar: None,
         late: false,
+        memory: Default::default(),
+        over_memory_budget: false,
     }
 }
 
@@ -244,4 +246,33 @@ fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
     // A namespace with nothing dead: every id is reported.
     let outcome = delivery.redrive("elsewhere", Some(vec![7]));
     assert_eq!((outcome.redriven, outcome.not_dead), (0, vec![7]));
+}
+
+#[test]
+fn a_firing_past_the_memory_budget_is_dead_and_each_charge_is_given_back_once_settled() {
+    let budget = crate::budget::MemoryBudget::new(
+        1_000,
+        crate::budget::memory::BudgetSource::Flag,
+        prometheus_client::metrics::gauge::Gauge::default(),
+    );
+    let mut delivery = delivery(|_| {});
+    let mut charged = expiration("ns", 1);
+    charged.memory = crate::budget::MemoryReservation::forced(&budget, 600);
+    let mut over = expiration("ns", 2);
+    over.memory = crate::budget::MemoryReservation::forced(&budget, 600);
+    over.over_memory_budget = true;
+    delivery.enqueue_fired(vec![charged, over]);
+    delivery.check_counts();
+    assert_eq!(delivery.budget.held(), 1, "the charged one waits for delivery");
+    let dead = delivery.dead(Some("ns"));
+    assert_eq!(ids(&dead), [2], "the one past the budget is dead, kept with its payload");
+    assert_eq!(dead.dead[0].reason, "memory budget full");
+    assert_eq!(budget.used(), 1_200, "both still held");
+    drop(dead);
+    let mut deliveries = delivery.subscribe_to("ns", 7, 10);
+    let delivered = deliveries.try_recv().expect("delivered at once");
+    let (reply, _answer) = oneshot::channel();
+    delivery.ack("ns", vec![delivered.delivery_id], reply);
+    drop(delivered);
+    assert_eq!(budget.used(), 600, "the settled one gave its bytes back");
 }

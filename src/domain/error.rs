@@ -45,3 +45,9 @@ impl TimerError {
         }
     }
 }
+
+impl From<crate::budget::memory::MemoryExhausted> for TimerError {
+    fn from(exhausted: crate::budget::memory::MemoryExhausted) -> Self {
+        TimerError::ResourceExhausted(exhausted.to_string())
+    }
+}

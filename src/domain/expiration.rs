@@ -9,6 +9,7 @@ use bytes::Bytes;
 use tokio_stream::Stream;
 
 use super::{Calendar, TimerId};
+use crate::budget::MemoryReservation;
 
 /// One firing of a timer, on its way to delivery.
 #[derive(Debug, Clone)]
@@ -26,6 +27,12 @@ pub struct Expiration {
     pub fired_count: u64,
     /// The deadline passed while the server was down.
     pub late: bool,
+    /// Its share of the memory budget, given back when the last copy of it is dropped
+    /// (settled, or dropped from the dead list).
+    pub memory: MemoryReservation,
+    /// Fired while the memory budget was full (a repeating timer's firing, which needs
+    /// memory of its own): kept on the dead list rather than buffered for delivery.
+    pub over_memory_budget: bool,
 }
 
 /// One delivery of an expiration to one subscriber, as the stream carries it.

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::info;
+use tracing::{info, warn};
 
 use super::ServerError;
+use crate::budget::memory::held_bytes;
+use crate::budget::{ByteCount, MemoryBudget, MemoryReservation};
 use crate::cluster::Replica;
 use crate::config::Config;
 use crate::delivery::DeliveryHandle;
@@ -42,11 +44,15 @@ pub(super) enum Backend {
 }
 
 impl Backend {
-    pub(super) fn local(config: &Config, metrics: &Arc<Metrics>) -> Result<Self, ServerError> {
+    pub(super) fn local(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        memory: &Arc<MemoryBudget>,
+    ) -> Result<Self, ServerError> {
         // The worker must run on the clock the recovery converted deadlines with.
         let clock = SystemClock::new();
         let (table, store, recovered) =
-            tokio::task::block_in_place(|| recover(config, clock, metrics))?;
+            tokio::task::block_in_place(|| recover(config, clock, metrics, memory))?;
         let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
         let delivery = DeliveryHandle::spawn(
             config.delivery(),
@@ -173,8 +179,10 @@ fn recover(
     config: &Config,
     clock: SystemClock,
     metrics: &Arc<Metrics>,
+    memory: &Arc<MemoryBudget>,
 ) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
-    let mut table = TimerTable::new(config.table(), metrics.clone());
+    let mut table =
+        TimerTable::new(config.table(), metrics.clone()).with_memory_budget(memory.clone());
     if config.sync == SyncMode::None {
         return Ok((table, None, Vec::new()));
     }
@@ -183,24 +191,63 @@ fn recover(
         crate::store::repair::set_aside_damage(&config.data_dir)?;
     }
     let now = clock.now();
+    // Recovery charges what it restores even past the budget (nothing accepted is dropped
+    // to fit), but stops restoring short of the memory tickd can really have: better a
+    // refusal to start, saying what it needs, than an OOM kill at every restart.
+    let limit = config.memory_limit();
+    let ceiling = limit.bytes / 4 * 3;
+    let mut too_large = false;
     let (store, handle, unsettled) =
         Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
-            table.replay(record, now)
+            if too_large {
+                return;
+            }
+            table.replay(record, now);
+            too_large = ceiling > 0 && memory.used() > ceiling;
         })?;
+    if too_large {
+        return Err(ServerError::RecoveryTooLarge(format!(
+            "the timers in {} need more than {} of memory to recover, past 75% of {} ({}); \
+             nothing was changed: start tickd with more memory (a higher container memory \
+             limit), then cancel timers or raise --max-memory",
+            config.data_dir.display(),
+            ByteCount(ceiling),
+            limit.what,
+            ByteCount(limit.bytes),
+        )));
+    }
     table.attach_journal(Journal::new(
         handle.clone(),
         config.snapshot_after_bytes,
         store.recovered_snapshot_bytes(),
     ));
+    // Fired before the restart and never settled: they are held again until settled.
     let recovered = unsettled
         .into_iter()
         .filter_map(crate::worker::table::recovered_expiration)
+        .map(|mut expiration| {
+            let held = held_bytes(
+                expiration.key.as_ref().map_or(0, String::len),
+                expiration.payload.len(),
+                expiration.calendar.is_some(),
+            );
+            expiration.memory = MemoryReservation::forced(memory, held);
+            expiration
+        })
         .collect();
     info!(
         data_dir = %config.data_dir.display(),
         pending_timers = table.len(),
+        memory_used = %ByteCount(memory.used()),
         "recovered timers"
     );
+    if memory.is_reached() {
+        warn!(
+            memory_used = %ByteCount(memory.used()),
+            max_memory = %ByteCount(memory.limit()),
+            "memory budget reached by the recovered timers: registrations are refused until enough of them leave"
+        );
+    }
     Ok((table, Some((store, handle)), recovered))
 }
 

@@ -34,6 +34,8 @@ use tonic_reflection::pb::v1alpha::server_reflection_server::{
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{error, info, warn};
 
+use crate::budget::memory::BudgetSource;
+use crate::budget::{ByteCount, MemoryBudget};
 use crate::api::auth::{Authenticator, Tokens};
 use crate::api::convert::Limits;
 use crate::api::TimersService;
@@ -73,6 +75,8 @@ pub enum ServerError {
     Cluster(#[from] crate::cluster::ClusterError),
     #[error("stopped because {0}")]
     Failed(&'static str),
+    #[error("{0}")]
+    RecoveryTooLarge(String),
 }
 
 /// Where tickd listens; bound by the caller, so that tests can use port 0.
@@ -113,10 +117,11 @@ pub async fn run(
     let tls = ReloadableTls::load(config).map_err(ServerError::Tls)?;
     let reloader = reloader(config, &authenticator, tls.clone());
     let metrics = Metrics::new();
+    let memory = config.memory_budget(&metrics);
     // The one place that chooses the backend.
     let backend = match &config.store {
         Some(url) => Backend::replicated(config, url, &metrics).await?,
-        None => Backend::local(config, &metrics)?,
+        None => Backend::local(config, &metrics, &memory)?,
     };
     // Said once the timers are recovered (or the replica has joined): a refused start
     // never claims to serve.
@@ -125,6 +130,8 @@ pub async fn run(
         unix_socket = ?config.unix_socket,
         metrics = %listeners.metrics.as_ref().map_or("none".into(), |metrics| display_addr(metrics.local_addr())),
         tick = ?config.tick,
+        max_memory = %budget_line(&memory),
+        memory_used = %ByteCount(memory.used()),
         "tickd serving"
     );
     let (stopping, stop_signal) = watch::channel(false);
@@ -143,7 +150,13 @@ pub async fn run(
         ));
     }
     let services = Services {
-        timers: timers_service(config, &backend, authenticator, stop_signal.clone()),
+        timers: timers_service(
+            config,
+            &backend,
+            authenticator,
+            stop_signal.clone(),
+            (&memory, &metrics),
+        ),
         health,
         reflection: reflection_builder().build_v1()?,
         reflection_v1alpha: reflection_builder().build_v1alpha()?,
@@ -229,6 +242,7 @@ fn timers_service(
     backend: &Backend,
     authenticator: Authenticator,
     stop_signal: watch::Receiver<bool>,
+    (memory, metrics): (&Arc<MemoryBudget>, &Arc<Metrics>),
 ) -> TimersApi {
     let limits = Limits {
         max_payload_bytes: config.max_payload_bytes,
@@ -243,6 +257,8 @@ fn timers_service(
         limits,
         config.stream_limits(),
         stop_signal,
+        memory.clone(),
+        metrics.clone(),
     ))
     // `CallLayer` refuses larger messages first, naming the flag; this is a backstop. It
     // also bounds what a compressed message may inflate to.
@@ -251,6 +267,15 @@ fn timers_service(
         timers.accept_compressed(encoding).send_compressed(encoding)
     });
     InterceptedService::new(timers, authenticator)
+}
+
+/// The memory budget for the start-up line: its size and where it came from.
+fn budget_line(memory: &MemoryBudget) -> String {
+    match memory.source() {
+        BudgetSource::Off => "none".to_owned(),
+        BudgetSource::Flag => ByteCount(memory.limit()).to_string(),
+        BudgetSource::Derived { what } => format!("{} ({what})", ByteCount(memory.limit())),
+    }
 }
 
 fn reflection_builder() -> tonic_reflection::server::Builder<'static> {

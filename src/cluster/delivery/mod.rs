@@ -341,6 +341,8 @@ fn answered(rows: &[Row], given: Vec<u64>) -> (u32, Vec<u64>) {
 /// Reads [`EXPIRATION_COLUMNS`].
 fn expiration_of(row: &Row) -> Expiration {
     Expiration {
+        memory: Default::default(),
+        over_memory_budget: false,
         namespace: Arc::from(row.get::<_, &str>(2)),
         id: TimerId(row.get::<_, i64>(3) as u64),
         key: row.get(4),

@@ -5,6 +5,7 @@
 //! Schedules live beside the wheel, by timer id (see [`super::record::Calendars`]). Each of these changes is logged as the whole timer (a
 //! `Registered` record), which replay puts back in place of the older copy.
 
+use crate::budget::memory::held_bytes;
 use bytes::Bytes;
 
 use super::record::{duration_nanos, timer_fields, TimerRecord};
@@ -67,6 +68,12 @@ impl TimerTable {
     ) -> Result<TimerView, TimerError> {
         let handle = self.lookup_pending(timer)?;
         let (deadline_monotonic, deadline_unix) = first_deadline(due, None, now)?;
+        if let Some(payload) = &payload {
+            let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
+            let key_len = usize::from(record.key_len);
+            let after = held_bytes(key_len, payload.len(), record.calendar);
+            self.recharge_memory(record.held_bytes(), after)?;
+        }
         let (_, record) = self
             .wheel
             .get_mut(handle)
@@ -79,7 +86,8 @@ impl TimerTable {
         }
         self.wheel.reschedule(handle, deadline_monotonic);
         self.log_whole(handle);
-        Ok(self.view_of(handle, now))
+        // Its answer leaves the payload out, like a registration's.
+        Ok(self.answer_of(handle, now))
     }
 
     /// Replaces the pending timer `handle` (found under `timer`'s key) with `timer`, keeping
@@ -92,6 +100,10 @@ impl TimerTable {
     ) -> Result<Registered, TimerError> {
         let (deadline_monotonic, deadline_unix) =
             first_deadline(timer.due, timer.calendar.as_ref(), now)?;
+        let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
+        let key_len = timer.key.as_ref().map_or(0, String::len);
+        let after = held_bytes(key_len, timer.payload.len(), timer.calendar.is_some());
+        self.recharge_memory(current.held_bytes(), after)?;
         let (_, record) = self
             .wheel
             .get_mut(handle)
@@ -111,7 +123,7 @@ impl TimerTable {
         self.wheel.reschedule(handle, deadline_monotonic);
         self.log_whole(handle);
         Ok(Registered {
-            timer: self.view_of(handle, now),
+            timer: self.answer_of(handle, now),
             created: false,
             replaced: true,
         })

@@ -24,6 +24,8 @@ use crate::domain::{
     Calendar, Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView,
 };
+use crate::budget::memory::held_bytes;
+use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
@@ -68,6 +70,9 @@ pub struct TimerTable {
     /// With a data directory: where records and deferred replies go.
     journal: Option<Journal>,
     max_pending_per_namespace: u64,
+    /// Every pending timer's bytes are charged here on admission and released when it
+    /// leaves (a one-shot timer's pass to its expiration as it fires).
+    memory: Arc<MemoryBudget>,
     metrics: Arc<Metrics>,
 }
 
@@ -84,7 +89,35 @@ impl TimerTable {
             next_id: 1,
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,
+            memory: MemoryBudget::unlimited(),
             metrics,
+        }
+    }
+
+    /// Charges timers to `budget` (by default an unlimited one, which only counts).
+    pub fn with_memory_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
+        debug_assert!(self.wheel.is_empty(), "the budget is set before any timer");
+        self.memory = budget;
+        self
+    }
+
+    /// Takes `bytes` from the memory budget, or refuses (and counts the refusal).
+    fn charge_memory(&self, bytes: u64) -> Result<(), TimerError> {
+        self.memory.try_charge(bytes).map_err(|exhausted| {
+            self.metrics.budgets.refused(Refusal::Memory);
+            TimerError::from(exhausted)
+        })
+    }
+
+    /// A timer's size changes from `before` to `after` bytes (a new payload or schedule):
+    /// growing is charged, and may be refused; shrinking gives back at once.
+    fn recharge_memory(&self, before: u64, after: u64) -> Result<(), TimerError> {
+        match after.checked_sub(before) {
+            Some(grown) if grown > 0 => self.charge_memory(grown),
+            _ => {
+                self.memory.release(before - after);
+                Ok(())
+            }
         }
     }
 
@@ -148,7 +181,7 @@ impl TimerTable {
                     return self.replace(handle, timer, now);
                 }
                 return Ok(Registered {
-                    timer: self.view_of(handle, now),
+                    timer: self.answer_of(handle, now),
                     created: false,
                     replaced: false,
                 });
@@ -157,6 +190,7 @@ impl TimerTable {
         let quota = self.max_pending_per_namespace;
         let pending = existing.map_or(0, |namespace| self.namespaces[namespace].pending);
         if quota > 0 && pending >= quota {
+            self.metrics.budgets.refused(Refusal::NamespaceQuota);
             return Err(TimerError::ResourceExhausted(format!(
                 "namespace {:?} holds its quota of pending timers (--max-pending-per-namespace {quota})",
                 timer.namespace
@@ -166,14 +200,26 @@ impl TimerTable {
             calendar::first_deadline(timer.due, timer.calendar.as_ref(), now)?;
         // Refused registrations must not leave a namespace (and its metric series) behind.
         if self.wheel.len() >= self.wheel.max_pending() {
+            self.metrics.budgets.refused(Refusal::Pending);
             return Err(TimerError::ResourceExhausted(format!(
                 "max pending timers reached (--max-pending {})",
                 self.wheel.max_pending()
             )));
         }
-        let namespace = self
-            .namespaces
-            .intern(&timer.namespace, Admission::Checked)?;
+        let held = held_bytes(
+            timer.key.as_ref().map_or(0, String::len),
+            timer.payload.len(),
+            timer.calendar.is_some(),
+        );
+        self.charge_memory(held)?;
+        let namespace = match self.namespaces.intern(&timer.namespace, Admission::Checked) {
+            Ok(namespace) => namespace,
+            Err(refused) => {
+                self.memory.release(held);
+                self.metrics.budgets.refused(Refusal::Namespaces);
+                return Err(refused);
+            }
+        };
         let (key_and_payload, key_len) = TimerRecord::pack(timer.key.as_deref(), &timer.payload);
         let record = TimerRecord {
             id: self.next_id,
@@ -191,8 +237,9 @@ impl TimerTable {
             Ok(handle) => handle,
             Err(full) => {
                 // Not expected (the room was checked above), but a namespace created for
-                // nothing must not stay.
+                // nothing must not stay, nor its charge.
                 self.namespaces.queue_if_empty(namespace, now.monotonic);
+                self.memory.release(held);
                 return Err(TimerError::ResourceExhausted(format!(
                     "max pending timers reached (--max-pending {})",
                     full.limit
@@ -210,7 +257,7 @@ impl TimerTable {
             journal.record_registered(&timer_fields(&self.namespaces, &self.calendars, record));
         }
         Ok(Registered {
-            timer: self.view_of(handle, now),
+            timer: self.answer_of(handle, now),
             created: true,
             replaced: false,
         })
@@ -225,6 +272,7 @@ impl TimerTable {
     }
 
     fn unindex(&mut self, record: &TimerRecord, now: Now) {
+        self.memory.release(record.held_bytes());
         self.handles.remove(record.id);
         if record.calendar {
             self.calendars.remove(record.id);
@@ -383,18 +431,36 @@ impl TimerTable {
         })
     }
 
+    /// A registration's answer: the view without its payload, which the answer leaves out
+    /// (the caller sent it), so that registering copies the payload once, into the record.
+    pub(super) fn answer_of(&self, handle: Handle, now: Now) -> TimerView {
+        let (deadline, record) = self.wheel.get(handle).expect("indexed handles are live");
+        self.view_with(record, deadline, now, Bytes::new())
+    }
+
     fn view_of(&self, handle: Handle, now: Now) -> TimerView {
         let (deadline, record) = self.wheel.get(handle).expect("indexed handles are live");
         self.view(record, deadline, now)
     }
 
     fn view(&self, record: &TimerRecord, deadline_monotonic: u64, now: Now) -> TimerView {
+        let payload = Bytes::copy_from_slice(record.payload());
+        self.view_with(record, deadline_monotonic, now, payload)
+    }
+
+    fn view_with(
+        &self,
+        record: &TimerRecord,
+        deadline_monotonic: u64,
+        now: Now,
+        payload: Bytes,
+    ) -> TimerView {
         TimerView {
             id: TimerId(record.id),
             namespace: self.namespaces[record.namespace].name.clone(),
             key: record.key().map(str::to_owned),
             deadline_unix: record.deadline_unix,
-            payload: Bytes::copy_from_slice(record.payload()),
+            payload,
             repeat: record.repeat.get(),
             ttl: record.ttl.get(),
             remaining: Duration::from_nanos(deadline_monotonic.saturating_sub(now.monotonic)),
@@ -409,6 +475,23 @@ impl TimerTable {
         self.metrics.timers_fired.inc();
         let lateness = now.monotonic.saturating_sub(deadline_monotonic);
         self.metrics.firing_lateness.observe(lateness as f64 / 1e9);
+        let calendar = self.calendar_of(&record);
+        let next = match (record.repeat.get(), &calendar) {
+            (Some(interval), _) => Some(next_repeat(&record, deadline_monotonic, interval, now)),
+            (None, Some(calendar)) => calendar::next_firing(calendar, &record, now),
+            (None, None) => None,
+        };
+        // A timer that stays pending keeps its bytes, so its firing needs bytes of its own:
+        // past the budget it is kept dead rather than buffered. One that leaves hands its
+        // bytes to its firing (charged here, given back by `unindex` below).
+        let held = record.held_bytes();
+        let (memory, over_memory_budget) = match next {
+            Some(_) => match self.memory.try_reserve(held) {
+                Ok(reservation) => (reservation, false),
+                Err(_) => (MemoryReservation::forced(&self.memory, held), true),
+            },
+            None => (MemoryReservation::forced(&self.memory, held), false),
+        };
         let expiration = Expiration {
             id: TimerId(record.id),
             namespace: self.namespaces[record.namespace].name.clone(),
@@ -419,13 +502,10 @@ impl TimerTable {
             repeat: record.repeat.get(),
             ttl: record.ttl.get(),
             fired_count: record.fired_count,
-            calendar: self.calendar_of(&record),
+            calendar,
             late: record.late,
-        };
-        let next = match (record.repeat.get(), &expiration.calendar) {
-            (Some(interval), _) => Some(next_repeat(&record, deadline_monotonic, interval, now)),
-            (None, Some(calendar)) => calendar::next_firing(calendar, &record, now),
-            (None, None) => None,
+            memory,
+            over_memory_budget,
         };
         if let Some(journal) = &mut self.journal {
             let rearmed_deadline = next.map_or(0, |(unix, _)| unix);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::budget::memory::held_bytes;
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
@@ -52,6 +53,15 @@ impl TimerRecord {
 
     pub(super) fn payload(&self) -> &[u8] {
         &self.key_and_payload[usize::from(self.key_len)..]
+    }
+
+    /// Its share of the memory budget (see [`crate::budget::memory::held_bytes`]).
+    pub(super) fn held_bytes(&self) -> u64 {
+        held_bytes(
+            usize::from(self.key_len),
+            self.key_and_payload.len() - usize::from(self.key_len),
+            self.calendar,
+        )
     }
 }
 
@@ -138,6 +148,8 @@ pub(crate) fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> 
         fired_count: timer.fired_count,
         calendar: Calendar::stored(&timer.cron, &timer.time_zone),
         late: false,
+        memory: Default::default(),
+        over_memory_budget: false,
     })
 }
 

@@ -130,6 +130,10 @@ impl TimerTable {
                 if let Some(calendar) = calendar {
                     self.calendars.insert(id, calendar);
                 }
+                // Charged even past the budget: what was accepted comes back whole, and
+                // registrations are refused until enough of it has left.
+                let (_, record) = self.wheel.get(handle).expect("just readmitted");
+                self.memory.charge(record.held_bytes());
                 self.index(handle);
             }
             Err(full) => {
