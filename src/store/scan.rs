@@ -192,8 +192,12 @@ fn list(dir: &Path) -> Result<Listing, StoreError> {
     })
 }
 
-/// Decoded records handed from the decoding thread to the applying one, per chunk.
+/// Decoded records handed from the decoding thread to the applying one, per chunk: at
+/// most this many, and at most [`CHUNK_BYTES`] of them, so that what is decoded ahead stays
+/// a few megabytes whatever the payloads' size (4,096 records of 64 KiB each would be
+/// 256 MiB a chunk, and recovery would hold gigabytes of log beside what it restores).
 const RECORDS_PER_CHUNK: usize = 4_096;
+const CHUNK_BYTES: usize = 1 << 20;
 /// Chunks decoded ahead of the one being applied.
 const DECODED_CHUNKS_IN_FLIGHT: usize = 8;
 
@@ -218,11 +222,14 @@ fn read_files(
         unsettled: FxHashMap::default(),
     };
     let mut chunk = Vec::with_capacity(RECORDS_PER_CHUNK);
+    let mut chunk_bytes = 0;
     for (path, newest) in files {
         let (file, stop) = read_file(path, *newest, &mut |record, body| {
             track_unsettled(&mut read.unsettled, &record, body);
             chunk.push(record);
-            if chunk.len() == RECORDS_PER_CHUNK {
+            chunk_bytes += body.len();
+            if chunk.len() == RECORDS_PER_CHUNK || chunk_bytes >= CHUNK_BYTES {
+                chunk_bytes = 0;
                 let full = std::mem::replace(&mut chunk, Vec::with_capacity(RECORDS_PER_CHUNK));
                 // A closed channel means the applying side is gone; its error wins.
                 let _ = chunks.send(full);
