@@ -107,8 +107,7 @@ impl MemoryBudget {
             if after.max(0) as u64 > self.limit {
                 return Err(self.exhausted(bytes, used.max(0) as u64));
             }
-            match counter.compare_exchange_weak(used, after, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match counter.compare_exchange_weak(used, after, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
                 Err(now) => used = now,
             }
@@ -166,13 +165,13 @@ impl MemoryBudget {
 /// out of the record, and its delivery bookkeeping in place of the wheel's.
 pub fn held_bytes(key_len: usize, payload_len: usize, calendar: bool) -> u64 {
     let (key, payload) = (key_len as u64, payload_len as u64);
-    let key_cost = if key > 0 { 2 * key + KEY_INDEX_BYTES } else { 0 };
+    let key_cost = if key > 0 {
+        2 * key + KEY_INDEX_BYTES
+    } else {
+        0
+    };
     let spilled = if key + payload > 16 { key + payload } else { 0 };
-    TIMER_BYTES
-        + key_cost
-        + payload
-        + spilled / 8
-        + if calendar { CALENDAR_BYTES } else { 0 }
+    TIMER_BYTES + key_cost + payload + spilled / 8 + if calendar { CALENDAR_BYTES } else { 0 }
 }
 
 /// A timer's fixed cost: its 96-byte wheel entry, its id index slot, its share of the
@@ -239,7 +238,10 @@ mod tests {
         let refused = budget.try_charge(401).unwrap_err();
         assert_eq!(budget.used(), 600, "the refusal took nothing");
         let message = refused.to_string();
-        assert!(message.contains("memory budget") && message.contains("--max-memory"), "{message}");
+        assert!(
+            message.contains("memory budget") && message.contains("--max-memory"),
+            "{message}"
+        );
         budget.try_charge(400).unwrap();
         assert!(budget.is_reached());
         budget.release(500);

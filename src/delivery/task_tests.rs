@@ -263,9 +263,17 @@ fn a_firing_past_the_memory_budget_is_dead_and_each_charge_is_given_back_once_se
     over.over_memory_budget = true;
     delivery.enqueue_fired(vec![charged, over]);
     delivery.check_counts();
-    assert_eq!(delivery.budget.held(), 1, "the charged one waits for delivery");
+    assert_eq!(
+        delivery.budget.held(),
+        1,
+        "the charged one waits for delivery"
+    );
     let dead = delivery.dead(Some("ns"));
-    assert_eq!(ids(&dead), [2], "the one past the budget is dead, kept with its payload");
+    assert_eq!(
+        ids(&dead),
+        [2],
+        "the one past the budget is dead, kept with its payload"
+    );
     assert_eq!(dead.dead[0].reason, "memory budget full");
     assert_eq!(budget.used(), 1_200, "both still held");
     drop(dead);

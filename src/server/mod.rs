@@ -34,11 +34,11 @@ use tonic_reflection::pb::v1alpha::server_reflection_server::{
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{error, info, warn};
 
-use crate::budget::memory::BudgetSource;
-use crate::budget::{ByteCount, MemoryBudget};
 use crate::api::auth::{Authenticator, Tokens};
 use crate::api::convert::Limits;
 use crate::api::TimersService;
+use crate::budget::memory::BudgetSource;
+use crate::budget::{ByteCount, MemoryBudget};
 use crate::config::Config;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;

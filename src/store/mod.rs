@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use clap::ValueEnum;
@@ -163,8 +163,22 @@ enum Request {
     Append(Batch),
     /// Starts a new segment; what follows until `EndSnapshot` is the snapshot's content.
     BeginSnapshot,
-    SnapshotChunk(Vec<u8>),
+    SnapshotChunk(QueuedChunk),
     EndSnapshot,
+}
+
+/// A snapshot chunk on its way to the store thread, counted in the handle's backlog until
+/// it is written (or dropped): the worker makes chunks far faster than a disk writes them,
+/// and without the count a snapshot would queue a second copy of every live timer.
+struct QueuedChunk {
+    frames: Vec<u8>,
+    backlog: Arc<AtomicUsize>,
+}
+
+impl Drop for QueuedChunk {
+    fn drop(&mut self) {
+        self.backlog.fetch_sub(self.frames.len(), Ordering::AcqRel);
+    }
 }
 
 /// The way to the store thread; cheap to clone.
@@ -172,6 +186,8 @@ enum Request {
 pub struct StoreHandle {
     sender: Sender<Request>,
     failed: Arc<AtomicBool>,
+    /// Bytes of snapshot chunks sent and not yet written.
+    snapshot_backlog: Arc<AtomicUsize>,
 }
 
 impl StoreHandle {
@@ -198,7 +214,18 @@ impl StoreHandle {
     }
 
     pub(crate) fn snapshot_chunk(&self, frames: Vec<u8>) {
-        let _ = self.sender.send(Request::SnapshotChunk(frames));
+        self.snapshot_backlog
+            .fetch_add(frames.len(), Ordering::AcqRel);
+        let chunk = QueuedChunk {
+            frames,
+            backlog: self.snapshot_backlog.clone(),
+        };
+        let _ = self.sender.send(Request::SnapshotChunk(chunk));
+    }
+
+    /// Bytes of snapshot chunks not yet written: the worker waits while there are many.
+    pub(crate) fn snapshot_backlog(&self) -> usize {
+        self.snapshot_backlog.load(Ordering::Acquire)
     }
 
     pub(crate) fn end_snapshot(&self) {
@@ -249,7 +276,12 @@ impl Store {
             thread,
             recovered_snapshot_bytes,
         };
-        Ok((store, StoreHandle { sender, failed }, unsettled))
+        let handle = StoreHandle {
+            sender,
+            failed,
+            snapshot_backlog: Arc::default(),
+        };
+        Ok((store, handle, unsettled))
     }
 
     /// Size of the snapshot the store recovered from: what the next snapshot will be
@@ -414,7 +446,7 @@ impl Writer {
                 self.commit(pending)?;
                 self.begin_snapshot()?;
             }
-            Request::SnapshotChunk(chunk) => self.write_snapshot(&chunk)?,
+            Request::SnapshotChunk(chunk) => self.write_snapshot(&chunk.frames)?,
             Request::EndSnapshot => {
                 self.commit(pending)?;
                 self.end_snapshot()?;

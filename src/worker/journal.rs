@@ -8,6 +8,10 @@ use crate::store::{Batch, OnDurable, StoreHandle};
 
 /// Timers written per snapshot chunk: small enough that the worker never pauses long.
 const SNAPSHOT_CHUNK_TIMERS: usize = 4_096;
+/// A snapshot chunk also ends once its timers' keys and payloads reach this many bytes.
+pub(crate) const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+/// Snapshot bytes queued for the store thread at most (see `snapshot_backlogged`).
+const SNAPSHOT_BACKLOG_BYTES: usize = 4 << 20;
 
 pub(crate) struct Journal {
     store: StoreHandle,
@@ -109,6 +113,13 @@ impl Journal {
 
     pub(crate) fn snapshot_chunk_size(&self) -> usize {
         SNAPSHOT_CHUNK_TIMERS
+    }
+
+    /// Whether the next snapshot chunk should wait: the chunks sent already hold
+    /// [`SNAPSHOT_BACKLOG_BYTES`] or more, unwritten. A snapshot then goes at the disk's
+    /// pace, and holds at most that much of the live set twice.
+    pub(crate) fn snapshot_backlogged(&self) -> bool {
+        self.store.snapshot_backlog() >= SNAPSHOT_BACKLOG_BYTES
     }
 
     /// Writes one chunk of live timers; `resume_at` is where the next one starts (None when

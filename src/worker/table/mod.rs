@@ -20,12 +20,12 @@ use super::command::{Command, Reschedule};
 use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
 use super::TimerState;
+use crate::budget::memory::held_bytes;
+use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::domain::{
     Calendar, Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView,
 };
-use crate::budget::memory::held_bytes;
-use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
@@ -38,6 +38,9 @@ use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 /// timers never stalls firing. A page may hence come back short, even empty, with a token
 /// to continue from.
 const SCAN_POSITIONS: usize = 65_536;
+
+/// How long a snapshot waits for the disk when its chunks sent are not yet written.
+const SNAPSHOT_BACKLOG_RETRY_NANOS: u64 = 1_000_000;
 
 /// What the worker hands the delivery task, in the order it happened.
 #[derive(Debug)]
@@ -73,6 +76,8 @@ pub struct TimerTable {
     /// Every pending timer's bytes are charged here on admission and released when it
     /// leaves (a one-shot timer's pass to its expiration as it fires).
     memory: Arc<MemoryBudget>,
+    /// When the worker last woke (monotonic), to pace a snapshot the disk is behind on.
+    last_woken: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -90,6 +95,7 @@ impl TimerTable {
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,
             memory: MemoryBudget::unlimited(),
+            last_woken: 0,
             metrics,
         }
     }
@@ -594,6 +600,7 @@ impl TimerState for TimerTable {
     }
 
     fn fire_due(&mut self, now: Now, fired: &mut Vec<Handoff>) {
+        self.last_woken = now.monotonic;
         let mut expired = Vec::new();
         self.wheel.advance(now.monotonic, &mut expired);
         fired.reserve(expired.len());
@@ -614,17 +621,23 @@ impl TimerState for TimerTable {
     }
 
     fn next_expiration(&self) -> Option<u64> {
-        // A snapshot in progress asks to be woken at once for its next chunk.
-        let snapshotting = self
+        // A snapshot in progress asks to be woken at once for its next chunk, or, while
+        // the disk catches up with the chunks sent, a moment later.
+        let snapshot = self
             .journal
             .as_ref()
-            .is_some_and(Journal::snapshot_in_progress);
-        if snapshotting {
-            return Some(0);
-        }
-        match (self.wheel.next_wakeup(), self.namespaces.next_sweep()) {
-            (Some(wheel), Some(sweep)) => Some(wheel.min(sweep)),
-            (wheel, sweep) => wheel.or(sweep),
-        }
+            .filter(|journal| journal.snapshot_in_progress())
+            .map(|journal| match journal.snapshot_backlogged() {
+                false => 0,
+                true => self.last_woken.saturating_add(SNAPSHOT_BACKLOG_RETRY_NANOS),
+            });
+        [
+            self.wheel.next_wakeup(),
+            self.namespaces.next_sweep(),
+            snapshot,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }

@@ -9,6 +9,7 @@ use crate::domain::Calendar;
 use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::Handle;
 use crate::worker::clock::Now;
+use crate::worker::journal::SNAPSHOT_CHUNK_BYTES;
 use crate::worker::namespaces::Admission;
 
 impl TimerTable {
@@ -152,16 +153,21 @@ impl TimerTable {
         let Some(start) = journal.snapshot_cursor() else {
             return;
         };
+        if journal.snapshot_backlogged() {
+            return;
+        }
         let size = journal.snapshot_chunk_size();
         let mut timers = Vec::with_capacity(size);
+        let mut bytes = 0;
         let mut resume_at = None;
         for (position, timer) in self.wheel.positions_from(start).take(SCAN_POSITIONS) {
-            if timers.len() == size {
+            if timers.len() == size || bytes >= SNAPSHOT_CHUNK_BYTES {
                 resume_at = Some(position);
                 break;
             }
             resume_at = position.checked_add(1);
             if let Some((_, _, record)) = timer {
+                bytes += record.key_and_payload.len();
                 timers.push(timer_fields(&self.namespaces, &self.calendars, record));
             }
         }
