@@ -195,7 +195,7 @@ fn recover(
     // to fit), but stops restoring short of the memory tickd can really have: better a
     // refusal to start, saying what it needs, than an OOM kill at every restart.
     let limit = config.memory_limit();
-    let ceiling = limit.bytes / 4 * 3;
+    let ceiling = recovery_ceiling(limit.bytes);
     let mut too_large = false;
     let (store, handle, unsettled) =
         Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
@@ -203,17 +203,18 @@ fn recover(
                 return;
             }
             table.replay(record, now);
-            too_large = ceiling > 0 && memory.used() > ceiling;
+            too_large = limit.bytes > 0 && memory.used() > ceiling;
         })?;
     if too_large {
         return Err(ServerError::RecoveryTooLarge(format!(
-            "the timers in {} need more than {} of memory to recover, past 75% of {} ({}); \
-             nothing was changed: start tickd with more memory (a higher container memory \
-             limit), then cancel timers or raise --max-memory",
+            "recovery stopped: the timers in {} need more than {} of memory, the most tickd \
+             can hold within {} ({}) beside its own {RECOVERY_HEADROOM_MIB} MiB; no timer was \
+             dropped: start tickd with more memory (a higher container memory limit), then \
+             cancel timers until they fit",
             config.data_dir.display(),
             ByteCount(ceiling),
-            limit.what,
             ByteCount(limit.bytes),
+            limit.what,
         )));
     }
     table.attach_journal(Journal::new(
@@ -249,6 +250,16 @@ fn recover(
         );
     }
     Ok((table, Some((store, handle)), recovered))
+}
+
+/// What tickd itself needs beside the timers it holds (runtime, threads, buffers, the
+/// binary's pages), kept free when recovery decides whether it can go on.
+const RECOVERY_HEADROOM_MIB: u64 = 32;
+
+/// The most recovery restores of a memory limit of `limit` bytes (0: none known): three
+/// quarters of it, and never within [`RECOVERY_HEADROOM_MIB`] of it.
+fn recovery_ceiling(limit: u64) -> u64 {
+    (limit / 4 * 3).min(limit.saturating_sub(RECOVERY_HEADROOM_MIB << 20))
 }
 
 /// The worker's fired batches reach delivery only once their firing records are in the log

@@ -194,12 +194,16 @@ fn capture_lines(
         for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
             let line = strip_ansi(&line);
-            if line.contains("tickd serving") {
-                if let (Some(sender), Some(addr)) = (&address, listen_addr(&line)) {
-                    let _ = sender.send(addr);
-                }
-            }
+            let serving = line
+                .contains("tickd serving")
+                .then(|| listen_addr(&line))
+                .flatten();
+            // Logged before the address is handed over: whoever waits for it may read the
+            // serving line's other fields (`metrics=`) at once.
             log.lock().unwrap().push(line);
+            if let (Some(sender), Some(addr)) = (&address, serving) {
+                let _ = sender.send(addr);
+            }
         }
     });
 }

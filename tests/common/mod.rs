@@ -2,6 +2,7 @@
 //!
 //! - [`server`]: a real tickd server in process on 127.0.0.1:0 ([`TestServer`]);
 //! - [`rpc`]: the gRPC calls the tests make again and again, in short forms;
+//! - [`cgroup`]: a memory cgroup to run `tickd` in, as a container with a memory limit;
 //! - [`daemon`]: `tickd` processes launched from the built binary, their logs captured;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
 //! - [`replica_set`]: a few `tickd` replicas on one such server, called through the API;
@@ -19,6 +20,7 @@
 //! re-exports, which a binary using only `tooling`, say, does not touch).
 #![allow(dead_code)]
 
+pub(crate) mod cgroup;
 pub(crate) mod daemon;
 pub(crate) mod metrics;
 pub(crate) mod pki;
