@@ -6,8 +6,10 @@
 
 mod by_id;
 mod calendar;
+mod memory;
 mod record;
 mod replay;
+mod view;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,8 +25,8 @@ use super::TimerState;
 use crate::budget::memory::held_bytes;
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::domain::{
-    Calendar, Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
-    TimerError, TimerId, TimerRef, TimerView,
+    Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
+    TimerId, TimerRef, TimerView,
 };
 use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
@@ -97,33 +99,6 @@ impl TimerTable {
             memory: MemoryBudget::unlimited(),
             last_woken: 0,
             metrics,
-        }
-    }
-
-    /// Charges timers to `budget` (by default an unlimited one, which only counts).
-    pub fn with_memory_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
-        debug_assert!(self.wheel.is_empty(), "the budget is set before any timer");
-        self.memory = budget;
-        self
-    }
-
-    /// Takes `bytes` from the memory budget, or refuses (and counts the refusal).
-    fn charge_memory(&self, bytes: u64) -> Result<(), TimerError> {
-        self.memory.try_charge(bytes).map_err(|exhausted| {
-            self.metrics.budgets.refused(Refusal::Memory);
-            TimerError::from(exhausted)
-        })
-    }
-
-    /// A timer's size changes from `before` to `after` bytes (a new payload or schedule):
-    /// growing is charged, and may be refused; shrinking gives back at once.
-    fn recharge_memory(&self, before: u64, after: u64) -> Result<(), TimerError> {
-        match after.checked_sub(before) {
-            Some(grown) if grown > 0 => self.charge_memory(grown),
-            _ => {
-                self.memory.release(before - after);
-                Ok(())
-            }
         }
     }
 
@@ -437,44 +412,6 @@ impl TimerTable {
         })
     }
 
-    /// A registration's answer: the view without its payload, which the answer leaves out
-    /// (the caller sent it), so that registering copies the payload once, into the record.
-    pub(super) fn answer_of(&self, handle: Handle, now: Now) -> TimerView {
-        let (deadline, record) = self.wheel.get(handle).expect("indexed handles are live");
-        self.view_with(record, deadline, now, Bytes::new())
-    }
-
-    fn view_of(&self, handle: Handle, now: Now) -> TimerView {
-        let (deadline, record) = self.wheel.get(handle).expect("indexed handles are live");
-        self.view(record, deadline, now)
-    }
-
-    fn view(&self, record: &TimerRecord, deadline_monotonic: u64, now: Now) -> TimerView {
-        let payload = Bytes::copy_from_slice(record.payload());
-        self.view_with(record, deadline_monotonic, now, payload)
-    }
-
-    fn view_with(
-        &self,
-        record: &TimerRecord,
-        deadline_monotonic: u64,
-        now: Now,
-        payload: Bytes,
-    ) -> TimerView {
-        TimerView {
-            id: TimerId(record.id),
-            namespace: self.namespaces[record.namespace].name.clone(),
-            key: record.key().map(str::to_owned),
-            deadline_unix: record.deadline_unix,
-            payload,
-            repeat: record.repeat.get(),
-            ttl: record.ttl.get(),
-            remaining: Duration::from_nanos(deadline_monotonic.saturating_sub(now.monotonic)),
-            fired_count: record.fired_count,
-            calendar: self.calendar_of(record),
-        }
-    }
-
     /// Turns a fired record into its expiration, and re-arms it if it repeats.
     fn expire(&mut self, mut record: TimerRecord, deadline_monotonic: u64, now: Now) -> Expiration {
         record.fired_count += 1;
@@ -523,13 +460,6 @@ impl TimerTable {
             None => self.unindex(&record, now),
         }
         expiration
-    }
-
-    fn calendar_of(&self, record: &TimerRecord) -> Option<Calendar> {
-        record
-            .calendar
-            .then(|| self.calendars.get(record.id).cloned())
-            .flatten()
     }
 
     /// Puts a fired repeating timer back at its next deadline (see [`next_repeat`]).
