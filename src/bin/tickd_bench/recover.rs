@@ -2,11 +2,13 @@
 //! to bring them all back, measured on a real `tickd` process.
 //!
 //! Starts `--tickd` on a fresh data directory, fills it with `--timers` one-hour timers
-//! (16-byte payloads, NewTimeouts batches from `--conc` callers), reads the process's
-//! resident set, kills it with SIGKILL (a crash, not a clean stop), starts it again on the
-//! same directory and times from the spawn until it answers with every timer pending.
-//! Prints `recover timers=.. fill_per_s=.. rss_mb=.. bytes_per_timer=.. data_dir_mb=..
-//! recover_s=.. recovered_rss_mb=..`.
+//! (`--payload-bytes` each, NewTimeouts batches from `--conc` callers), reads the process's
+//! resident set and its peak, kills it with SIGKILL (a crash, not a clean stop), starts it
+//! again on the same directory and times from the spawn until it answers with every timer
+//! pending. Prints `recover timers=.. payload_bytes=.. fill_per_s=.. rss_mb=..
+//! bytes_per_timer=.. peak_growth_per_payload=.. data_dir_mb=.. recover_s=..
+//! recovered_rss_mb=..`, where `peak_growth_per_payload` is how far the resident set rose
+//! above the fresh process at its peak, over the payload bytes registered.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -38,6 +40,9 @@ pub(crate) struct RecoverArgs {
     /// Timers per NewTimeouts call.
     #[arg(long, default_value_t = 1_000)]
     batch: u64,
+    /// Payload of each timer, in bytes.
+    #[arg(long, default_value_t = 16)]
+    payload_bytes: usize,
     /// Concurrent callers while filling.
     #[arg(long, default_value_t = 16)]
     conc: usize,
@@ -75,13 +80,13 @@ impl Server {
         })
     }
 
-    /// The resident set of the process, from /proc.
-    fn rss_bytes(&self) -> Result<u64, String> {
+    /// A size from the process's /proc status: `VmRSS` (resident now) or `VmHWM` (its peak).
+    fn status_bytes(&self, field: &str) -> Result<u64, String> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .map_err(|error| format!("reading the server's /proc status: {error}"))?;
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|value| {
                 value
                     .trim()
@@ -91,7 +96,7 @@ impl Server {
                     .ok()
             })
             .map(|kilobytes| kilobytes * 1024)
-            .ok_or_else(|| "no VmRSS in the server's /proc status".to_string())
+            .ok_or_else(|| format!("no {field} in the server's /proc status"))
     }
 
     fn crash(mut self) -> Result<(), String> {
@@ -134,10 +139,12 @@ async fn measure(args: &RecoverArgs, data_dir: &Path) -> Result<String, String> 
         .map_err(|error| format!("creating {}: {error}", data_dir.display()))?;
     let server = Server::start(args, data_dir)?;
     let channel = connect(&server.addr).await?;
+    let fresh = server.status_bytes("VmRSS")?;
     let filling = Instant::now();
     fill(channel, args).await?;
     let fill_secs = filling.elapsed().as_secs_f64();
-    let rss = server.rss_bytes()?;
+    let rss = server.status_bytes("VmRSS")?;
+    let peak = server.status_bytes("VmHWM")?;
     server.crash()?;
     let data_dir_bytes = directory_bytes(data_dir);
 
@@ -146,16 +153,19 @@ async fn measure(args: &RecoverArgs, data_dir: &Path) -> Result<String, String> 
     let channel = connect(&server.addr).await?;
     wait_for_pending(channel, args.timers).await?;
     let recover_secs = restarting.elapsed().as_secs_f64();
-    let recovered_rss = server.rss_bytes()?;
+    let recovered_rss = server.status_bytes("VmRSS")?;
     drop(server);
 
     let mb = |bytes: u64| bytes as f64 / 1e6;
+    let payload_total = (args.timers * args.payload_bytes as u64).max(1);
     Ok(format!(
-        "recover timers={} fill_per_s={:.0} rss_mb={:.0} bytes_per_timer={:.1} data_dir_mb={:.0} recover_s={:.2} recovered_rss_mb={:.0}",
+        "recover timers={} payload_bytes={} fill_per_s={:.0} rss_mb={:.0} bytes_per_timer={:.1} peak_growth_per_payload={:.2} data_dir_mb={:.0} recover_s={:.2} recovered_rss_mb={:.0}",
         args.timers,
+        args.payload_bytes,
         args.timers as f64 / fill_secs,
         mb(rss),
         rss as f64 / args.timers as f64,
+        peak.saturating_sub(fresh) as f64 / payload_total as f64,
         mb(data_dir_bytes),
         recover_secs,
         mb(recovered_rss),
@@ -185,7 +195,7 @@ async fn fill(channel: Channel, args: &RecoverArgs) -> Result<(), String> {
     let spec = TimerSpec {
         namespace: NAMESPACE.into(),
         delay: Some(duration(Duration::from_secs(3600))),
-        payload: Bytes::from(vec![0x5a; 16]),
+        payload: Bytes::from(vec![0x5a; args.payload_bytes]),
         ..TimerSpec::default()
     };
     let remaining = Arc::new(AtomicU64::new(args.timers));
