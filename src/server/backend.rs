@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::ServerError;
-use crate::budget::memory::held_bytes;
+use crate::budget::memory::expiration_held_bytes;
 use crate::budget::{ByteCount, MemoryBudget, MemoryReservation};
 use crate::cluster::Replica;
 use crate::config::Config;
@@ -227,7 +227,7 @@ fn recover(
         .into_iter()
         .filter_map(crate::worker::table::recovered_expiration)
         .map(|mut expiration| {
-            let held = held_bytes(
+            let held = expiration_held_bytes(
                 expiration.key.as_ref().map_or(0, String::len),
                 expiration.payload.len(),
                 expiration.calendar.is_some(),

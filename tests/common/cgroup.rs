@@ -68,10 +68,12 @@ impl MemoryCgroup {
     }
 
     /// `command` (from `tickd_command`), started inside this group: a shell moves itself in,
-    /// then execs the command, so tickd never runs a moment outside it.
+    /// then execs the command, so tickd never runs a moment outside it. The program, its
+    /// arguments and the variables it sets carry over, with piped output; a cleared
+    /// environment, a working directory or other output are the caller's to set again.
     pub(crate) fn wrap(&self, command: &Command) -> Command {
         let procs = self.dir.join("cgroup.procs");
-        let mut wrapped = Command::new("sh");
+        let mut wrapped = Command::new("/bin/sh");
         wrapped
             .arg("-c")
             .arg(format!(

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::CommandFactory;
+use tickd::budget::ByteCount;
 use tickd::config::Config;
 use tickd::proto::timers_client::TimersClient;
 use tickd::proto::PendingRequest;
@@ -17,6 +18,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
+use crate::common::cgroup::MemoryCgroup;
 use crate::common::tooling::{describe, must, skip_polyglot};
 use crate::common::{answers_calls, unix_channel};
 use crate::support::Sidecar;
@@ -180,6 +182,23 @@ fn tickd_started_with_the_sidecar_args_and_env_serves_health_and_drains_on_sigte
         .stdin(Stdio::null())
         .stdout(File::create(root.join("tickd.stdout")).expect("stdout file"))
         .stderr(File::create(root.join("tickd.stderr")).expect("stderr file"));
+    // In a memory cgroup of the container's limit, as the kubelet runs it: the default
+    // memory budget must follow it with no flag.
+    let memory_limit = sidecar.memory_limit();
+    let group = memory_limit.and_then(|limit| {
+        MemoryCgroup::create("tickd-sidecar", limit)
+            .map_err(|reason| println!("not in a memory cgroup ({reason})"))
+            .ok()
+    });
+    if let Some(group) = &group {
+        command = group.wrap(&command);
+        command
+            .env_clear()
+            .envs(&run.env)
+            .current_dir(&run.working_dir)
+            .stdout(File::create(root.join("tickd.stdout")).expect("stdout file"))
+            .stderr(File::create(root.join("tickd.stderr")).expect("stderr file"));
+    }
     println!("starting {}", describe(&command));
     let mut child = Running(command.spawn().expect("spawn tickd"));
 
@@ -211,6 +230,19 @@ fn tickd_started_with_the_sidecar_args_and_env_serves_health_and_drains_on_sigte
         }
     });
     println!("SERVING after {:?}", started.elapsed());
+    if let (Some(limit), Some(_)) = (memory_limit, &group) {
+        let expected = format!(
+            // The start-up line's max_memory, whichever the log format.
+            "{} (50% of {} the container's memory limit",
+            ByteCount(limit / 2),
+            ByteCount(limit)
+        );
+        assert!(
+            logs(root).contains(&expected),
+            "the budget follows the manifest's memory limit: {expected}\n{}",
+            logs(root)
+        );
+    }
     runtime.block_on(async {
         // What the startup/readiness probes ask for.
         let status = health(channel.clone(), "tickd.v1.Timers").await;

@@ -177,6 +177,8 @@ def facts(rendered):
     emit("restart_policy", tickd.get("restartPolicy", ""))
     emit("image", tickd.get("image", ""))
     emit("working_dir", tickd.get("workingDir", ""))
+    # The memory limit tickd's default --max-memory follows (empty: none set).
+    emit("memory_limit", tickd.get("resources", {}).get("limits", {}).get("memory", ""))
     if "command" in tickd:
         emit("command", *tickd["command"])
 

@@ -161,6 +161,17 @@ impl Sidecar {
         })
     }
 
+    /// The container's memory limit in bytes (`resources.limits.memory`), if it sets one.
+    pub(crate) fn memory_limit(&self) -> Option<u64> {
+        let limit = self.one(&["memory_limit"]);
+        (!limit.is_empty()).then(|| {
+            limit
+                .parse::<tickd::budget::ByteCount>()
+                .unwrap_or_else(|error| panic!("memory limit {limit:?}: {error}"))
+                .bytes()
+        })
+    }
+
     pub(crate) fn grace(&self) -> Duration {
         Duration::from_secs(self.one(&["grace"]).parse().expect("grace seconds"))
     }

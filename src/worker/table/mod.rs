@@ -425,9 +425,11 @@ impl TimerTable {
             (None, None) => None,
         };
         // A timer that stays pending keeps its bytes, so its firing needs bytes of its own:
-        // past the budget it is kept dead rather than buffered. One that leaves hands its
-        // bytes to its firing (charged here, given back by `unindex` below).
-        let held = record.held_bytes();
+        // past the budget it is kept dead rather than buffered. One that leaves makes room
+        // for its firing (given back by `unindex` below), which is charged even past the
+        // budget, by its bookkeeping's few hundred bytes at most: a one-shot firing is never
+        // turned away, and registrations wait until its ack gives the bytes back.
+        let held = record.expiration_held_bytes();
         let (memory, over_memory_budget) = match next {
             Some(_) => match self.memory.try_reserve(held) {
                 Ok(reservation) => (reservation, false),

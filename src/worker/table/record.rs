@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::budget::memory::held_bytes;
+use crate::budget::memory::{expiration_held_bytes, held_bytes};
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
@@ -59,7 +59,16 @@ impl TimerRecord {
     pub(super) fn held_bytes(&self) -> u64 {
         held_bytes(
             usize::from(self.key_len),
-            self.key_and_payload.len() - usize::from(self.key_len),
+            self.payload().len(),
+            self.calendar,
+        )
+    }
+
+    /// Its firing's share (see [`crate::budget::memory::expiration_held_bytes`]).
+    pub(super) fn expiration_held_bytes(&self) -> u64 {
+        expiration_held_bytes(
+            usize::from(self.key_len),
+            self.payload().len(),
             self.calendar,
         )
     }
