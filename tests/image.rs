@@ -193,6 +193,11 @@ fn start(sidecar: &Sidecar, volumes: &[(PathBuf, PathBuf)]) -> Container {
     if sidecar.one(&["security", "readOnlyRootFilesystem"]) == "true" {
         command.arg("--read-only");
     }
+    // The kubelet puts the container's memory limit on its cgroup; tickd's default memory
+    // budget follows it (checked once it serves).
+    if let Some(limit) = sidecar.memory_limit() {
+        command.arg(format!("--memory={limit}"));
+    }
     if sidecar.one(&["security", "allowPrivilegeEscalation"]) == "false" {
         command.arg("--security-opt=no-new-privileges");
     }
@@ -288,6 +293,18 @@ fn the_image_runs_as_the_sidecar_serves_a_round_trip_and_drains_on_sigterm() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         println!("SERVING on {probes} after {:?}", started.elapsed());
+        if let Some(limit) = sidecar.memory_limit() {
+            let expected = format!(
+                "{} (50% of {} the container's memory limit",
+                tickd::budget::ByteCount(limit / 2),
+                tickd::budget::ByteCount(limit)
+            );
+            assert!(
+                container.logs().contains(&expected),
+                "the default memory budget follows the container's limit: {expected}\n{}",
+                container.logs()
+            );
+        }
         let ready = check_health(health, "tickd.v1.Timers").await;
         assert_eq!(ready.ok(), Some(ServingStatus::Serving), "readiness");
         // The API is bound to loopback inside the Pod: nothing answers on the Pod IP.
