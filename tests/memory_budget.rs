@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::cgroup::MemoryCgroup;
 use common::daemon::{tickd_command, Daemon};
 use common::metrics::scrape;
+use common::wait::eventually;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::{Channel, Endpoint};
@@ -332,4 +333,75 @@ async fn a_full_log_restarts_whole_under_its_budget_and_under_a_quarter_of_it_lo
     assert!(daemon
         .log_text()
         .contains("memory budget reached by the recovered timers"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeating_timers_firings_past_the_budget_are_dead_not_buffered_until_there_is_room() {
+    let mut command = tickd_command();
+    command.args([
+        "--sync",
+        "none",
+        "--max-memory",
+        "1MiB",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let daemon = Daemon::start(command);
+    let mut client = client_for(&daemon).await;
+    let mut repeating = spec(NAMESPACE, 50, b"every 50ms");
+    repeating.repeat = Some(millis(50));
+    let repeating = register(&mut client, repeating).await.id;
+    let (filled, refusal) = fill_until_refused(&mut client).await;
+    assert_memory_refusal(&refusal);
+
+    // Each firing needs bytes of its own, and there are none: it is kept dead, counted.
+    let mut dead_client = client.clone();
+    eventually(
+        "a firing of the repeating timer is on the dead list",
+        PATIENCE,
+        Duration::from_millis(20),
+        || {
+            let mut client = dead_client.clone();
+            let repeating = repeating.clone();
+            async move {
+                let dead = pending_with_dead(&mut client, NAMESPACE)
+                    .await
+                    .dead_expirations;
+                match dead
+                    .iter()
+                    .any(|expiration| timer_id(expiration) == repeating)
+                {
+                    true => Ok(()),
+                    false => Err(format!("{} dead, none of {repeating}", dead.len())),
+                }
+            }
+        },
+        || async { daemon.log_text() },
+    )
+    .await;
+    let metrics = scrape(daemon.metrics_addr()).await;
+    assert!(metrics.value("tickd_expirations_dead_total") >= 1.0);
+
+    // Room again: its firings after those are delivered.
+    for id in &filled {
+        assert!(cancel(&mut dead_client, by_id(NAMESPACE, id)).await);
+    }
+    let last_dead = pending_with_dead(&mut client, NAMESPACE)
+        .await
+        .dead_expirations
+        .iter()
+        .filter_map(|expiration| expiration.timer.as_ref())
+        .map(|timer| timer.fired_count)
+        .max()
+        .expect("dead firings");
+    let mut stream = subscribe(&mut client, NAMESPACE, 0, 10).await;
+    for _ in 0..10_000 {
+        let delivered = within(next_expiration(&mut stream)).await;
+        assert_eq!(timer_id(&delivered), repeating);
+        ack(&mut client, NAMESPACE, vec![delivered.delivery_id.clone()]).await;
+        if delivered.timer.expect("timer").fired_count > last_dead {
+            return;
+        }
+    }
+    panic!("no firing after the last dead one ({last_dead}) was delivered");
 }
