@@ -9,10 +9,11 @@
 //! counter always returns to what is really held. RSS stays within the budget plus the
 //! process's own fixed overhead (runtime, buffers, allocator slack).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::metrics::gauge::Gauge;
+use tracing::{info, warn};
 
 use super::ByteCount;
 
@@ -35,6 +36,9 @@ pub struct MemoryBudget {
     source: BudgetSource,
     /// `tickd_memory_used_bytes`; the counter itself, so a scrape reads it directly.
     used: Gauge,
+    /// Set by the first refusal, cleared once a twentieth of the budget is free again:
+    /// each crossing is logged once, not each refusal.
+    reached: AtomicBool,
 }
 
 /// Refused: the bytes asked for would take the budget past its limit.
@@ -68,6 +72,7 @@ impl MemoryBudget {
             limit,
             source,
             used,
+            reached: AtomicBool::new(false),
         })
     }
 
@@ -105,7 +110,15 @@ impl MemoryBudget {
         loop {
             let after = used.saturating_add(asked);
             if after.max(0) as u64 > self.limit {
-                return Err(self.exhausted(bytes, used.max(0) as u64));
+                let used = used.max(0) as u64;
+                if !self.reached.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        used = %ByteCount(used),
+                        max_memory = %ByteCount(self.limit),
+                        "memory budget reached: registrations are refused until memory is freed"
+                    );
+                }
+                return Err(self.exhausted(bytes, used));
             }
             match counter.compare_exchange_weak(used, after, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
@@ -132,6 +145,16 @@ impl MemoryBudget {
             before >= bytes as i64,
             "released {bytes} bytes with only {before} held"
         );
+        if self.reached.load(Ordering::Relaxed) {
+            let used = (before.max(0) as u64).saturating_sub(bytes);
+            if used <= self.limit - self.limit / 20 && self.reached.swap(false, Ordering::Relaxed) {
+                info!(
+                    used = %ByteCount(used),
+                    max_memory = %ByteCount(self.limit),
+                    "memory budget has room again: registrations are accepted"
+                );
+            }
+        }
     }
 
     /// Reserves `bytes` until the reservation is dropped: for buffers in flight.
