@@ -183,10 +183,13 @@ fn recover(
         crate::store::repair::set_aside_damage(&config.data_dir)?;
     }
     let now = clock.now();
-    let (store, handle, unsettled) =
-        Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
-            table.replay(record, now)
-        })?;
+    let (store, handle, unsettled) = Store::open(
+        &config.data_dir,
+        config.sync,
+        metrics.clone(),
+        config.max_disk.bytes(),
+        |record| table.replay(record, now),
+    )?;
     table.attach_journal(Journal::new(
         handle.clone(),
         config.snapshot_after_bytes,

@@ -125,6 +125,7 @@ pub async fn run(
         unix_socket = ?config.unix_socket,
         metrics = %listeners.metrics.as_ref().map_or("none".into(), |metrics| display_addr(metrics.local_addr())),
         tick = ?config.tick,
+        max_disk = config.max_disk.bytes(),
         "tickd serving"
     );
     let (stopping, stop_signal) = watch::channel(false);

@@ -154,6 +154,8 @@ impl TimerTable {
                 });
             }
         }
+        let key_len = timer.key.as_ref().map_or(0, String::len);
+        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
         let quota = self.max_pending_per_namespace;
         let pending = existing.map_or(0, |namespace| self.namespaces[namespace].pending);
         if quota > 0 && pending >= quota {
