@@ -5,11 +5,12 @@
 //! snapshot holds every live timer, which may be everything the log holds. So the log may
 //! grow to half the budget ([`DiskBudget::log_limit`]) before registrations are refused:
 //! the other half is the room the next compaction needs, and the directory then peaks at
-//! the budget. Records that only shrink what is held (cancels, acks, heartbeats, firings)
-//! are never refused: they go into a reserve of [`RESERVE_SHARE`] of the budget above
-//! the budget, and, once the budget is reached, they start a compaction early
-//! ([`DiskBudget::wants_compaction`]), which gives the space back and lifts the refusal.
-//! A real full disk (ENOSPC) is another matter: the store stops, as without a budget.
+//! the budget. The small records of calls that are always served (cancels, acks,
+//! heartbeats), and firings, are never refused: they take a reserve of a sixteenth of the
+//! budget ([`RESERVE_SHARE`]) above it, and before they can outgrow it a compaction starts
+//! ([`DiskBudget::wants_compaction`]); once the budget is reached, cancelling starts one
+//! early too. The compaction gives the space back and lifts the refusal. A real full disk
+//! (ENOSPC) is another matter: the store stops, as without a budget.
 //!
 //! Who counts what:
 //! - the store thread, which owns the files, sets what is on disk as it writes and deletes
@@ -185,16 +186,17 @@ impl DiskBudget {
         if self.limit == 0 {
             return false;
         }
-        let limit = self.log_limit();
-        // Approaching the limit with a good share of the log written since the last
-        // snapshot: compact before registrations are refused, so that a workload that
-        // cancels what it registers never sees a refusal only because history piled up.
-        let approaching = self.projected() >= limit / 4 * 3 && since_snapshot >= limit / 8;
-        // Reached: compact as soon as it frees something worth a rewrite, a sixteenth of
-        // the timers, or once the small records have used half the reserve.
+        // Near the limit (or past it) is where compacting early pays.
+        let near = self.is_reached() || self.projected() >= self.log_limit() / 4 * 3;
+        // An eighth of the log's limit (a reserve's worth) written since the last snapshot:
+        // history piling up (timers registered and cancelled) is cleared before it
+        // refuses anyone, and the records that are never refused cannot outgrow the
+        // reserve before a compaction starts.
+        let piling_up = since_snapshot >= self.reserve();
+        // A sixteenth of the timers removed since: the rewrite frees enough to be worth it,
+        // which is how cancelling lifts a refusal.
         let worth_it = removed > 0 && removed.saturating_mul(16) >= last_snapshot_timers;
-        let reserve_filling = since_snapshot >= self.reserve() / 2;
-        approaching || (self.is_reached() && (worth_it || reserve_filling))
+        near && (piling_up || worth_it)
     }
 }
 
@@ -282,17 +284,21 @@ mod tests {
         budget.set_on_disk(20 * MIB, 0);
         // Far from the limit: only the usual threshold applies.
         assert!(!budget.wants_compaction(16 * MIB, 1_000, 0));
-        // Approaching it with a good share of the log new since the last snapshot.
+        // Near it: with a reserve's worth of the log new since the last snapshot, or a
+        // sixteenth of the timers removed.
         budget.set_on_disk(25 * MIB, 0);
         assert!(!budget.wants_compaction(MIB, 0, 0));
         assert!(budget.wants_compaction(4 * MIB, 0, 0));
-        // Reached: a sixteenth of the timers removed, or half the reserve written.
+        assert!(!budget.wants_compaction(MIB, 31, 500));
+        assert!(budget.wants_compaction(MIB, 32, 500));
+        // Reached: a sixteenth of the timers removed, or a reserve's worth written.
         budget.set_on_disk(32 * MIB, 0);
         assert!(budget.admit(0, MIB).is_err());
         assert!(!budget.wants_compaction(0, 0, 500));
         assert!(!budget.wants_compaction(1_000, 31, 500));
         assert!(budget.wants_compaction(1_000, 32, 500));
         assert!(budget.wants_compaction(1_000, 1, 0));
-        assert!(budget.wants_compaction(2 * MIB, 0, 500));
+        assert!(!budget.wants_compaction(2 * MIB, 0, 500));
+        assert!(budget.wants_compaction(budget.reserve(), 0, 500));
     }
 }

@@ -194,12 +194,14 @@ fn capture_lines(
         for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
             let line = strip_ansi(&line);
+            // Kept before the address is reported, so that a test reading the log once
+            // `Daemon::start` returned finds the "tickd serving" line in it.
+            log.lock().unwrap().push(line.clone());
             if line.contains("tickd serving") {
                 if let (Some(sender), Some(addr)) = (&address, listen_addr(&line)) {
                     let _ = sender.send(addr);
                 }
             }
-            log.lock().unwrap().push(line);
         }
     });
 }
