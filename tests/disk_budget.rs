@@ -193,6 +193,14 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
     let refused_key = format!("timer-{}", filled.refused);
     let missing = get(&mut client, by_key("disk", &refused_key)).await;
     assert_eq!(missing.unwrap_err().code(), Code::NotFound);
+    // Nor in a namespace of its own: no namespace is left behind.
+    let mut fresh = timer(100_002);
+    fresh.namespace = "fresh".into();
+    let refused = client
+        .new_timeout(NewTimeoutRequest { timer: Some(fresh) })
+        .await
+        .unwrap_err();
+    assert_disk_refusal(refused.code(), refused.message());
     // A batch is refused item by item, the same way.
     let batch = client
         .new_timeouts(NewTimeoutsRequest {
@@ -226,7 +234,12 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
 
     let metrics = scrape(daemon.metrics_addr()).await;
     assert_eq!(metrics.value("tickd_disk_budget_bytes"), budget as f64);
-    assert!(metrics.value(r#"tickd_refusals_total{reason="disk"}"#) >= 4.0);
+    assert_eq!(metrics.value("tickd_namespaces"), 1.0);
+    assert_eq!(
+        metrics.get(r#"tickd_timers_pending{namespace="fresh"}"#),
+        None
+    );
+    assert!(metrics.value(r#"tickd_refusals_total{reason="disk"}"#) >= 5.0);
     let used = metrics.value("tickd_disk_used_bytes");
     assert!(used > (budget / 4) as f64 && used <= (budget + reserve) as f64);
     let (sampled, samples) = watch.finish();

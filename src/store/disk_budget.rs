@@ -121,8 +121,9 @@ impl DiskBudget {
             );
         }
         Err(TimerError::ResourceExhausted(format!(
-            "disk budget reached: the log holds {} and may hold {} (half of --max-disk {}, the \
-             other half kept for compaction); cancel timers to free space, or raise --max-disk",
+            "disk budget reached: the log holds {}, and this timer's record would take it past \
+             the {} it may hold (half of --max-disk {}; the other half is kept for \
+             compaction); cancel timers to free space, or raise --max-disk",
             ByteCount(projected),
             ByteCount(self.log_limit()),
             ByteCount(self.limit),
@@ -217,11 +218,79 @@ pub(super) fn directory_bytes(dir: &Path) -> Result<u64, super::StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::records::{self, record::Kind, Record};
+    use crate::store::{Batch, Store, StoreHandle, SyncMode};
 
     const MIB: u64 = 1 << 20;
 
     fn budget(limit: u64) -> Arc<DiskBudget> {
         DiskBudget::new(limit, Metrics::new())
+    }
+
+    fn registered(id: u64) -> Record {
+        Record {
+            kind: Some(Kind::Registered(records::Timer {
+                id,
+                namespace: "disk".into(),
+                key: format!("key-{id}"),
+                payload: vec![7; 1024].into(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    /// Waits until everything appended before is durable.
+    fn durable(handle: &StoreHandle) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut batch = Batch::default();
+        batch.on_durable(Box::new(move || drop(sender.send(()))));
+        handle.append(batch);
+        receiver.recv().expect("the store answers");
+    }
+
+    /// The store's count, as the gauge shows it, against the files themselves: after
+    /// appends, and after a snapshot replaced the files before it.
+    #[test]
+    fn the_store_counts_the_directory_as_it_writes_and_compacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let (store, handle, _) = Store::open(
+            dir.path(),
+            SyncMode::Always,
+            metrics.clone(),
+            64 * MIB,
+            |_| {},
+        )
+        .unwrap();
+        let used = || metrics.budgets.disk_used.get() as u64;
+        let on_disk = || directory_bytes(dir.path()).unwrap();
+        assert_eq!(metrics.budgets.disk_budget.get() as u64, 64 * MIB);
+        assert_eq!(used(), on_disk());
+        for id in 1..=100 {
+            let mut batch = Batch::default();
+            batch.record(&registered(id));
+            handle.append(batch);
+        }
+        durable(&handle);
+        let before = used();
+        assert_eq!(before, on_disk());
+        assert!(before > 100 * 1024, "{before}");
+        // Everything queued is written: the log's count is the directory's.
+        assert_eq!(handle.disk_budget().projected(), before);
+
+        handle.begin_snapshot();
+        let mut chunk = Batch::default();
+        for id in 1..=10 {
+            chunk.record(&registered(id));
+        }
+        handle.snapshot_chunk(chunk.into_frames());
+        handle.end_snapshot();
+        durable(&handle);
+        let after = used();
+        assert_eq!(after, on_disk());
+        assert!(after < before / 5, "{after} of {before}");
+        drop(handle);
+        store.join();
     }
 
     #[test]

@@ -67,12 +67,12 @@ impl TimerTable {
         now: Now,
     ) -> Result<TimerView, TimerError> {
         let handle = self.lookup_pending(timer)?;
+        let (deadline_monotonic, deadline_unix) = first_deadline(due, None, now)?;
         let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
         let payload_len = payload.as_ref().map_or(current.payload().len(), Bytes::len);
         let key_len = current.key().map_or(0, str::len);
         let namespace_len = self.namespaces[current.namespace].name.len();
         self.admit_to_log(namespace_len, key_len, payload_len)?;
-        let (deadline_monotonic, deadline_unix) = first_deadline(due, None, now)?;
         let (_, record) = self
             .wheel
             .get_mut(handle)
@@ -96,10 +96,10 @@ impl TimerTable {
         timer: NewTimer,
         now: Now,
     ) -> Result<Registered, TimerError> {
-        let key_len = timer.key.as_ref().map_or(0, String::len);
-        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
         let (deadline_monotonic, deadline_unix) =
             first_deadline(timer.due, timer.calendar.as_ref(), now)?;
+        let key_len = timer.key.as_ref().map_or(0, String::len);
+        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
         let (_, record) = self
             .wheel
             .get_mut(handle)

@@ -154,8 +154,6 @@ impl TimerTable {
                 });
             }
         }
-        let key_len = timer.key.as_ref().map_or(0, String::len);
-        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
         let quota = self.max_pending_per_namespace;
         let pending = existing.map_or(0, |namespace| self.namespaces[namespace].pending);
         if quota > 0 && pending >= quota {
@@ -166,6 +164,8 @@ impl TimerTable {
         }
         let (deadline_monotonic, deadline_unix) =
             calendar::first_deadline(timer.due, timer.calendar.as_ref(), now)?;
+        let key_len = timer.key.as_ref().map_or(0, String::len);
+        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
         // Refused registrations must not leave a namespace (and its metric series) behind.
         if self.wheel.len() >= self.wheel.max_pending() {
             return Err(TimerError::ResourceExhausted(format!(
