@@ -243,7 +243,9 @@ mod tests {
     fn durable(handle: &StoreHandle) {
         let (sender, receiver) = std::sync::mpsc::channel();
         let mut batch = Batch::default();
-        batch.on_durable(Box::new(move || drop(sender.send(()))));
+        batch.on_durable(Box::new(move || {
+            let _ = sender.send(());
+        }));
         handle.append(batch);
         receiver.recv().expect("the store answers");
     }
