@@ -2,7 +2,8 @@
 //! with RESOURCE_EXHAUSTED naming the budget and the flag, and change nothing; cancels
 //! still go through; the data directory stays within the budget plus its reserve (a
 //! sixteenth of the budget, docs/operations.md); every acknowledged timer survives a
-//! restart; and cancelling, then the compaction that follows, lifts the refusal.
+//! restart; cancelling, then the compaction that follows, lifts the refusal; and a full
+//! disk under a larger budget still fails stop, as without one.
 
 mod common;
 
@@ -361,4 +362,70 @@ async fn cancelling_and_the_compaction_that_follows_lift_the_disk_refusal() {
         largest.max(directory_bytes(dir.path())) <= budget + reserve,
         "the data directory reached {largest} bytes, past the budget {budget} and reserve {reserve}"
     );
+}
+
+/// A tmpfs of `size` mounted on `dir` until dropped; None where this machine lets no one
+/// mount (not root, or a container without the capability).
+struct Tmpfs<'a>(&'a Path);
+
+impl<'a> Tmpfs<'a> {
+    fn mount(dir: &'a Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0).status();
+    }
+}
+
+/// A budget larger than the volume does not hide a full disk: the store fails stop as it
+/// does without a budget (tests/failsafe.rs), and every acknowledged timer comes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_under_a_larger_budget_still_fails_stop() {
+    let scratch = tempfile::tempdir().unwrap();
+    let small = scratch.path().join("small");
+    let Some(tmpfs) = Tmpfs::mount(&small, "2m") else {
+        eprintln!("full disk under a budget: skipped (this machine refuses to mount a tmpfs)");
+        return;
+    };
+    let mut daemon = Daemon::start(tickd(&small, "64MiB"));
+    let mut client = connect(&daemon).await;
+    let mut acknowledged = Vec::new();
+    let refusal = loop {
+        match try_register(&mut client, acknowledged.len()).await {
+            Ok(timer) => acknowledged.push(timer.id),
+            Err(status) => break status,
+        }
+        assert!(acknowledged.len() < 1_000, "a 2 MiB disk never filled");
+    };
+    // The disk, not the budget, refused: UNAVAILABLE, and tickd stops.
+    assert_eq!(refusal.code(), Code::Unavailable, "{refusal:?}");
+    let status = daemon.wait_for_exit(PATIENCE);
+    assert!(
+        !status.success(),
+        "tickd exited {status} after its log failed"
+    );
+    println!("disk_budget_enospc acknowledged={}", acknowledged.len());
+
+    let large = scratch.path().join("large");
+    std::fs::create_dir_all(&large).unwrap();
+    for file in std::fs::read_dir(&small).unwrap().flatten() {
+        std::fs::copy(file.path(), large.join(file.file_name())).unwrap();
+    }
+    drop(tmpfs);
+    let daemon = Daemon::start(tickd(&large, "64MiB"));
+    let mut client = connect(&daemon).await;
+    for id in &acknowledged {
+        let found = get(&mut client, by_id("disk", id)).await;
+        assert!(found.is_ok(), "acknowledged timer {id} lost: {found:?}");
+    }
 }
