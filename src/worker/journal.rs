@@ -54,8 +54,8 @@ impl Journal {
     }
 
     /// Refuses (RESOURCE_EXHAUSTED) a record that would grow the log past the disk budget:
-    /// a timer's whole record with a namespace, key and payload of these lengths. Asked before the table
-    /// changes anything; records that shrink what is held are never asked about.
+    /// a timer's whole record with a namespace, key and payload of these lengths. Asked
+    /// before the table changes anything; records that shrink what is held are not asked.
     pub(crate) fn admit(
         &self,
         namespace: usize,
