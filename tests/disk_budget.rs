@@ -286,6 +286,9 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
     assert_eq!(first.key, format!("timer-{first_index}"));
     let missing = get(&mut client, by_key("disk", &refused_key)).await;
     assert_eq!(missing.unwrap_err().code(), Code::NotFound);
+    // The budget is counted from the directory it restarted on: still no room for one more.
+    let refused = try_register(&mut client, filled.refused).await.unwrap_err();
+    assert_disk_refusal(refused.code(), refused.message());
     assert!(directory_bytes(dir.path()) <= budget + reserve);
 }
 

@@ -103,31 +103,46 @@ impl DiskBudget {
     /// a replacement, a reschedule), on top of `unflushed` bytes the caller holds and has
     /// not appended yet. Refused: RESOURCE_EXHAUSTED naming the budget and the flag,
     /// counted; the caller must then change nothing.
+    ///
+    /// Once reached, the budget refuses every such record until a compaction has brought
+    /// the log a reserve's worth under its limit ([`Self::compacted`]): a log hovering at
+    /// the limit would otherwise take and refuse registrations by turns, and log each turn.
     pub(crate) fn admit(&self, unflushed: u64, record: u64) -> Result<(), TimerError> {
         if self.limit == 0 {
             return Ok(());
         }
         let projected = self.projected() + unflushed;
-        if projected + record <= self.log_limit() {
+        if !self.is_reached() && projected + record <= self.log_limit() {
             return Ok(());
         }
         self.metrics.budgets.refused(Refusal::Disk);
+        self.reach(projected);
+        Err(TimerError::ResourceExhausted(format!(
+            "disk budget reached: the log holds {} and may hold {} (half of --max-disk {}, \
+             the other half kept for compaction); registrations resume once compaction \
+             brings it under {}: cancel timers to free space, or raise --max-disk",
+            ByteCount(projected),
+            ByteCount(self.log_limit()),
+            ByteCount(self.limit),
+            ByteCount(self.resume_below()),
+        )))
+    }
+
+    /// Where a reached budget lifts: a reserve's worth under the log's limit.
+    fn resume_below(&self) -> u64 {
+        self.log_limit().saturating_sub(self.reserve())
+    }
+
+    /// Marks the budget reached, logging it the first time (until a compaction lifts it).
+    fn reach(&self, used: u64) {
         if !self.reached.swap(true, Ordering::Relaxed) {
             warn!(
-                used = projected,
+                used,
                 limit = self.log_limit(),
                 budget = self.limit,
                 "disk budget reached: refusing registrations until compaction frees space"
             );
         }
-        Err(TimerError::ResourceExhausted(format!(
-            "disk budget reached: the log holds {}, and this timer's record would take it past \
-             the {} it may hold (half of --max-disk {}; the other half is kept for \
-             compaction); cancel timers to free space, or raise --max-disk",
-            ByteCount(projected),
-            ByteCount(self.log_limit()),
-            ByteCount(self.limit),
-        )))
     }
 
     /// Counts bytes handed to the store thread (any append, from any thread).
@@ -151,19 +166,24 @@ impl DiskBudget {
     /// The store thread's count of the directory: `on_disk` bytes in all, of which
     /// `snapshot_in_progress` belong to a snapshot not yet sealed.
     pub(crate) fn set_on_disk(&self, on_disk: u64, snapshot_in_progress: u64) {
-        self.log_bytes.store(
-            on_disk.saturating_sub(snapshot_in_progress),
-            Ordering::SeqCst,
-        );
+        let log_bytes = on_disk.saturating_sub(snapshot_in_progress);
+        self.log_bytes.store(log_bytes, Ordering::SeqCst);
         self.metrics
             .budgets
             .disk_used
             .set(i64::try_from(on_disk).unwrap_or(i64::MAX));
+        // Past the limit without a refusal: a directory that was already this large at
+        // start-up (the budget was lowered), or records that are never refused. Either way
+        // registrations are refused from now on, and compaction is looked at early.
+        if self.limit > 0 && log_bytes > self.log_limit() {
+            self.reach(log_bytes);
+        }
     }
 
-    /// After a compaction: lifts the refusal if the log is back under its limit.
+    /// After a compaction: lifts the refusal if the log is back a reserve's worth under its
+    /// limit.
     pub(crate) fn compacted(&self) {
-        if self.is_reached() && self.projected() < self.log_limit() {
+        if self.is_reached() && self.projected() <= self.resume_below() {
             self.reached.store(false, Ordering::Relaxed);
             info!(
                 used = self.projected(),
@@ -319,6 +339,8 @@ mod tests {
         assert!(message.contains("disk budget"), "{message}");
         assert!(message.contains("--max-disk 64.0 MiB"), "{message}");
         assert!(budget.is_reached());
+        // Reached, it refuses even what would fit, until a compaction lifts it.
+        assert!(budget.admit(0, 1).is_err());
     }
 
     #[test]
@@ -328,11 +350,26 @@ mod tests {
         budget.written(2 * MIB, 31 * MIB, 0);
         // 31 on disk, nothing queued: a 1 MiB record fits exactly, one byte more does not.
         assert_eq!(budget.admit(0, MIB), Ok(()));
-        assert!(budget.admit(1, MIB).is_err());
         // A snapshot being written is the room kept for compaction: not counted.
         budget.set_on_disk(40 * MIB, 20 * MIB);
         assert_eq!(budget.admit(0, MIB), Ok(()));
+        // 20 + 1 unflushed + 11 is exactly the limit; one byte more is past it.
+        assert_eq!(budget.admit(MIB, 11 * MIB), Ok(()));
+        assert!(budget.admit(MIB, 11 * MIB + 1).is_err());
         assert_eq!(budget.metrics.budgets.disk_used.get(), (40 * MIB) as i64);
+    }
+
+    #[test]
+    fn a_directory_past_the_limit_counts_as_reached_without_a_refusal() {
+        let budget = budget(64 * MIB);
+        budget.set_on_disk(32 * MIB, 0);
+        assert!(!budget.is_reached());
+        // A snapshot being written is not the log's.
+        budget.set_on_disk(40 * MIB, 10 * MIB);
+        assert!(!budget.is_reached());
+        budget.set_on_disk(32 * MIB + 1, 0);
+        assert!(budget.is_reached());
+        assert!(budget.admit(0, 1).is_err());
     }
 
     #[test]
@@ -343,7 +380,12 @@ mod tests {
         // Nothing freed yet: still reached.
         budget.compacted();
         assert!(budget.is_reached());
-        budget.set_on_disk(10 * MIB, 0);
+        // Under the limit, but by less than the reserve (4 MiB): still reached, refusing.
+        budget.set_on_disk(29 * MIB, 0);
+        budget.compacted();
+        assert!(budget.is_reached());
+        assert!(budget.admit(0, 1).is_err());
+        budget.set_on_disk(28 * MIB, 0);
         budget.compacted();
         assert!(!budget.is_reached());
         assert_eq!(budget.admit(0, MIB), Ok(()));
