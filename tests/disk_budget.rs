@@ -2,7 +2,7 @@
 //! with RESOURCE_EXHAUSTED naming the budget and the flag, and change nothing; cancels
 //! still go through; the data directory stays within the budget plus its reserve (a
 //! sixteenth of the budget, docs/operations.md); every acknowledged timer survives a
-//! restart; cancelling, then the compaction that follows, lifts the refusal; and a full
+//! restart, under the same budget or a lowered one; cancelling, then the compaction that follows, lifts the refusal; and a full
 //! disk under a larger budget still fails stop, as without one.
 
 mod common;
@@ -290,6 +290,25 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
     let refused = try_register(&mut client, filled.refused).await.unwrap_err();
     assert_disk_refusal(refused.code(), refused.message());
     assert!(directory_bytes(dir.path()) <= budget + reserve);
+
+    // Restarted under a budget lowered below what the directory holds: every timer is still
+    // served, and the budget starts reached (logged before any call), refusing registrations.
+    let mut daemon = daemon;
+    daemon.signal("TERM");
+    assert!(daemon.wait_for_exit(PATIENCE).success());
+    let daemon = Daemon::start(tickd(dir.path(), "16MiB"));
+    logged(&daemon, "refusing registrations until compaction").await;
+    let mut client = connect(&daemon).await;
+    let refused = try_register(&mut client, filled.refused).await.unwrap_err();
+    assert_disk_refusal(refused.code(), refused.message());
+    for (index, id) in &filled.acknowledged {
+        let found = get(&mut client, by_id("disk", id)).await;
+        assert_eq!(
+            found.is_ok(),
+            *index != cancelled_index,
+            "timer {index} ({id})"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
