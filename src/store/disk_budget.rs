@@ -36,8 +36,9 @@ use crate::metrics::Metrics;
 pub(crate) const RESERVE_SHARE: u64 = 16;
 
 /// What a timer's registration record may take besides its namespace, key and payload:
-/// the frame header, the scalar fields with their tags, a cron expression and time zone.
-/// An upper bound, so that admission never lets a record cross the limit.
+/// the frame header and the scalar fields with their tags (about 40 bytes), and room for
+/// a cron expression and time zone of ordinary length. Admission checks this bound, so a
+/// record crosses the limit only by what an unusually long cron expression adds.
 const RECORD_OVERHEAD_BYTES: u64 = 256;
 
 /// The bytes a timer's whole record (registration, replacement or reschedule) takes at
@@ -55,8 +56,9 @@ pub(crate) struct DiskBudget {
     log_bytes: AtomicU64,
     /// Bytes appended and not yet written by the store thread.
     queued: AtomicU64,
-    /// Set by the first refusal, cleared once a compaction brought the log back under the
-    /// limit: the transitions are logged once each, and compaction starts early meanwhile.
+    /// Set by the first refusal (or a count past the limit), cleared once a compaction
+    /// brought the log a reserve's worth under it: the transitions are logged once each,
+    /// registrations are refused meanwhile and compaction starts early.
     reached: AtomicBool,
     metrics: Arc<Metrics>,
 }
@@ -94,7 +96,7 @@ impl DiskBudget {
         queued + self.log_bytes.load(Ordering::SeqCst)
     }
 
-    /// True from the first refusal until a compaction lifts it.
+    /// True from the first refusal (or a count past the limit) until a compaction lifts it.
     pub(crate) fn is_reached(&self) -> bool {
         self.reached.load(Ordering::Relaxed)
     }
