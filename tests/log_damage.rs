@@ -311,7 +311,7 @@ fn check(data: &Path) -> Checked {
 /// Writes `count` registrations through the store directly, in a segment of its own.
 fn fill_log(dir: &Path, first: u64, count: u64) -> PathBuf {
     let (store, handle, _) =
-        Store::open(dir, SyncMode::Always, Metrics::new(), |_| {}).expect("open");
+        Store::open(dir, SyncMode::Always, Metrics::new(), 0, |_| {}).expect("open");
     for id in first..first + count {
         let mut batch = tickd::store::Batch::default();
         batch.record(&registered(id));
@@ -337,7 +337,7 @@ fn registered(id: u64) -> Record {
 
 fn replayed_ids(dir: &Path) -> Result<Vec<u64>, StoreError> {
     let mut ids = Vec::new();
-    let (store, handle, _) = Store::open(dir, SyncMode::Always, Metrics::new(), |record| {
+    let (store, handle, _) = Store::open(dir, SyncMode::Always, Metrics::new(), 0, |record| {
         if let Some(Kind::Registered(timer)) = record.kind {
             ids.push(timer.id);
         }

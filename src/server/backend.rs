@@ -197,14 +197,19 @@ fn recover(
     let limit = config.memory_limit();
     let ceiling = recovery_ceiling(limit.bytes);
     let mut too_large = false;
-    let (store, handle, unsettled) =
-        Store::open(&config.data_dir, config.sync, metrics.clone(), |record| {
+    let (store, handle, unsettled) = Store::open(
+        &config.data_dir,
+        config.sync,
+        metrics.clone(),
+        config.max_disk.bytes(),
+        |record| {
             if too_large {
                 return;
             }
             table.replay(record, now);
             too_large = limit.bytes > 0 && memory.used() > ceiling;
-        })?;
+        },
+    )?;
     if too_large {
         return Err(ServerError::RecoveryTooLarge(format!(
             "recovery stopped: the timers in {} need more than {} of memory, the most tickd \

@@ -132,6 +132,7 @@ pub async fn run(
         tick = ?config.tick,
         max_memory = %budget_line(&memory),
         memory_used = %ByteCount(memory.used()),
+        max_disk = %config.max_disk,
         "tickd serving"
     );
     let (stopping, stop_signal) = watch::channel(false);

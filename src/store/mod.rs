@@ -16,8 +16,10 @@
 //! serving, and every mutation meanwhile goes to the new segment. Replay is idempotent per
 //! timer (see [`records`]), so snapshot + later segments give the exact state. The store
 //! adds the fired-but-unsettled expirations it tracks itself, then deletes what the
-//! snapshot replaces: disk use follows the live set, not the history.
+//! snapshot replaces: disk use follows the live set, not the history, within
+//! `--max-disk` if set ([`disk_budget`]).
 
+pub(crate) mod disk_budget;
 pub mod frame;
 pub(crate) mod recovery;
 pub mod repair;
@@ -38,6 +40,7 @@ use rustc_hash::FxHashMap;
 use tracing::{error, info};
 
 use crate::metrics::Metrics;
+use disk_budget::DiskBudget;
 
 /// The generated record types of `proto/tickd/store/v1/records.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -188,6 +191,7 @@ pub struct StoreHandle {
     failed: Arc<AtomicBool>,
     /// Bytes of snapshot chunks sent and not yet written.
     snapshot_backlog: Arc<AtomicUsize>,
+    budget: Arc<DiskBudget>,
 }
 
 impl StoreHandle {
@@ -206,7 +210,13 @@ impl StoreHandle {
     /// store has stopped, nothing runs: the callers' reply channels close, which they report
     /// as unavailable.
     pub fn append(&self, batch: Batch) {
+        self.budget.queued(batch.frames.len() as u64);
         let _ = self.sender.send(Request::Append(batch));
+    }
+
+    /// The disk budget this store counts its files against.
+    pub(crate) fn disk_budget(&self) -> &Arc<DiskBudget> {
+        &self.budget
     }
 
     pub(crate) fn begin_snapshot(&self) {
@@ -243,12 +253,15 @@ impl Store {
     /// Opens (creating if needed) the data directory and replays it: `replay` sees every
     /// snapshot and log record in order. Returns the running store and the fired expirations
     /// that were never settled, to be delivered again.
+    /// `max_disk`: `--max-disk` (0: none), counted against the directory.
     pub fn open(
         dir: &Path,
         sync: SyncMode,
         metrics: Arc<Metrics>,
+        max_disk: u64,
         replay: impl FnMut(Record),
     ) -> Result<(Store, StoreHandle, Vec<records::Fired>), StoreError> {
+        let budget = DiskBudget::new(max_disk, metrics.clone());
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let recovered = recovery::recover(dir, replay)?;
         let recovered_snapshot_bytes = recovered.snapshot_bytes;
@@ -266,6 +279,7 @@ impl Store {
             frames,
             metrics,
             failed.clone(),
+            budget.clone(),
         )?;
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -280,6 +294,7 @@ impl Store {
             sender,
             failed,
             snapshot_backlog: Arc::default(),
+            budget,
         };
         Ok((store, handle, unsettled))
     }
@@ -331,6 +346,11 @@ struct Writer {
     /// after a failure the segment is cut back to the latter (see `stop_on_error`).
     written_bytes: u64,
     acknowledged_bytes: u64,
+    /// Bytes of every file in the directory, and of the snapshot being written among them
+    /// (see [`disk_budget`]).
+    on_disk: u64,
+    snapshot_bytes: u64,
+    budget: Arc<DiskBudget>,
 }
 
 impl Writer {
@@ -341,9 +361,12 @@ impl Writer {
         unsettled: Unsettled,
         metrics: Arc<Metrics>,
         failed_flag: Arc<AtomicBool>,
+        budget: Arc<DiskBudget>,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
         let length = frame::FILE_HEADER.len() as u64;
+        let on_disk = disk_budget::directory_bytes(&dir)?;
+        budget.set_on_disk(on_disk, 0);
         Ok(Self {
             dir,
             sync,
@@ -358,6 +381,9 @@ impl Writer {
             failed_flag,
             written_bytes: length,
             acknowledged_bytes: length,
+            on_disk,
+            snapshot_bytes: 0,
+            budget,
         })
     }
 
@@ -465,7 +491,11 @@ impl Writer {
             self.segment
                 .write_all(&pending.frames)
                 .map_err(io_error(&path))?;
-            self.written_bytes += pending.frames.len() as u64;
+            let written = pending.frames.len() as u64;
+            self.written_bytes += written;
+            self.on_disk += written;
+            self.budget
+                .written(written, self.on_disk, self.snapshot_bytes);
             pending.frames.clear();
             self.unsynced = true;
         }
@@ -507,6 +537,9 @@ impl Writer {
         file.write_all(&frame::FILE_HEADER)
             .map_err(io_error(&path))?;
         self.snapshot = Some((self.segment_sequence, file));
+        // The new segment's header and the snapshot's.
+        self.snapshot_bytes = frame::FILE_HEADER.len() as u64;
+        self.grew(2 * frame::FILE_HEADER.len() as u64);
         Ok(())
     }
 
@@ -515,7 +548,16 @@ impl Writer {
             return Ok(());
         };
         let path = snapshot_path(&self.dir, *sequence);
-        file.write_all(chunk).map_err(io_error(&path))
+        file.write_all(chunk).map_err(io_error(&path))?;
+        self.snapshot_bytes += chunk.len() as u64;
+        self.grew(chunk.len() as u64);
+        Ok(())
+    }
+
+    /// Counts bytes written besides appends (file headers, snapshots).
+    fn grew(&mut self, bytes: u64) {
+        self.on_disk += bytes;
+        self.budget.set_on_disk(self.on_disk, self.snapshot_bytes);
     }
 
     /// Seals the snapshot (adding the unsettled expirations), makes it the one recovery
@@ -534,9 +576,15 @@ impl Writer {
         fs::rename(&partial, &path).map_err(io_error(&path))?;
         sync_dir(&self.dir)?;
         let removed = remove_older_than(&self.dir, sequence)?;
+        // Counted afresh from the directory: what the compaction gave back, exactly.
+        self.on_disk = disk_budget::directory_bytes(&self.dir)?;
+        self.snapshot_bytes = 0;
+        self.budget.set_on_disk(self.on_disk, 0);
+        self.budget.compacted();
         info!(
             snapshot = %path.display(),
             removed_files = removed,
+            disk_used = self.on_disk,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "snapshot written, log compacted"
         );

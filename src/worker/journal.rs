@@ -1,7 +1,11 @@
 //! The worker's side of durability: the records each batch of commands produced, held
 //! with the batch's replies until the store has made them durable, and the fuzzy snapshot
-//! streamed a chunk at a time between batches.
+//! streamed a chunk at a time between batches. It also asks the disk budget
+//! ([`crate::store::disk_budget`]) before the table applies what would grow the log, and
+//! starts compactions early when that budget needs the space.
 
+use crate::domain::TimerError;
+use crate::store::disk_budget;
 use crate::store::frame::TimerFields;
 use crate::store::records::{record::Kind, Record};
 use crate::store::{Batch, OnDurable, StoreHandle};
@@ -24,6 +28,12 @@ pub(crate) struct Journal {
     /// Some while a snapshot is being streamed: the storage position its next chunk starts
     /// at (see [`crate::wheel::Wheel::positions_from`]).
     snapshot_cursor: Option<u32>,
+    /// Timers removed (cancelled, fired for good) since the last snapshot began, and the
+    /// timers the last snapshot held and the one being written holds: whether compacting
+    /// early frees enough to be worth it (see [`disk_budget::DiskBudget::wants_compaction`]).
+    removed_since_snapshot: u64,
+    last_snapshot_timers: u64,
+    current_snapshot_timers: u64,
 }
 
 impl Journal {
@@ -41,10 +51,31 @@ impl Journal {
             last_snapshot_bytes,
             current_snapshot_bytes: 0,
             snapshot_cursor: None,
+            removed_since_snapshot: 0,
+            last_snapshot_timers: 0,
+            current_snapshot_timers: 0,
         }
     }
 
+    /// Refuses (RESOURCE_EXHAUSTED) a record that would grow the log past the disk budget:
+    /// a timer's whole record with a namespace, key and payload of these lengths. Asked
+    /// before the table changes anything; records that shrink what is held are not asked.
+    pub(crate) fn admit(
+        &self,
+        namespace: usize,
+        key: usize,
+        payload: usize,
+    ) -> Result<(), TimerError> {
+        let record = disk_budget::record_bound(namespace, key, payload);
+        self.store
+            .disk_budget()
+            .admit(self.batch.encoded_bytes() as u64, record)
+    }
+
     pub(crate) fn record(&mut self, kind: Kind) {
+        if matches!(kind, Kind::Cancelled(_)) {
+            self.removed_since_snapshot += 1;
+        }
         self.batch.record(&Record { kind: Some(kind) });
     }
 
@@ -58,6 +89,9 @@ impl Journal {
         fired_unix: u64,
         rearmed_deadline_unix: u64,
     ) {
+        if rearmed_deadline_unix == 0 {
+            self.removed_since_snapshot += 1;
+        }
         self.batch
             .record_fired(timer, fired_unix, rearmed_deadline_unix);
     }
@@ -91,7 +125,16 @@ impl Journal {
     /// live set shrinks, one snapshot at the old size brings the threshold back down.
     pub(crate) fn maybe_begin_snapshot(&mut self, next_id: u64) {
         let threshold = self.snapshot_after_bytes.max(self.last_snapshot_bytes);
-        if self.snapshot_in_progress() || self.bytes_since_snapshot < threshold {
+        let for_disk_budget = || {
+            self.store.disk_budget().wants_compaction(
+                self.bytes_since_snapshot as u64,
+                self.removed_since_snapshot,
+                self.last_snapshot_timers,
+            )
+        };
+        if self.snapshot_in_progress()
+            || (self.bytes_since_snapshot < threshold && !for_disk_budget())
+        {
             return;
         }
         self.flush();
@@ -103,6 +146,8 @@ impl Journal {
         self.store.snapshot_chunk(chunk.into_frames());
         self.bytes_since_snapshot = 0;
         self.current_snapshot_bytes = 0;
+        self.removed_since_snapshot = 0;
+        self.current_snapshot_timers = 0;
         self.snapshot_cursor = Some(0);
     }
 
@@ -135,6 +180,7 @@ impl Journal {
         }
         let frames = chunk.into_frames();
         self.current_snapshot_bytes += frames.len();
+        self.current_snapshot_timers += timers.len() as u64;
         self.store.snapshot_chunk(frames);
         match resume_at {
             Some(position) => self.snapshot_cursor = Some(position),
@@ -142,6 +188,7 @@ impl Journal {
                 self.store.end_snapshot();
                 self.snapshot_cursor = None;
                 self.last_snapshot_bytes = self.current_snapshot_bytes;
+                self.last_snapshot_timers = self.current_snapshot_timers;
             }
         }
     }

@@ -3,13 +3,14 @@
 //! the pending timer under its key.
 //!
 //! Schedules live beside the wheel, by timer id (see [`super::record::Calendars`]). Each of these changes is logged as the whole timer (a
-//! `Registered` record), which replay puts back in place of the older copy.
+//! `Registered` record), which replay puts back in place of the older copy: each grows the
+//! log, so each asks the disk budget first ([`TimerTable::admit_to_log`]).
 
-use crate::budget::memory::held_bytes;
 use bytes::Bytes;
 
 use super::record::{duration_nanos, timer_fields, TimerRecord};
 use super::TimerTable;
+use crate::budget::memory::held_bytes;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
 use crate::wheel::Handle;
 use crate::worker::clock::Now;
@@ -68,11 +69,14 @@ impl TimerTable {
     ) -> Result<TimerView, TimerError> {
         let handle = self.lookup_pending(timer)?;
         let (deadline_monotonic, deadline_unix) = first_deadline(due, None, now)?;
+        let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
+        let payload_len = payload.as_ref().map_or(current.payload().len(), Bytes::len);
+        let key_len = current.key().map_or(0, str::len);
+        let namespace_len = self.namespaces[current.namespace].name.len();
+        self.admit_to_log(namespace_len, key_len, payload_len)?;
         if let Some(payload) = &payload {
-            let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
-            let key_len = usize::from(record.key_len);
-            let after = held_bytes(key_len, payload.len(), record.calendar);
-            self.recharge_memory(record.held_bytes(), after)?;
+            let after = held_bytes(key_len, payload.len(), current.calendar);
+            self.recharge_memory(current.held_bytes(), after)?;
         }
         let (_, record) = self
             .wheel
@@ -100,8 +104,9 @@ impl TimerTable {
     ) -> Result<Registered, TimerError> {
         let (deadline_monotonic, deadline_unix) =
             first_deadline(timer.due, timer.calendar.as_ref(), now)?;
-        let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
         let key_len = timer.key.as_ref().map_or(0, String::len);
+        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
+        let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
         let after = held_bytes(key_len, timer.payload.len(), timer.calendar.is_some());
         self.recharge_memory(current.held_bytes(), after)?;
         let (_, record) = self
@@ -127,6 +132,19 @@ impl TimerTable {
             created: false,
             replaced: true,
         })
+    }
+
+    /// Asks the disk budget (see [`crate::store::disk_budget`]) for a timer's whole record
+    /// with a namespace, key and payload of these lengths; without a log, nothing is asked.
+    pub(super) fn admit_to_log(
+        &self,
+        namespace: usize,
+        key: usize,
+        payload: usize,
+    ) -> Result<(), TimerError> {
+        self.journal
+            .as_ref()
+            .map_or(Ok(()), |journal| journal.admit(namespace, key, payload))
     }
 
     /// Logs the timer whole, as it now is: replay puts it back in place of the older copy.

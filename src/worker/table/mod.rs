@@ -179,6 +179,8 @@ impl TimerTable {
         }
         let (deadline_monotonic, deadline_unix) =
             calendar::first_deadline(timer.due, timer.calendar.as_ref(), now)?;
+        let key_len = timer.key.as_ref().map_or(0, String::len);
+        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
         // Refused registrations must not leave a namespace (and its metric series) behind.
         if self.wheel.len() >= self.wheel.max_pending() {
             self.metrics.budgets.refused(Refusal::Pending);
