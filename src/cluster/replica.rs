@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument, Span};
 
 use super::delivery::ClusterDeliveries;
+use super::namespaces::NamespaceCap;
 use super::notifications::Wakeups;
 use super::schedule::Schedule;
 use super::shared::{Owned, Shared};
@@ -32,6 +33,8 @@ pub struct ClusterConfig {
     pub(crate) tick: Duration,
     pub(crate) worker_queue: usize,
     pub(crate) delivery: DeliveryConfig,
+    /// `--max-namespaces` (0: no limit).
+    pub(crate) max_namespaces: usize,
 }
 
 /// Host name and process id: unique among live replicas, and readable in the lease table.
@@ -115,7 +118,8 @@ impl Replica {
             Connections::open(database, 1).await?,
             shared.clone(),
             metrics.clone(),
-        );
+        )
+        .with_delivery(&config.delivery);
         tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));
         let deliveries = ClusterDeliveries::new(
             delivery_connections,
@@ -127,6 +131,8 @@ impl Replica {
         )
         .in_span(span.clone());
         tasks.push(spawn_in(&span, deliveries.clone().trim_dead(stopping)));
+        let namespaces =
+            NamespaceCap::new(config.max_namespaces, Connections::open(database, 1).await?);
         info!(
             parent: &span,
             partitions,
@@ -135,7 +141,7 @@ impl Replica {
             "replica joined the cluster"
         );
         Ok(Self {
-            timers: ClusterTimers::new(connections, shared, metrics),
+            timers: ClusterTimers::new(connections, shared, metrics, namespaces),
             deliveries,
             worker,
             ownership,

@@ -305,6 +305,7 @@ impl Config {
             tick: self.tick,
             worker_queue: self.worker_queue,
             delivery: self.delivery(),
+            max_namespaces: self.max_namespaces,
         })
     }
 

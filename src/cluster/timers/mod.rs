@@ -21,6 +21,7 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use super::namespaces::NamespaceCap;
 use super::notifications::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
 use crate::domain::{
@@ -47,6 +48,8 @@ pub(crate) struct ClusterTimers {
     metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
     ids: Arc<Mutex<IdBlock>>,
+    /// `--max-namespaces`, applied to registrations.
+    namespaces: NamespaceCap,
 }
 
 #[derive(Default)]
@@ -56,13 +59,19 @@ struct IdBlock {
 }
 
 impl ClusterTimers {
-    pub(crate) fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(
+        connections: Connections,
+        shared: Shared,
+        metrics: Arc<Metrics>,
+        namespaces: NamespaceCap,
+    ) -> Self {
         Self {
             connections,
             shared,
             metrics,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ids: Arc::default(),
+            namespaces,
         }
     }
 

@@ -13,6 +13,7 @@ use super::{
     announce_if_due, deadline_of, nanos, new_view, view_of, ClusterTimers, IdBlock, ID_BLOCK,
     VIEW_COLUMNS,
 };
+use crate::budget::Refusal;
 use crate::cluster::ClusterError;
 use crate::domain::{NewTimer, Registered, TimerError};
 
@@ -98,17 +99,53 @@ impl ClusterTimers {
         timers: Vec<NewTimer>,
     ) -> Vec<Result<Registered, TimerError>> {
         let now = self.shared.unix_now();
-        let deadlines: Vec<Result<u64, TimerError>> = timers
+        let mut deadlines: Vec<Result<u64, TimerError>> = timers
             .iter()
             .map(|timer| first_deadline(timer, now))
             .collect();
-        match self.register_in_order(&timers, &deadlines, now).await {
+        let registered = match self.admit_namespaces(&timers, &mut deadlines).await {
+            Ok(()) => self.register_in_order(&timers, &deadlines, now).await,
+            Err(error) => Err(error),
+        };
+        match registered {
             Ok(registered) => registered,
             Err(error) => {
                 let error = TimerError::from(error);
                 timers.iter().map(|_| Err(error.clone())).collect()
             }
         }
+    }
+
+    /// Refuses (in `deadlines`) the timers whose namespace would be one more than
+    /// `--max-namespaces` allows, as the single node does; nothing of them is written.
+    async fn admit_namespaces(
+        &self,
+        timers: &[NewTimer],
+        deadlines: &mut [Result<u64, TimerError>],
+    ) -> Result<(), ClusterError> {
+        let namespaces: Vec<&str> = timers
+            .iter()
+            .zip(deadlines.iter())
+            .filter(|(_, deadline)| deadline.is_ok())
+            .map(|(timer, _)| timer.namespace.as_str())
+            .collect();
+        if namespaces.is_empty() {
+            return Ok(());
+        }
+        let refused = self
+            .namespaces
+            .admit(&self.connections, &namespaces)
+            .await?;
+        if refused.is_empty() {
+            return Ok(());
+        }
+        for (timer, deadline) in timers.iter().zip(deadlines.iter_mut()) {
+            if let (Some(refusal), Ok(_)) = (refused.get(&timer.namespace), &deadline) {
+                self.metrics.budgets.refused(Refusal::Namespaces);
+                *deadline = Err(refusal.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Answers each timer in its order: refused ones (no first firing) at once, runs of
