@@ -477,3 +477,94 @@ async fn one_node_redrives_at_most_the_same_maximum_per_call() {
     }
     assert_eq!(again, registered);
 }
+
+/// A replica charges the timers its wheel holds to its memory budget: once the budget is
+/// reached, registrations are refused naming it, and once the timers fire it takes them
+/// again, with everything it charged given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_at_its_memory_budget_refuses_registrations() {
+    if skip_postgres("a_replica_at_its_memory_budget_refuses_registrations") {
+        return;
+    }
+    const NAMESPACE: &str = "memory";
+    const CHUNK: usize = 50;
+    let set = ReplicaSet::start(&["r1"], &["--max-memory", "64KiB"]).await;
+    let metrics = set.metrics_addr("r1");
+    let mut client = set.client("r1");
+
+    // Due within the load horizon, so loaded into the wheel as they are registered.
+    let mut accepted = 0;
+    let mut refusal = None;
+    for _ in 0..40 {
+        let results = client
+            .new_timeouts(NewTimeoutsRequest {
+                timers: specs(NAMESPACE, CHUNK, 4_500),
+            })
+            .await
+            .expect("new_timeouts")
+            .into_inner()
+            .results;
+        let refused: Vec<&Error> = results
+            .iter()
+            .filter_map(|result| match &result.result {
+                Some(new_timeout_result::Result::Error(error)) => Some(error),
+                _ => None,
+            })
+            .collect();
+        if let Some(error) = refused.first() {
+            assert_eq!(
+                refused.len(),
+                CHUNK,
+                "a batch is refused whole: {results:?}"
+            );
+            refusal = Some((*error).clone());
+            break;
+        }
+        accepted += CHUNK;
+    }
+    let refusal = refusal.expect("the memory budget was never reached");
+    assert_eq!(refusal.code, Code::ResourceExhausted as i32, "{refusal:?}");
+    assert!(
+        refusal.message.contains("memory budget") && refusal.message.contains("--max-memory"),
+        "{refusal:?}"
+    );
+    let stored = count(
+        &set,
+        "SELECT count(*) FROM tickd_timers WHERE namespace = $1",
+        NAMESPACE,
+    )
+    .await;
+    let fired = count(
+        &set,
+        "SELECT count(*) FROM tickd_expirations WHERE namespace = $1",
+        NAMESPACE,
+    )
+    .await;
+    assert_eq!(
+        (stored + fired) as usize,
+        accepted,
+        "a refused batch left timers"
+    );
+    let scraped = scrape(metrics).await;
+    assert!(scraped.value("tickd_refusals_total{reason=\"memory\"}") >= CHUNK as f64);
+
+    // Fired, they leave the wheel: registrations are taken again, and what was charged
+    // is all given back.
+    set.eventually("registrations are taken again", || {
+        let mut client = client.clone();
+        async move {
+            try_register(&mut client, NAMESPACE)
+                .await
+                .map(drop)
+                .map_err(|status| format!("{status:?}"))
+        }
+    })
+    .await;
+    set.eventually("the budget is all given back", || async {
+        match scrape(metrics).await.value("tickd_memory_used_bytes") {
+            0.0 => Ok(()),
+            used => Err(format!("{used} bytes still charged")),
+        }
+    })
+    .await;
+}

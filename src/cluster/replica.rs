@@ -15,6 +15,7 @@ use super::schedule::Schedule;
 use super::shared::{Owned, Shared};
 use super::timers::ClusterTimers;
 use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, Database};
+use crate::budget::MemoryBudget;
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 use crate::worker::clock::SystemClock;
@@ -35,6 +36,9 @@ pub struct ClusterConfig {
     pub(crate) delivery: DeliveryConfig,
     /// `--max-namespaces` (0: no limit).
     pub(crate) max_namespaces: usize,
+    /// What the replica holds in memory is charged to it: its wheel's timers and the
+    /// registrations under way (see `schedule` and `timers::register`).
+    pub(crate) memory: Arc<MemoryBudget>,
 }
 
 /// Host name and process id: unique among live replicas, and readable in the lease table.
@@ -76,7 +80,8 @@ impl Replica {
         }
         let clock = SystemClock::new();
         let (fired_sender, fired) = mpsc::unbounded_channel();
-        let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64);
+        let schedule =
+            Schedule::new(config.tick.as_nanos().max(1) as u64).with_memory(config.memory.clone());
         let worker_config = crate::worker::WorkerConfig {
             queue_capacity: config.worker_queue,
             busy_seconds: Some(metrics.worker_busy_seconds.clone()),
@@ -141,7 +146,7 @@ impl Replica {
             "replica joined the cluster"
         );
         Ok(Self {
-            timers: ClusterTimers::new(connections, shared, metrics, namespaces),
+            timers: ClusterTimers::new(connections, shared, metrics, namespaces, config.memory),
             deliveries,
             worker,
             ownership,

@@ -280,8 +280,13 @@ impl Config {
         Self::parse_from(["tickd"])
     }
 
-    /// The replicated mode's settings, for the store database at `url`.
-    pub(crate) fn cluster(&self, url: &str) -> Result<ClusterConfig, ClusterError> {
+    /// The replicated mode's settings, for the store database at `url`, with the memory
+    /// budget (its gauges `metrics`') that the replica charges what it holds to.
+    pub(crate) fn cluster(
+        &self,
+        url: &str,
+        metrics: &Metrics,
+    ) -> Result<ClusterConfig, ClusterError> {
         if self.max_pending_per_namespace > 0 {
             return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
         }
@@ -306,6 +311,7 @@ impl Config {
             worker_queue: self.worker_queue,
             delivery: self.delivery(),
             max_namespaces: self.max_namespaces,
+            memory: self.memory_budget(metrics),
         })
     }
 

@@ -71,7 +71,7 @@ impl Backend {
         url: &str,
         metrics: &Arc<Metrics>,
     ) -> Result<Self, ServerError> {
-        let cluster_config = config.cluster(url)?;
+        let cluster_config = config.cluster(url, metrics)?;
         let replica = Replica::start(cluster_config, metrics.clone()).await?;
         Ok(Backend::Replicated(Box::new(replica)))
     }

@@ -24,6 +24,7 @@ use tokio_postgres::Row;
 use super::namespaces::NamespaceCap;
 use super::notifications::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
+use crate::budget::MemoryBudget;
 use crate::domain::{
     Answer, Calendar, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView, Timers, ALL_NAMESPACES,
@@ -50,6 +51,10 @@ pub(crate) struct ClusterTimers {
     ids: Arc<Mutex<IdBlock>>,
     /// `--max-namespaces`, applied to registrations.
     namespaces: NamespaceCap,
+    /// The replica's memory budget: a registration's bytes are reserved from it while
+    /// the call is under way, so one is refused once the budget is reached (by the
+    /// replica's wheel, or other calls).
+    memory: Arc<MemoryBudget>,
 }
 
 #[derive(Default)]
@@ -64,6 +69,7 @@ impl ClusterTimers {
         shared: Shared,
         metrics: Arc<Metrics>,
         namespaces: NamespaceCap,
+        memory: Arc<MemoryBudget>,
     ) -> Self {
         Self {
             connections,
@@ -72,6 +78,7 @@ impl ClusterTimers {
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ids: Arc::default(),
             namespaces,
+            memory,
         }
     }
 

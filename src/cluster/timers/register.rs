@@ -98,6 +98,20 @@ impl ClusterTimers {
         &self,
         timers: Vec<NewTimer>,
     ) -> Vec<Result<Registered, TimerError>> {
+        // Held until the answer: the request and the statement's copy of it.
+        let _in_flight = match self.memory.try_reserve(in_flight_bytes(&timers)) {
+            Ok(reservation) => reservation,
+            Err(exhausted) => {
+                let refusal = TimerError::from(exhausted);
+                return timers
+                    .iter()
+                    .map(|_| {
+                        self.metrics.budgets.refused(Refusal::Memory);
+                        Err(refusal.clone())
+                    })
+                    .collect();
+            }
+        };
         let now = self.shared.unix_now();
         let mut deadlines: Vec<Result<u64, TimerError>> = timers
             .iter()
@@ -322,6 +336,20 @@ impl ClusterTimers {
         }
         Ok(ids)
     }
+}
+
+/// What a batch of registrations holds while it is under way: each timer as the request
+/// decoded it and again as the statement's parameters encode it, with a little for its
+/// fixed fields.
+fn in_flight_bytes(timers: &[NewTimer]) -> u64 {
+    const FIXED: usize = 128;
+    timers
+        .iter()
+        .map(|timer| {
+            let key = timer.key.as_ref().map_or(0, String::len);
+            (2 * (timer.payload.len() + key + timer.namespace.len()) + FIXED) as u64
+        })
+        .sum()
 }
 
 /// A new timer's first deadline: when it is due, or for a cron timer the first cron time
