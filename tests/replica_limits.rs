@@ -480,7 +480,8 @@ async fn one_node_redrives_at_most_the_same_maximum_per_call() {
 
 /// A replica charges the timers its wheel holds to its memory budget: once the budget is
 /// reached, registrations are refused naming it, and once the timers fire it takes them
-/// again, with everything it charged given back.
+/// again; with their deliveries taken from a stream (charged while they wait there),
+/// everything it charged is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_at_its_memory_budget_refuses_registrations() {
     if skip_postgres("a_replica_at_its_memory_budget_refuses_registrations") {
@@ -548,8 +549,8 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
     let scraped = scrape(metrics).await;
     assert!(scraped.value("tickd_refusals_total{reason=\"memory\"}") >= CHUNK as f64);
 
-    // Fired, they leave the wheel: registrations are taken again, and what was charged
-    // is all given back.
+    // Fired, they leave the wheel: registrations are taken again; their deliveries pass
+    // through a subscriber's stream; and what was charged is all given back.
     set.eventually("registrations are taken again", || {
         let mut client = client.clone();
         async move {
@@ -560,6 +561,13 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
         }
     })
     .await;
+    let mut stream = subscribe(&mut client, NAMESPACE, 600_000, 100).await;
+    let mut delivered = BTreeSet::new();
+    while delivered.len() < accepted {
+        let expiration = within(next_expiration(&mut stream)).await;
+        ack(&mut client, NAMESPACE, vec![expiration.delivery_id.clone()]).await;
+        assert!(delivered.insert(timer_id(&expiration)), "{expiration:?}");
+    }
     set.eventually("the budget is all given back", || async {
         match scrape(metrics).await.value("tickd_memory_used_bytes") {
             0.0 => Ok(()),

@@ -36,8 +36,9 @@ pub struct ClusterConfig {
     pub(crate) delivery: DeliveryConfig,
     /// `--max-namespaces` (0: no limit).
     pub(crate) max_namespaces: usize,
-    /// What the replica holds in memory is charged to it: its wheel's timers and the
-    /// registrations under way (see `schedule` and `timers::register`).
+    /// What the replica holds in memory is charged to it: its wheel's timers, the
+    /// registrations under way and the deliveries waiting in streams (see `schedule`,
+    /// `timers::register` and `delivery::charged`).
     pub(crate) memory: Arc<MemoryBudget>,
 }
 
@@ -134,7 +135,8 @@ impl Replica {
             wakeups,
             subscriptions_ending,
         )
-        .in_span(span.clone());
+        .in_span(span.clone())
+        .with_memory(config.memory.clone());
         tasks.push(spawn_in(&span, deliveries.clone().trim_dead(stopping)));
         let namespaces =
             NamespaceCap::new(config.max_namespaces, Connections::open(database, 1).await?);

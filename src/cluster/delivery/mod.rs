@@ -25,6 +25,7 @@
 //! made on this replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a
 //! redelivery is.
 
+mod charged;
 mod observer;
 mod subscriber;
 mod trim;
@@ -39,6 +40,7 @@ use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
 
+use crate::budget::MemoryBudget;
 use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
 use crate::cluster::timers::stored_calendar;
 use crate::cluster::{ClusterError, Connections, Shared};
@@ -148,6 +150,8 @@ pub struct ClusterDeliveries {
     /// Tells this process's subscribers from those of an earlier one with the same
     /// replica id, whose claims are not theirs.
     incarnation: u64,
+    /// The replica's memory budget, charged for deliveries waiting in streams.
+    memory: Arc<MemoryBudget>,
 }
 
 impl ClusterDeliveries {
@@ -171,7 +175,15 @@ impl ClusterDeliveries {
             incarnation: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |since| since.as_nanos() as u64),
+            memory: MemoryBudget::unlimited(),
         }
+    }
+
+    /// Charges deliveries waiting in streams to `memory` (by default a budget of their
+    /// own, unlimited).
+    pub(crate) fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// Runs the subscriber and observer tasks in `span` (the replica's).
