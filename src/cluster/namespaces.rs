@@ -44,17 +44,25 @@ const REMEMBERED: Duration = Duration::from_secs(10);
 const REMEMBERED_MAX: usize = 4_096;
 
 /// The namespaces of `$1` whose rows the trim will leave alone for `GRACE - REFRESH` at
-/// least: refreshed now if older than `$2` milliseconds, else fresh already.
+/// least: refreshed now if older than `$2` milliseconds, else fresh already. Both halves
+/// compare with the statement's one `now()`, so no row falls between them; one refreshed
+/// by another call meanwhile is in neither, and goes the admission's way, which finds it.
 const KEPT: &str = "
 WITH refreshed AS (
     UPDATE tickd_namespaces SET seen_at = clock_timestamp()
-    WHERE namespace = ANY($1) AND seen_at < clock_timestamp() - $2::INT8 * INTERVAL '1 millisecond'
+    WHERE namespace = ANY($1) AND seen_at < now() - $2::INT8 * INTERVAL '1 millisecond'
     RETURNING namespace
 )
 SELECT namespace FROM refreshed
 UNION
 SELECT namespace FROM tickd_namespaces
-WHERE namespace = ANY($1) AND seen_at >= clock_timestamp() - $2::INT8 * INTERVAL '1 millisecond'";
+WHERE namespace = ANY($1) AND seen_at >= now() - $2::INT8 * INTERVAL '1 millisecond'";
+
+/// How long an admission waits for another replica's to end before giving up (the call
+/// answers UNAVAILABLE), and how long an admission left idle keeps its session: a replica
+/// paused or cut off while it holds the lock cannot hold every other one's admissions.
+const ADMISSION_SETTINGS: &str = "SET LOCAL lock_timeout = '5s'; \
+     SET LOCAL idle_in_transaction_session_timeout = '10s'";
 
 /// Deletes the rows of namespaces holding no timer and no unacknowledged expiration, not
 /// seen for `$1` milliseconds.
@@ -65,6 +73,15 @@ WHERE n.seen_at < clock_timestamp() - $1::INT8 * INTERVAL '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM tickd_expirations e
                   WHERE e.namespace = n.namespace AND e.acked_at IS NULL)";
 
+/// The admission transaction's connection.
+struct Admissions {
+    connections: Connections,
+    /// Set from BEGIN until COMMIT or ROLLBACK: still set when the next admission starts,
+    /// the last one was cut short (its task gone) and left its transaction open, holding
+    /// the lock, which the next one ends first.
+    open: bool,
+}
+
 /// A replica's side of the namespace limit.
 #[derive(Clone)]
 pub(crate) struct NamespaceCap {
@@ -73,7 +90,7 @@ pub(crate) struct NamespaceCap {
     max: usize,
     /// Its own connection, for the admission transaction: the shared ones pipeline
     /// other calls' statements, which must not run inside it.
-    admissions: Arc<tokio::sync::Mutex<Connections>>,
+    admissions: Arc<tokio::sync::Mutex<Admissions>>,
     remembered: Arc<Mutex<FxHashMap<Arc<str>, Instant>>>,
 }
 
@@ -81,7 +98,10 @@ impl NamespaceCap {
     pub(crate) fn new(max: usize, admissions: Connections) -> Self {
         Self {
             max,
-            admissions: Arc::new(tokio::sync::Mutex::new(admissions)),
+            admissions: Arc::new(tokio::sync::Mutex::new(Admissions {
+                connections: admissions,
+                open: false,
+            })),
             remembered: Arc::default(),
         }
     }
@@ -158,16 +178,23 @@ impl NamespaceCap {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Admits `new` namespaces (none has a row) in one transaction under the cluster's
-    /// row lock, in their order while there is room; the rest are refused.
+    /// Admits `new` namespaces (none had a row when looked up) in one transaction under
+    /// the cluster's row lock, in their order while there is room; the rest are refused.
     async fn admit_new<'a>(
         &self,
         new: &[&'a str],
     ) -> Result<(Vec<&'a str>, FxHashMap<String, TimerError>), ClusterError> {
-        let connections = self.admissions.lock().await;
-        let client = connections.client().await?;
+        let mut admissions = self.admissions.lock().await;
+        let client = admissions.connections.client().await?;
+        if admissions.open {
+            client
+                .batch_execute("ROLLBACK")
+                .await
+                .map_err(ClusterError::query("ending an admission cut short"))?;
+        }
+        admissions.open = true;
         client
-            .batch_execute("BEGIN")
+            .batch_execute(&format!("BEGIN; {ADMISSION_SETTINGS}"))
             .await
             .map_err(ClusterError::query("starting a namespace admission"))?;
         let admitted = self.admit_in_transaction(&client, new).await;
@@ -175,6 +202,9 @@ impl NamespaceCap {
             Ok(_) => client.batch_execute("COMMIT").await,
             Err(_) => client.batch_execute("ROLLBACK").await,
         };
+        // A failed COMMIT or ROLLBACK ends the transaction too (or the connection is gone,
+        // and a new one is opened on its next use).
+        admissions.open = false;
         let admitted = admitted?;
         ended.map_err(ClusterError::query("committing a namespace admission"))?;
         Ok(admitted)
@@ -185,13 +215,30 @@ impl NamespaceCap {
         client: &Client,
         new: &[&'a str],
     ) -> Result<(Vec<&'a str>, FxHashMap<String, TimerError>), ClusterError> {
-        let mut room = usize::MAX;
-        let mut live = 0;
         if self.max > 0 {
             client
                 .execute("SELECT 1 FROM tickd_cluster FOR UPDATE", &[])
                 .await
                 .map_err(ClusterError::query("locking namespace admissions"))?;
+        }
+        // Those another call admitted (or refreshed) since the lookup are live already.
+        let existing: FxHashSet<String> = client
+            .query(
+                "UPDATE tickd_namespaces SET seen_at = clock_timestamp()
+                 WHERE namespace = ANY($1) RETURNING namespace",
+                &[&new],
+            )
+            .await
+            .map_err(ClusterError::query("refreshing namespaces"))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let (existing, new): (Vec<&'a str>, Vec<&'a str>) = new
+            .iter()
+            .partition(|namespace| existing.contains(**namespace));
+        let mut room = usize::MAX;
+        let mut live = 0;
+        if self.max > 0 {
             live = client
                 .query_one("SELECT count(*) FROM tickd_namespaces", &[])
                 .await
@@ -199,8 +246,7 @@ impl NamespaceCap {
                 .get::<_, i64>(0) as usize;
             room = self.max.saturating_sub(live);
         }
-        let split = new.len().min(room);
-        let (admitted, refused) = new.split_at(split);
+        let (admitted, refused) = new.split_at(new.len().min(room));
         client
             .execute(
                 "INSERT INTO tickd_namespaces (namespace) SELECT unnest($1::TEXT[])
@@ -221,7 +267,7 @@ impl NamespaceCap {
                 (namespace.to_string(), error)
             })
             .collect();
-        Ok((admitted.to_vec(), refused))
+        Ok(([existing.as_slice(), admitted].concat(), refused))
     }
 }
 
