@@ -49,7 +49,8 @@ const MAX_BATCH: usize = 10_000;
 /// still `$10`, so the firing and its re-arm commit together.
 ///
 /// `--max-buffered-total` (`$12`) is applied as on one node: the expirations fired and
-/// neither acknowledged nor dead (`$13`: `--max-attempts`) are counted (up to `$12`, so
+/// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is delivery's
+/// `BUFFERED`) are counted (up to `$12`, so
 /// the count costs no more than the bound), and those of this batch beyond the room left
 /// are recorded dead at once, with attempts `$14` ([`OVERFLOWED_ATTEMPTS`]). The count is
 /// of the rows committed when the statement starts: replicas firing at the same moment
@@ -111,7 +112,7 @@ buffered AS (
     SELECT count(*) AS held FROM (
         SELECT 1 FROM tickd_expirations
         WHERE acked_at IS NULL AND (attempts < $13 OR claim_until >= clock_timestamp())
-        LIMIT $12) held
+        LIMIT $12) unsettled
 ),
 placed AS (
     SELECT fired.*, row_number() OVER (ORDER BY deadline, id) AS place FROM fired

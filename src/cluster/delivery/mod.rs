@@ -84,7 +84,7 @@ fn redrive_statement() -> String {
     format!(
         "WITH buffered AS (
             SELECT count(*) AS held FROM (
-                SELECT 1 FROM tickd_expirations WHERE {BUFFERED} LIMIT $6) held
+                SELECT 1 FROM tickd_expirations WHERE {BUFFERED} LIMIT $6) unsettled
         ),
         chosen AS (
             SELECT e.seq, e.attempts FROM tickd_expirations e
