@@ -122,7 +122,9 @@ impl Probe {
         // No membership to go by (or a private cgroup namespace whose paths do not match):
         // the mount's own files are this process's group.
         consider(read_limit(&self.cgroup_root.join("memory.max")));
-        consider(read_limit(&self.cgroup_root.join("memory/memory.limit_in_bytes")));
+        consider(read_limit(
+            &self.cgroup_root.join("memory/memory.limit_in_bytes"),
+        ));
         tightest
     }
 
@@ -199,7 +201,9 @@ mod tests {
         assert!(limit.what.contains("pod1/memory.max"), "{}", limit.what);
         let (budget, source) = probe.default_budget();
         assert_eq!(budget, 128 << 20);
-        assert!(matches!(source, BudgetSource::Derived { what } if what.contains("50% of 256.0 MiB")));
+        assert!(
+            matches!(source, BudgetSource::Derived { what } if what.contains("50% of 256.0 MiB"))
+        );
     }
 
     #[test]
@@ -208,8 +212,11 @@ mod tests {
         let group = dir.join("cgroup/memory/docker/abc");
         fs::create_dir_all(&group).unwrap();
         fs::write(group.join("memory.limit_in_bytes"), "536870912\n").unwrap();
-        fs::write(dir.join("cgroup/memory/memory.limit_in_bytes"), "9223372036854771712\n")
-            .unwrap();
+        fs::write(
+            dir.join("cgroup/memory/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        )
+        .unwrap();
         let probe = probe(&dir, "4:memory:/docker/abc\n1:cpu:/docker/abc\n", 16 << 20);
         assert_eq!(probe.memory_limit().bytes, 512 << 20);
     }
@@ -221,7 +228,10 @@ mod tests {
         fs::write(dir.join("cgroup/memory.max"), "68719476736\n").unwrap();
         let probe = probe(&dir, "0::/\n", 1 << 20);
         let limit = probe.memory_limit();
-        assert_eq!((limit.bytes, limit.what.as_str()), (1 << 30, "physical memory"));
+        assert_eq!(
+            (limit.bytes, limit.what.as_str()),
+            (1 << 30, "physical memory")
+        );
         assert_eq!(probe.default_budget().0, 512 << 20);
     }
 }

@@ -114,8 +114,7 @@ impl MemoryBudget {
             if after.max(0) as u64 > self.limit {
                 return Err(self.exhausted(bytes, used.max(0) as u64));
             }
-            match counter.compare_exchange_weak(used, after, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match counter.compare_exchange_weak(used, after, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
                 Err(now) => used = now,
             }
@@ -202,7 +201,10 @@ mod tests {
         let refused = budget.try_charge(401).unwrap_err();
         assert_eq!(budget.used(), 600, "the refusal took nothing");
         let message = refused.to_string();
-        assert!(message.contains("memory budget") && message.contains("--max-memory"), "{message}");
+        assert!(
+            message.contains("memory budget") && message.contains("--max-memory"),
+            "{message}"
+        );
         budget.try_charge(400).unwrap();
         assert!(budget.is_reached());
         budget.release(500);

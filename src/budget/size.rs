@@ -35,7 +35,11 @@ impl FromStr for ByteCount {
 
 impl fmt::Display for ByteCount {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{}", bytesize::ByteSize::b(self.0).display().iec())
+        write!(
+            formatter,
+            "{}",
+            bytesize::ByteSize::b(self.0).display().iec()
+        )
     }
 }
 

@@ -106,7 +106,12 @@ pub struct Config {
     pub max_disk: ByteCount,
     /// Where the cgroup file system is mounted, read for the default --max-memory (a test
     /// points it at a fake layout).
-    #[arg(long, env = "TICKD_CGROUP_ROOT", default_value = "/sys/fs/cgroup", hide = true)]
+    #[arg(
+        long,
+        env = "TICKD_CGROUP_ROOT",
+        default_value = "/sys/fs/cgroup",
+        hide = true
+    )]
     pub cgroup_root: PathBuf,
     /// Pending timers the server holds at most; beyond it registrations fail with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_PENDING", default_value_t = 10_000_000)]
