@@ -9,7 +9,9 @@
 //!   dead beyond the dead total are dropped oldest first and counted, and a Redrive finds
 //!   no room while the buffer is full;
 //! - Redrive of a namespace holding more dead expirations than one call takes completes
-//!   over several calls, and delivers each again exactly once.
+//!   over several calls, and delivers each again exactly once;
+//! - a replica charges its wheel and streams to its memory budget, and `--max-attempts`
+//!   beyond what a delivery id carries is refused at start-up.
 //!
 //! Nothing waits for time to pass as a way of synchronising: tests await deliveries and
 //! poll the database, the API or `/metrics` for states no event announces (an expiration
@@ -575,4 +577,18 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
         }
     })
     .await;
+}
+
+/// An attempt count a delivery id cannot carry is refused at start-up, naming the flag.
+#[test]
+fn max_attempts_beyond_sixteen_bits_is_refused_at_start_up() {
+    let mut command = common::daemon::tickd_command();
+    let work_dir = tempfile::tempdir().expect("temp dir");
+    command
+        .args(["--store", "postgres://tickd@127.0.0.1:1/tickd"])
+        .args(["--max-attempts", "65535", "--metrics-listen", "127.0.0.1:0"])
+        .current_dir(work_dir.path());
+    let (status, log) = common::daemon::Daemon::refused(command, PATIENCE);
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("--max-attempts (65535)"), "{log}");
 }

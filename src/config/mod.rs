@@ -295,6 +295,15 @@ impl Config {
         if self.max_pending_per_namespace > 0 {
             return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
         }
+        // A delivery id carries its attempt in 16 bits, and the highest value marks an
+        // expiration that went to the dead list as it fired (see `cluster::delivery`).
+        if self.max_attempts >= u32::from(u16::MAX) {
+            return Err(ClusterError::InvalidConfig(format!(
+                "--max-attempts ({}) must be below {} with --store postgres",
+                self.max_attempts,
+                u16::MAX
+            )));
+        }
         if self.lease_ttl < Duration::from_secs(1) || self.load_horizon < Duration::from_secs(1) {
             return Err(ClusterError::InvalidConfig(format!(
                 "--lease-ttl ({:?}) and --load-horizon ({:?}) must be at least 1s",
