@@ -23,7 +23,9 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
-use crate::domain::{Expirations, PendingQuery, SubscribeOptions, TimerError, TimerRef, Timers};
+use crate::domain::{
+    Expirations, PendingQuery, SubscribeOptions, TimerError, TimerRef, Timers, MAX_REDRIVE,
+};
 use crate::metrics::Metrics;
 use crate::proto;
 use auth::{grant_of, Grant};
@@ -399,8 +401,15 @@ impl proto::timers_server::Timers for TimersService {
         let request = request.into_inner();
         let namespace = self.limits.namespace(&request.namespace)?;
         grant.check(Some(&namespace))?;
+        if request.delivery_ids.len() > MAX_REDRIVE {
+            return Err(Status::invalid_argument(format!(
+                "delivery_ids: {} ids is over the {MAX_REDRIVE} one Redrive call takes; \
+                 send them in several calls",
+                request.delivery_ids.len()
+            )));
+        }
         let (ids, mut not_dead) = convert::parse_delivery_ids(request.delivery_ids);
-        // No ids at all: every dead expiration of the namespace.
+        // No ids at all: the oldest dead expirations of the namespace, up to MAX_REDRIVE.
         let named = (!ids.is_empty() || !not_dead.is_empty()).then_some(ids);
         let outcome = self.expirations.redrive(namespace, named).await?;
         not_dead.extend(outcome.not_dead.into_iter().map(convert::delivery_id));

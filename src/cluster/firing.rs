@@ -25,6 +25,8 @@ use tracing::{debug, warn};
 use super::schedule::{DueTimer, ScheduleCommand};
 use super::timers::stored_calendar;
 use super::{ClusterError, Connections, Shared};
+use crate::cluster::delivery::OVERFLOWED_ATTEMPTS;
+use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 
 const RETRY_DELAY: Duration = Duration::from_millis(200);
@@ -45,6 +47,14 @@ const MAX_BATCH: usize = 10_000;
 /// schedule and version ([`UNSCHEDULED`] set); the second fires them with the next firing
 /// (`$11`; NULL: the schedule has no more, so it ends as a one-shot) if their version is
 /// still `$10`, so the firing and its re-arm commit together.
+///
+/// `--max-buffered-total` (`$12`) is applied as on one node: the expirations fired and
+/// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is delivery's
+/// `BUFFERED`) are counted (up to `$12`, so
+/// the count costs no more than the bound), and those of this batch beyond the room left
+/// are recorded dead at once, with attempts `$14` ([`OVERFLOWED_ATTEMPTS`]). The count is
+/// of the rows committed when the statement starts: replicas firing at the same moment
+/// see the same room, so the total can be passed by what they fire in that moment.
 const FIRE: &str = "
 WITH held AS (
     SELECT p.partition FROM tickd_partitions p
@@ -98,19 +108,36 @@ unscheduled AS (
     WHERE t.cron IS NOT NULL AND due.version IS NULL
 ),
 fired AS (SELECT * FROM once UNION ALL SELECT * FROM again UNION ALL SELECT * FROM calendar),
+buffered AS (
+    SELECT count(*) AS held FROM (
+        SELECT 1 FROM tickd_expirations
+        WHERE acked_at IS NULL AND (attempts < $13 OR claim_until >= clock_timestamp())
+        LIMIT $12) unsettled
+),
+placed AS (
+    SELECT fired.*, row_number() OVER (ORDER BY deadline, id) AS place FROM fired
+),
 recorded AS (
     INSERT INTO tickd_expirations
         (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos,
-         fired_count, late, cron, time_zone)
+         fired_count, late, cron, time_zone, attempts)
     SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count,
-           late, cron, time_zone
-    FROM fired
+           late, cron, time_zone,
+           CASE WHEN place + (SELECT held FROM buffered) <= $12 THEN 0 ELSE $14 END
+    FROM placed
+    RETURNING attempts
 )
 SELECT namespace, id, partition, next_deadline, version,
-       pg_notify('tickd_fired', namespace)::TEXT, NULL AS cron, NULL AS time_zone
+       pg_notify('tickd_fired', namespace)::TEXT, NULL AS cron, NULL AS time_zone,
+       (SELECT count(*) FROM recorded WHERE attempts <> 0) AS overflowed
 FROM fired
 UNION ALL
-SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone FROM unscheduled";
+SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL
+FROM unscheduled";
+
+/// The column of [`FIRE`]'s rows that counts the expirations of the statement that went
+/// to the dead list for want of room under `--max-buffered-total`.
+const OVERFLOWED: usize = 8;
 
 /// The column of [`FIRE`]'s rows that holds a cron timer's schedule when it is returned
 /// unfired, for its next firing to be computed (then `time_zone` follows).
@@ -127,15 +154,29 @@ pub struct Firing {
     connections: Connections,
     shared: Shared,
     metrics: Arc<Metrics>,
+    /// `--max-buffered-total`.
+    buffered_total: i64,
+    /// `--max-attempts`: expirations with that many are dead, not buffered.
+    max_attempts: i32,
 }
 
 impl Firing {
     pub fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
+        let delivery = DeliveryConfig::default();
         Self {
             connections,
             shared,
             metrics,
+            buffered_total: delivery.buffered_total as i64,
+            max_attempts: delivery.max_attempts as i32,
         }
+    }
+
+    /// Applies the delivery settings' bounds (the defaults otherwise).
+    pub(crate) fn with_delivery(mut self, delivery: &DeliveryConfig) -> Self {
+        self.buffered_total = i64::try_from(delivery.buffered_total).unwrap_or(i64::MAX);
+        self.max_attempts = i32::try_from(delivery.max_attempts).unwrap_or(i32::MAX);
+        self
     }
 
     /// Runs until the worker stops and its last batch is fired.
@@ -176,11 +217,14 @@ impl Firing {
             .await?
             .into_iter()
             .partition(|row| row.get::<_, Option<&str>>(UNSCHEDULED).is_none());
+        let mut overflowed = overflowed_in(&rows);
         if !unscheduled.is_empty() {
             let (calendar_batch, next) = next_firings(batch, &unscheduled, now);
-            rows.extend(self.run_fire(&calendar_batch, Some(&next), now).await?);
+            let calendar_rows = self.run_fire(&calendar_batch, Some(&next), now).await?;
+            overflowed += overflowed_in(&calendar_rows);
+            rows.extend(calendar_rows);
         }
-        self.count_fired(batch, &rows, now);
+        self.count_fired(batch, &rows, overflowed, now);
         debug!(
             timers = rows.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -228,14 +272,25 @@ impl Firing {
                     &timer_partitions,
                     &versions,
                     &next_deadlines,
+                    &self.buffered_total,
+                    &self.max_attempts,
+                    &OVERFLOWED_ATTEMPTS,
                 ],
             )
             .await
             .map_err(ClusterError::query("firing timers"))
     }
 
-    fn count_fired(&self, batch: &[DueTimer], rows: &[Row], now: u64) {
+    fn count_fired(&self, batch: &[DueTimer], rows: &[Row], overflowed: i64, now: u64) {
         self.metrics.timers_fired.inc_by(rows.len() as u64);
+        if overflowed > 0 {
+            self.metrics.expirations_dead.inc_by(overflowed as u64);
+            warn!(
+                overflowed,
+                max_buffered_total = self.buffered_total,
+                "delivery buffer full: expirations moved to the dead list"
+            );
+        }
         for timer in batch {
             let lateness = now.saturating_sub(timer.deadline_unix);
             self.metrics.firing_lateness.observe(lateness as f64 / 1e9);
@@ -318,6 +373,14 @@ impl Firing {
         }
         Ok(())
     }
+}
+
+/// How many expirations one [`FIRE`] statement's fired `rows` recorded dead for want of
+/// room (every fired row carries the statement's count).
+fn overflowed_in(rows: &[Row]) -> i64 {
+    rows.first()
+        .and_then(|row| row.get::<_, Option<i64>>(OVERFLOWED))
+        .unwrap_or(0)
 }
 
 /// The cron timers returned unfired by the first pass, as the second pass's batch with

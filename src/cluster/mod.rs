@@ -14,6 +14,9 @@
 //!   to: claimed from the database for one subscriber until its ack deadline, deleted when
 //!   acknowledged, claimed again (next attempt) when the deadline passes.
 //!
+//! A registration that would add a namespace beyond `--max-namespaces` is refused by
+//! [`namespaces`].
+//!
 //! [`ownership`] renews this replica's partition leases, takes over expired ones, and
 //! balances partitions across the live replicas. Every connection to the database is opened
 //! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
@@ -23,6 +26,7 @@ pub mod delivery;
 mod error;
 pub mod firing;
 pub(crate) mod loader;
+mod namespaces;
 mod notifications;
 pub(crate) mod ownership;
 mod replica;

@@ -9,11 +9,13 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument, Span};
 
 use super::delivery::ClusterDeliveries;
+use super::namespaces::NamespaceCap;
 use super::notifications::Wakeups;
 use super::schedule::Schedule;
 use super::shared::{Owned, Shared};
 use super::timers::ClusterTimers;
 use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, Database};
+use crate::budget::MemoryBudget;
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 use crate::worker::clock::SystemClock;
@@ -32,6 +34,12 @@ pub struct ClusterConfig {
     pub(crate) tick: Duration,
     pub(crate) worker_queue: usize,
     pub(crate) delivery: DeliveryConfig,
+    /// `--max-namespaces` (0: no limit).
+    pub(crate) max_namespaces: usize,
+    /// What the replica holds in memory is charged to it: its wheel's timers, the
+    /// registrations under way and the deliveries waiting in streams (see `schedule`,
+    /// `timers::register` and `delivery::charged`).
+    pub(crate) memory: Arc<MemoryBudget>,
 }
 
 /// Host name and process id: unique among live replicas, and readable in the lease table.
@@ -73,7 +81,8 @@ impl Replica {
         }
         let clock = SystemClock::new();
         let (fired_sender, fired) = mpsc::unbounded_channel();
-        let schedule = Schedule::new(config.tick.as_nanos().max(1) as u64);
+        let schedule =
+            Schedule::new(config.tick.as_nanos().max(1) as u64).with_memory(config.memory.clone());
         let worker_config = crate::worker::WorkerConfig {
             queue_capacity: config.worker_queue,
             busy_seconds: Some(metrics.worker_busy_seconds.clone()),
@@ -115,7 +124,8 @@ impl Replica {
             Connections::open(database, 1).await?,
             shared.clone(),
             metrics.clone(),
-        );
+        )
+        .with_delivery(&config.delivery);
         tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));
         let deliveries = ClusterDeliveries::new(
             delivery_connections,
@@ -125,8 +135,11 @@ impl Replica {
             wakeups,
             subscriptions_ending,
         )
-        .in_span(span.clone());
+        .in_span(span.clone())
+        .with_memory(config.memory.clone());
         tasks.push(spawn_in(&span, deliveries.clone().trim_dead(stopping)));
+        let namespaces =
+            NamespaceCap::new(config.max_namespaces, Connections::open(database, 1).await?);
         info!(
             parent: &span,
             partitions,
@@ -135,7 +148,7 @@ impl Replica {
             "replica joined the cluster"
         );
         Ok(Self {
-            timers: ClusterTimers::new(connections, shared, metrics),
+            timers: ClusterTimers::new(connections, shared, metrics, namespaces, config.memory),
             deliveries,
             worker,
             ownership,

@@ -11,11 +11,17 @@
 //! at which its partition was held when it was loaded, and forgetting a partition names
 //! the epoch it was held at: a late `Forget` cannot wipe timers loaded after the partition
 //! was claimed again, and a late `Load` from a lost tenure is ignored.
+//!
+//! What it holds is charged to the replica's memory budget ([`held_bytes`] a timer) as it
+//! is loaded, and released as it fires or is forgotten. A load is never refused: the
+//! timer is due, and the database would offer it again at once. A replica whose budget is
+//! reached refuses registrations instead (see `timers::register`).
 
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::budget::MemoryBudget;
 use crate::wheel::{Handle, Wheel};
 use crate::worker::clock::Now;
 use crate::worker::TimerState;
@@ -50,6 +56,16 @@ pub struct Schedule {
     handles: FxHashMap<u64, Handle>,
     /// Per partition, the latest epoch whose tenure ended.
     forgotten: FxHashMap<u32, i64>,
+    memory: Arc<MemoryBudget>,
+}
+
+/// What one loaded timer costs beyond its [`DueTimer`]: its wheel slot and its entry in
+/// the id index (with their tables' slack), and the header of its namespace's `Arc<str>`.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// The bytes a loaded timer holds, as charged to the memory budget.
+pub(crate) fn held_bytes(timer: &DueTimer) -> u64 {
+    (std::mem::size_of::<DueTimer>() + ENTRY_OVERHEAD + timer.namespace.len()) as u64
 }
 
 impl Schedule {
@@ -60,7 +76,14 @@ impl Schedule {
             wheel: Wheel::new(tick, usize::MAX),
             handles: FxHashMap::default(),
             forgotten: FxHashMap::default(),
+            memory: MemoryBudget::unlimited(),
         }
+    }
+
+    /// Charges what it holds to `memory` (by default a budget of its own, unlimited).
+    pub(crate) fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
+        self.memory = memory;
+        self
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -94,6 +117,7 @@ impl Schedule {
             }
         }
         let id = timer.id;
+        self.memory.charge(held_bytes(&timer));
         let handle = self
             .wheel
             .insert(deadline, timer)
@@ -119,8 +143,21 @@ impl Schedule {
         for handle in forgotten {
             if let Some(timer) = self.wheel.cancel(handle) {
                 self.handles.remove(&timer.id);
+                self.memory.release(held_bytes(&timer));
             }
         }
+    }
+}
+
+/// What is still loaded goes back to the budget (the replica is stopping).
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        let held: u64 = self
+            .wheel
+            .iter()
+            .map(|(_, _, timer)| held_bytes(timer))
+            .sum();
+        self.memory.release(held);
     }
 }
 
@@ -144,6 +181,7 @@ impl TimerState for Schedule {
         self.wheel.advance(now.monotonic, &mut expired);
         for entry in expired {
             self.handles.remove(&entry.value.id);
+            self.memory.release(held_bytes(&entry.value));
             fired.push(entry.value);
         }
     }

@@ -93,6 +93,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE tickd_expirations ADD COLUMN cron TEXT;
     ALTER TABLE tickd_expirations ADD COLUMN time_zone TEXT;
     ",
+    // 5: the live namespaces, for `--max-namespaces` (see `cluster::namespaces`): a row
+    // per namespace admitted, refreshed by registrations into it, deleted by the trim
+    // once the namespace holds nothing. Those live already are admitted here.
+    r"
+    CREATE TABLE tickd_namespaces (
+        namespace TEXT PRIMARY KEY,
+        seen_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    );
+    INSERT INTO tickd_namespaces (namespace)
+    SELECT namespace FROM tickd_timers
+    UNION SELECT namespace FROM tickd_expirations WHERE acked_at IS NULL;
+    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The

@@ -285,10 +285,24 @@ impl Config {
         Self::parse_from(["tickd"])
     }
 
-    /// The replicated mode's settings, for the store database at `url`.
-    pub(crate) fn cluster(&self, url: &str) -> Result<ClusterConfig, ClusterError> {
+    /// The replicated mode's settings, for the store database at `url`, with the memory
+    /// budget (see [`Self::memory_budget`]) that the replica charges what it holds to.
+    pub(crate) fn cluster(
+        &self,
+        url: &str,
+        memory: &std::sync::Arc<MemoryBudget>,
+    ) -> Result<ClusterConfig, ClusterError> {
         if self.max_pending_per_namespace > 0 {
             return Err(ClusterError::Unsupported("--max-pending-per-namespace"));
+        }
+        // A delivery id carries its attempt in 16 bits, and the highest value marks an
+        // expiration that went to the dead list as it fired (see `cluster::delivery`).
+        if self.max_attempts >= u32::from(u16::MAX) {
+            return Err(ClusterError::InvalidConfig(format!(
+                "--max-attempts ({}) must be below {} with --store postgres",
+                self.max_attempts,
+                u16::MAX
+            )));
         }
         if self.lease_ttl < Duration::from_secs(1) || self.load_horizon < Duration::from_secs(1) {
             return Err(ClusterError::InvalidConfig(format!(
@@ -310,6 +324,8 @@ impl Config {
             tick: self.tick,
             worker_queue: self.worker_queue,
             delivery: self.delivery(),
+            max_namespaces: self.max_namespaces,
+            memory: memory.clone(),
         })
     }
 

@@ -76,6 +76,11 @@ pub struct AckOutcome {
     pub unknown: Vec<u64>,
 }
 
+/// Dead expirations one Redrive call sends back at most, on either backend, oldest first;
+/// it is also the most delivery ids one call may name. Redriving takes them off the dead
+/// list, so "all of them" beyond it is done by calling again until `redriven` is less.
+pub const MAX_REDRIVE: usize = 1_000;
+
 /// The answer to a Redrive: how many went back to delivery, and the ids given that were
 /// not dead expirations of the namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -23,7 +23,7 @@ pub use answer::Answer;
 pub use error::TimerError;
 pub use expiration::{
     AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, RedriveOutcome,
-    SubscribeOptions,
+    SubscribeOptions, MAX_REDRIVE,
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
 pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};

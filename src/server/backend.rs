@@ -76,8 +76,9 @@ impl Backend {
         config: &Config,
         url: &str,
         metrics: &Arc<Metrics>,
+        memory: &Arc<MemoryBudget>,
     ) -> Result<Self, ServerError> {
-        let cluster_config = config.cluster(url)?;
+        let cluster_config = config.cluster(url, memory)?;
         let replica = Replica::start(cluster_config, metrics.clone()).await?;
         Ok(Backend::Replicated(Box::new(replica)))
     }

@@ -120,7 +120,7 @@ pub async fn run(
     let memory = config.memory_budget(&metrics);
     // The one place that chooses the backend.
     let backend = match &config.store {
-        Some(url) => Backend::replicated(config, url, &metrics).await?,
+        Some(url) => Backend::replicated(config, url, &metrics, &memory).await?,
         None => Backend::local(config, &metrics, &memory)?,
     };
     // Said once the timers are recovered (or the replica has joined): a refused start

@@ -98,6 +98,11 @@ impl ReplicaSet {
             .unwrap_or_else(|| panic!("no running replica {id}"))
     }
 
+    /// The `/metrics` address of replica `id`.
+    pub(crate) fn metrics_addr(&self, id: &str) -> std::net::SocketAddr {
+        self.daemon(id).metrics_addr()
+    }
+
     /// A client of replica `id`.
     pub(crate) fn client(&self, id: &str) -> TimersClient<Channel> {
         client_at(self.daemon(id), None)

@@ -297,6 +297,47 @@ async fn redrive_reports_what_went_back_and_what_was_not_dead() {
     server.stop().await;
 }
 
+/// One Redrive call sends back at most 1,000; `tickctl redrive` with no ids calls until
+/// none is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_of_all_takes_as_many_calls_as_it_needs() {
+    use crate::common::*;
+    const DEAD: usize = 1_234;
+    let server = TestServer::start_with(config(|config| config.max_attempts = 1)).await;
+    let endpoint = endpoint(&server);
+    let mut client = server.client().await;
+    register_all(&mut client, specs("jobs", DEAD, 10)).await;
+    {
+        // One delivery each, never acknowledged; the subscriber leaves, so all are dead.
+        let mut stream = subscribe(&mut client, "jobs", 600_000, DEAD as u32).await;
+        for _ in 0..DEAD {
+            within(next_expiration(&mut stream)).await;
+        }
+    }
+    crate::common::wait::eventually(
+        "every expiration is dead",
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(20),
+        || {
+            let mut client = client.clone();
+            async move {
+                match pending_with_dead(&mut client, "jobs").await.dead_count as usize {
+                    DEAD => Ok(()),
+                    count => Err(format!("{count} dead")),
+                }
+            }
+        },
+        || async { String::new() },
+    )
+    .await;
+    assert_eq!(
+        stdout(&endpoint, &["redrive", "-n", "jobs"]).await,
+        format!("redriven {DEAD}\n")
+    );
+    assert_eq!(pending_with_dead(&mut client, "jobs").await.dead_count, 0);
+    server.stop().await;
+}
+
 #[test]
 fn tickd_version_names_the_time_zone_database() {
     let output = Command::new(env!("CARGO_BIN_EXE_tickd"))

@@ -1826,14 +1826,17 @@ func (x *RescheduleResponse) GetTimer() *Timer {
 	return nil
 }
 
+// One call sends back at most 1,000 dead expirations, oldest first (on one node and in
+// replicated mode alike). Redriven ones leave the dead list, so to redrive all of them,
+// call again while `redriven` is 1,000.
 type RedriveRequest struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-	// of the namespace's dead expirations.
+	// Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+	// 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
 	DeliveryIds []string `protobuf:"bytes,2,rep,name=delivery_ids,json=deliveryIds,proto3" json:"delivery_ids,omitempty"`
 }
 
@@ -1888,7 +1891,8 @@ type RedriveResponse struct {
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
-	// How many dead expirations went back to delivery.
+	// How many dead expirations went back to delivery: fewer than 1,000 when no more were
+	// dead, or the delivery buffer had no more room.
 	Redriven uint32 `protobuf:"varint,1,opt,name=redriven,proto3" json:"redriven,omitempty"`
 	// Ids given that were not dead expirations of the namespace.
 	NotDead []string `protobuf:"bytes,2,rep,name=not_dead,json=notDead,proto3" json:"not_dead,omitempty"`

@@ -9,7 +9,10 @@
 //! deadline passed is claimed again by any subscriber, with the next attempt number: that
 //! is redelivery, and it also covers a replica that died holding claims. A subscriber that
 //! leaves hands its claims back at once. After `max_attempts` the row stays as dead and is
-//! listed by Pending.
+//! listed by Pending. The totals across namespaces are kept as on one node: expirations
+//! fired beyond `--max-buffered-total` are recorded dead at once (by `firing`), dead ones
+//! beyond `--max-dead-total` are trimmed oldest first, and Redrive sends back at most
+//! [`MAX_REDRIVE`] a call.
 //!
 //! Observers take no part: each follows the namespace's rows in `seq` order and streams a
 //! copy of each. While a namespace has an observer (registered in `tickd_observers`), an
@@ -22,6 +25,7 @@
 //! made on this replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a
 //! redelivery is.
 
+mod charged;
 mod observer;
 mod subscriber;
 mod trim;
@@ -36,13 +40,14 @@ use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
 
+use crate::budget::MemoryBudget;
 use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
 use crate::cluster::timers::stored_calendar;
 use crate::cluster::{ClusterError, Connections, Shared};
 use crate::delivery::DeliveryConfig;
 use crate::domain::{
     AckOutcome, Answer, Dead, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
-    RedriveOutcome, SubscribeOptions, TimerError, TimerId,
+    RedriveOutcome, SubscribeOptions, TimerError, TimerId, MAX_REDRIVE,
 };
 use crate::metrics::Metrics;
 
@@ -60,17 +65,34 @@ const EXPIRATION_COLUMNS: &str =
 const DEAD: &str = "attempts >= $1 AND acked_at IS NULL \
      AND (claim_until IS NULL OR claim_until < clock_timestamp())";
 
+/// The attempts of an expiration recorded dead as it fired, for want of room under
+/// `--max-buffered-total` (see `firing`): more than any `--max-attempts` a delivery id
+/// can carry, so it is dead whatever that is, and never claimed.
+pub(crate) const OVERFLOWED_ATTEMPTS: i32 = u16::MAX as i32;
+
+/// Expirations fired and neither acknowledged nor dead (`$1`: `--max-attempts`): waiting
+/// for a subscriber or in flight to one, what `--max-buffered-total` bounds.
+const BUFFERED: &str = "acked_at IS NULL AND (attempts < $1 OR claim_until >= clock_timestamp())";
+
 /// Sends the dead expirations of namespace `$2` back to delivery, those named by `$3`
 /// (seqs) with `$4` (the attempt their delivery id names), or all of them when `$3` is
-/// NULL: their attempts start again from none, and every replica's subscribers of the
-/// namespace are woken to claim them. Returns the delivery ids' parts of those redriven.
+/// NULL, oldest first, at most `$5` ([`MAX_REDRIVE`]) and no more than
+/// `--max-buffered-total` (`$6`) has room for, as on one node: their attempts start again
+/// from none, and every replica's subscribers of the namespace are woken to claim them.
+/// Returns the delivery ids' parts of those redriven.
 fn redrive_statement() -> String {
     format!(
-        "WITH chosen AS (
+        "WITH buffered AS (
+            SELECT count(*) AS held FROM (
+                SELECT 1 FROM tickd_expirations WHERE {BUFFERED} LIMIT $6) unsettled
+        ),
+        chosen AS (
             SELECT e.seq, e.attempts FROM tickd_expirations e
             WHERE e.namespace = $2 AND {DEAD}
               AND ($3::INT8[] IS NULL
                    OR (e.seq, e.attempts) IN (SELECT * FROM unnest($3::INT8[], $4::INT4[])))
+            ORDER BY e.seq
+            LIMIT LEAST($5, $6 - (SELECT held FROM buffered))
             FOR UPDATE
         ),
         redriven AS (
@@ -128,6 +150,8 @@ pub struct ClusterDeliveries {
     /// Tells this process's subscribers from those of an earlier one with the same
     /// replica id, whose claims are not theirs.
     incarnation: u64,
+    /// The replica's memory budget, charged for deliveries waiting in streams.
+    memory: Arc<MemoryBudget>,
 }
 
 impl ClusterDeliveries {
@@ -151,7 +175,15 @@ impl ClusterDeliveries {
             incarnation: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |since| since.as_nanos() as u64),
+            memory: MemoryBudget::unlimited(),
         }
+    }
+
+    /// Charges deliveries waiting in streams to `memory` (by default a budget of their
+    /// own, unlimited).
+    pub(crate) fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// Runs the subscriber and observer tasks in `span` (the replica's).
@@ -241,19 +273,29 @@ impl ClusterDeliveries {
             count: rows.len() as u64,
             dead: rows
                 .iter()
-                .map(|row| Dead {
-                    id: delivery_id(row.get(0), row.get(1)),
-                    expiration: Arc::new(expiration_of(row)),
-                    attempts: row.get::<_, i32>(1) as u32,
-                    reason: "max delivery attempts reached without an ack",
+                .map(|row| {
+                    let attempts = row.get::<_, i32>(1);
+                    let overflowed = attempts == OVERFLOWED_ATTEMPTS;
+                    Dead {
+                        id: delivery_id(row.get(0), attempts),
+                        expiration: Arc::new(expiration_of(row)),
+                        // As on one node: never delivered.
+                        attempts: if overflowed { 0 } else { attempts as u32 },
+                        reason: if overflowed {
+                            "delivery buffer full"
+                        } else {
+                            "max delivery attempts reached without an ack"
+                        },
+                    }
                 })
                 .collect(),
         })
     }
 
     /// Sends the namespace's dead expirations named by `ids` (delivery ids as Pending
-    /// lists them; None: all of them) back to delivery, their attempts counted afresh.
-    /// Unlike one node's, it is not bounded by a buffer: the rows are already stored.
+    /// lists them; None: all of them) back to delivery, their attempts counted afresh:
+    /// the oldest [`MAX_REDRIVE`] at most, within the room `--max-buffered-total` leaves.
+    /// "All of them" beyond that takes several calls, each until `redriven` is less.
     pub async fn redrive(
         &self,
         namespace: String,
@@ -273,7 +315,14 @@ impl ClusterDeliveries {
             .await?
             .query(
                 &redrive_statement(),
-                &[&max_attempts, &namespace, &seqs, &attempts],
+                &[
+                    &max_attempts,
+                    &namespace,
+                    &seqs,
+                    &attempts,
+                    &(MAX_REDRIVE as i64),
+                    &i64::try_from(self.config.buffered_total).unwrap_or(i64::MAX),
+                ],
             )
             .await
             .map_err(ClusterError::query("redriving dead expirations"))?;

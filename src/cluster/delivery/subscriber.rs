@@ -1,15 +1,16 @@
 //! A subscriber's task: claims its namespace's expirations for one stream while the stream
-//! has room, marks them acknowledged at once with auto-ack, and hands its claims back when
-//! the stream ends.
+//! has room (and the replica's memory budget is not reached, see [`super::charged`]),
+//! marks them acknowledged at once with auto-ack, and hands its claims back when the
+//! stream ends.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::{debug, warn, Instrument};
 
+use super::charged::{send_charged, ChargedStream};
 use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
 use crate::cluster::notifications::FIRED_CHANNEL;
 use crate::cluster::ClusterError;
@@ -53,7 +54,7 @@ impl ClusterDeliveries {
                 .run(self.stopping.clone())
                 .instrument(self.span.clone()),
         );
-        Box::pin(ReceiverStream::new(receiver))
+        Box::pin(ChargedStream::new(receiver, self.memory.clone()))
     }
 }
 
@@ -94,9 +95,10 @@ impl Subscriber {
 
     async fn claim_while_room(&self) -> Result<(), ClusterError> {
         loop {
-            // The unacknowledged limit is applied by the claim itself.
+            // The unacknowledged limit is applied by the claim itself. At its memory
+            // budget the replica claims nothing: the expirations wait in the database.
             let room = self.sender.capacity();
-            if room == 0 {
+            if room == 0 || self.deliveries.memory.is_reached() {
                 return Ok(());
             }
             let started = std::time::Instant::now();
@@ -108,7 +110,7 @@ impl Subscriber {
             for delivered in claimed {
                 let delivery_id = delivered.delivery_id;
                 // Room was checked; a full or closed stream leaves the claim to expire.
-                if self.sender.try_send(delivered).is_err() {
+                if !send_charged(&self.sender, &self.deliveries.memory, delivered) {
                     stream_open = false;
                     break;
                 }

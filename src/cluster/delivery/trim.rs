@@ -1,6 +1,9 @@
 //! What keeps `tickd_expirations` bounded: every replica deletes, on a period, the
-//! acknowledged rows past their retention, lapsed observers, and each namespace's dead
-//! rows beyond `--max-dead`. The deletes are idempotent, so replicas need not agree who.
+//! acknowledged rows past their retention, lapsed observers, each namespace's dead rows
+//! beyond `--max-dead` and the oldest dead rows across namespaces beyond
+//! `--max-dead-total` (counted in `tickd_expirations_dead_dropped_total`, as on one node),
+//! and forgets the namespaces that hold nothing (see `cluster::namespaces`). The deletes
+//! are idempotent, so replicas need not agree who.
 
 use std::time::Duration;
 
@@ -29,11 +32,20 @@ impl ClusterDeliveries {
             }
             match self.trim_dead_once().await {
                 Ok(0) => {}
-                Ok(dropped) => warn!(dropped, "dead expirations over --max-dead dropped"),
+                Ok(dropped) => warn!(
+                    dropped,
+                    "dead expirations over --max-dead or --max-dead-total dropped"
+                ),
                 Err(error) => warn!(%error, "trimming dead expirations failed"),
             }
             if let Err(error) = self.forget_acknowledged_once().await {
                 warn!(%error, "deleting acknowledged expirations failed");
+            }
+            match crate::cluster::namespaces::forget_empty(&self.connections).await {
+                Ok(live) => {
+                    self.metrics.namespaces.set(live as i64);
+                }
+                Err(error) => warn!(%error, "forgetting empty namespaces failed"),
             }
         }
     }
@@ -61,12 +73,12 @@ impl ClusterDeliveries {
             .map_err(ClusterError::query("deleting acknowledged expirations"))
     }
 
-    /// Deletes each namespace's dead expirations beyond the newest `dead_capacity`;
-    /// returns how many.
+    /// Deletes each namespace's dead expirations beyond the newest `dead_capacity`, then
+    /// the oldest across namespaces beyond `dead_total`; returns how many (and counts
+    /// them as dropped).
     pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
-        self.connections
-            .client()
-            .await?
+        let client = self.connections.client().await?;
+        let per_namespace = client
             .execute(
                 &format!(
                     "DELETE FROM tickd_expirations WHERE seq IN (
@@ -83,6 +95,26 @@ impl ClusterDeliveries {
                 ],
             )
             .await
-            .map_err(ClusterError::query("trimming dead expirations"))
+            .map_err(ClusterError::query("trimming dead expirations"))?;
+        let across = client
+            .execute(
+                &format!(
+                    "DELETE FROM tickd_expirations WHERE seq IN (
+                        SELECT seq FROM tickd_expirations WHERE {DEAD}
+                        ORDER BY seq DESC OFFSET $2)
+                     AND {DEAD}"
+                ),
+                &[
+                    &(self.config.max_attempts as i32),
+                    &i64::try_from(self.config.dead_total).unwrap_or(i64::MAX),
+                ],
+            )
+            .await
+            .map_err(ClusterError::query(
+                "trimming dead expirations across namespaces",
+            ))?;
+        let dropped = per_namespace + across;
+        self.metrics.expirations_dead_dropped.inc_by(dropped);
+        Ok(dropped)
     }
 }

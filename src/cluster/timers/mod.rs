@@ -21,8 +21,10 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use super::namespaces::NamespaceCap;
 use super::notifications::{due_payload_sql, DUE_CHANNEL};
 use super::{ClusterError, Connections, Shared};
+use crate::budget::MemoryBudget;
 use crate::domain::{
     Answer, Calendar, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView, Timers, ALL_NAMESPACES,
@@ -47,6 +49,12 @@ pub(crate) struct ClusterTimers {
     metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
     ids: Arc<Mutex<IdBlock>>,
+    /// `--max-namespaces`, applied to registrations.
+    namespaces: NamespaceCap,
+    /// The replica's memory budget: a registration's bytes are reserved from it while
+    /// the call is under way, so one is refused once the budget is reached (by the
+    /// replica's wheel, or other calls).
+    memory: Arc<MemoryBudget>,
 }
 
 #[derive(Default)]
@@ -56,13 +64,21 @@ struct IdBlock {
 }
 
 impl ClusterTimers {
-    pub(crate) fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(
+        connections: Connections,
+        shared: Shared,
+        metrics: Arc<Metrics>,
+        namespaces: NamespaceCap,
+        memory: Arc<MemoryBudget>,
+    ) -> Self {
         Self {
             connections,
             shared,
             metrics,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             ids: Arc::default(),
+            namespaces,
+            memory,
         }
     }
 

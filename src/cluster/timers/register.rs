@@ -13,6 +13,7 @@ use super::{
     announce_if_due, deadline_of, nanos, new_view, view_of, ClusterTimers, IdBlock, ID_BLOCK,
     VIEW_COLUMNS,
 };
+use crate::budget::Refusal;
 use crate::cluster::ClusterError;
 use crate::domain::{NewTimer, Registered, TimerError};
 
@@ -97,18 +98,69 @@ impl ClusterTimers {
         &self,
         timers: Vec<NewTimer>,
     ) -> Vec<Result<Registered, TimerError>> {
+        // Held until the answer: the statement's copy of the request (the request itself
+        // is held by the API while it is served).
+        let _in_flight = match self.memory.try_reserve(in_flight_bytes(&timers)) {
+            Ok(reservation) => reservation,
+            Err(exhausted) => {
+                let refusal = TimerError::from(exhausted);
+                return timers
+                    .iter()
+                    .map(|_| {
+                        self.metrics.budgets.refused(Refusal::Memory);
+                        Err(refusal.clone())
+                    })
+                    .collect();
+            }
+        };
         let now = self.shared.unix_now();
-        let deadlines: Vec<Result<u64, TimerError>> = timers
+        let mut deadlines: Vec<Result<u64, TimerError>> = timers
             .iter()
             .map(|timer| first_deadline(timer, now))
             .collect();
-        match self.register_in_order(&timers, &deadlines, now).await {
+        let registered = match self.admit_namespaces(&timers, &mut deadlines).await {
+            Ok(()) => self.register_in_order(&timers, &deadlines, now).await,
+            Err(error) => Err(error),
+        };
+        match registered {
             Ok(registered) => registered,
             Err(error) => {
                 let error = TimerError::from(error);
                 timers.iter().map(|_| Err(error.clone())).collect()
             }
         }
+    }
+
+    /// Refuses (in `deadlines`) the timers whose namespace would be one more than
+    /// `--max-namespaces` allows, as the single node does; nothing of them is written.
+    async fn admit_namespaces(
+        &self,
+        timers: &[NewTimer],
+        deadlines: &mut [Result<u64, TimerError>],
+    ) -> Result<(), ClusterError> {
+        let namespaces: Vec<&str> = timers
+            .iter()
+            .zip(deadlines.iter())
+            .filter(|(_, deadline)| deadline.is_ok())
+            .map(|(timer, _)| timer.namespace.as_str())
+            .collect();
+        if namespaces.is_empty() {
+            return Ok(());
+        }
+        let refused = self
+            .namespaces
+            .admit(&self.connections, &namespaces)
+            .await?;
+        if refused.is_empty() {
+            return Ok(());
+        }
+        for (timer, deadline) in timers.iter().zip(deadlines.iter_mut()) {
+            if let (Some(refusal), Ok(_)) = (refused.get(&timer.namespace), &deadline) {
+                self.metrics.budgets.refused(Refusal::Namespaces);
+                *deadline = Err(refusal.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Answers each timer in its order: refused ones (no first firing) at once, runs of
@@ -285,6 +337,20 @@ impl ClusterTimers {
         }
         Ok(ids)
     }
+}
+
+/// What a batch of registrations holds while it is under way: each timer as the request
+/// decoded it and again as the statement's parameters encode it, with a little for its
+/// fixed fields.
+fn in_flight_bytes(timers: &[NewTimer]) -> u64 {
+    const FIXED: usize = 128;
+    timers
+        .iter()
+        .map(|timer| {
+            let key = timer.key.as_ref().map_or(0, String::len);
+            (timer.payload.len() + key + timer.namespace.len() + FIXED) as u64
+        })
+        .sum()
 }
 
 /// A new timer's first deadline: when it is due, or for a cron timer the first cron time

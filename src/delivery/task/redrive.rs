@@ -4,7 +4,8 @@
 //! Nothing is logged: a dead expiration was never settled in the log, so after a restart
 //! it is delivered again anyway. Redriven ones wait in the namespace's buffer like newly
 //! fired ones and count against its bounds; what finds no room stays dead and can be
-//! redriven later.
+//! redriven later. One call sends back at most [`MAX_REDRIVE`], as the replicated
+//! backend does, so that both answer "all of them" the same way: in several calls.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use rustc_hash::FxHashSet;
 
 use super::Delivery;
 use crate::delivery::queue::Waiting;
-use crate::domain::RedriveOutcome;
+use crate::domain::{RedriveOutcome, MAX_REDRIVE};
 
 impl Delivery {
     /// Moves the namespace's dead expirations named by `ids` (None: all of them), oldest
@@ -43,12 +44,13 @@ impl Delivery {
                 (chosen, not_dead)
             }
         };
-        // Oldest first, within the room the buffer has; the rest stay dead.
+        // Oldest first, at most MAX_REDRIVE, within the room the buffer has; the rest
+        // stay dead, for the next call.
         chosen.sort_unstable_by_key(|buried| buried.seq);
         let mut redriven = 0;
         let mut left = Vec::new();
         for buried in chosen {
-            if self.buffer_full(&namespace) {
+            if redriven as usize >= MAX_REDRIVE || self.buffer_full(&namespace) {
                 left.push(buried);
                 continue;
             }

@@ -823,6 +823,11 @@ Global___RescheduleResponse: _TypeAlias = RescheduleResponse  # noqa: Y015
 
 @_typing.final
 class RedriveRequest(_message.Message):
+    """One call sends back at most 1,000 dead expirations, oldest first (on one node and in
+    replicated mode alike). Redriven ones leave the dead list, so to redrive all of them,
+    call again while `redriven` is 1,000.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -830,8 +835,8 @@ class RedriveRequest(_message.Message):
     namespace: _builtins.str
     @_builtins.property
     def delivery_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-        of the namespace's dead expirations.
+        """Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+        1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
         """
 
     def __init__(
@@ -855,7 +860,9 @@ class RedriveResponse(_message.Message):
     REDRIVEN_FIELD_NUMBER: _builtins.int
     NOT_DEAD_FIELD_NUMBER: _builtins.int
     redriven: _builtins.int
-    """How many dead expirations went back to delivery."""
+    """How many dead expirations went back to delivery: fewer than 1,000 when no more were
+    dead, or the delivery buffer had no more room.
+    """
     @_builtins.property
     def not_dead(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Ids given that were not dead expirations of the namespace."""

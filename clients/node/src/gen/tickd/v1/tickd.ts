@@ -325,17 +325,25 @@ export interface RescheduleResponse {
   timer: Timer | undefined;
 }
 
+/**
+ * One call sends back at most 1,000 dead expirations, oldest first (on one node and in
+ * replicated mode alike). Redriven ones leave the dead list, so to redrive all of them,
+ * call again while `redriven` is 1,000.
+ */
 export interface RedriveRequest {
   namespace: string;
   /**
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    */
   deliveryIds: string[];
 }
 
 export interface RedriveResponse {
-  /** How many dead expirations went back to delivery. */
+  /**
+   * How many dead expirations went back to delivery: fewer than 1,000 when no more were
+   * dead, or the delivery buffer had no more room.
+   */
   redriven: number;
   /** Ids given that were not dead expirations of the namespace. */
   notDead: string[];

@@ -4,6 +4,12 @@
 package io.tickd.v1;
 
 /**
+ * <pre>
+ * One call sends back at most 1,000 dead expirations, oldest first (on one node and in
+ * replicated mode alike). Redriven ones leave the dead list, so to redrive all of them,
+ * call again while `redriven` is 1,000.
+ * </pre>
+ *
  * Protobuf type {@code tickd.v1.RedriveRequest}
  */
 public final class RedriveRequest extends
@@ -89,8 +95,8 @@ private static final long serialVersionUID = 0L;
   private com.google.protobuf.LazyStringList deliveryIds_;
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -102,8 +108,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -114,8 +120,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -127,8 +133,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -312,6 +318,12 @@ private static final long serialVersionUID = 0L;
     return builder;
   }
   /**
+   * <pre>
+   * One call sends back at most 1,000 dead expirations, oldest first (on one node and in
+   * replicated mode alike). Redriven ones leave the dead list, so to redrive all of them,
+   * call again while `redriven` is 1,000.
+   * </pre>
+   *
    * Protobuf type {@code tickd.v1.RedriveRequest}
    */
   public static final class Builder extends
@@ -589,8 +601,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -602,8 +614,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -614,8 +626,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -627,8 +639,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -641,8 +653,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -660,8 +672,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -678,8 +690,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -696,8 +708,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>
@@ -711,8 +723,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-     * of the namespace's dead expirations.
+     * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+     * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
      * </pre>
      *
      * <code>repeated string delivery_ids = 2;</code>

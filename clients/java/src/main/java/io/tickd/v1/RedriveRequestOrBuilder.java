@@ -21,8 +21,8 @@ public interface RedriveRequestOrBuilder extends
 
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -32,8 +32,8 @@ public interface RedriveRequestOrBuilder extends
       getDeliveryIdsList();
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -42,8 +42,8 @@ public interface RedriveRequestOrBuilder extends
   int getDeliveryIdsCount();
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>
@@ -53,8 +53,8 @@ public interface RedriveRequestOrBuilder extends
   java.lang.String getDeliveryIds(int index);
   /**
    * <pre>
-   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them; none: all
-   * of the namespace's dead expirations.
+   * Delivery ids of dead expirations, as Pending's `dead_expirations` list them, at most
+   * 1,000 (more is INVALID_ARGUMENT); none: the namespace's oldest dead expirations.
    * </pre>
    *
    * <code>repeated string delivery_ids = 2;</code>

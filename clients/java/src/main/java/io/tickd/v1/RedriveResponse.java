@@ -48,7 +48,8 @@ private static final long serialVersionUID = 0L;
   private int redriven_ = 0;
   /**
    * <pre>
-   * How many dead expirations went back to delivery.
+   * How many dead expirations went back to delivery: fewer than 1,000 when no more were
+   * dead, or the delivery buffer had no more room.
    * </pre>
    *
    * <code>uint32 redriven = 1;</code>
@@ -481,7 +482,8 @@ private static final long serialVersionUID = 0L;
     private int redriven_ ;
     /**
      * <pre>
-     * How many dead expirations went back to delivery.
+     * How many dead expirations went back to delivery: fewer than 1,000 when no more were
+     * dead, or the delivery buffer had no more room.
      * </pre>
      *
      * <code>uint32 redriven = 1;</code>
@@ -493,7 +495,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How many dead expirations went back to delivery.
+     * How many dead expirations went back to delivery: fewer than 1,000 when no more were
+     * dead, or the delivery buffer had no more room.
      * </pre>
      *
      * <code>uint32 redriven = 1;</code>
@@ -509,7 +512,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * How many dead expirations went back to delivery.
+     * How many dead expirations went back to delivery: fewer than 1,000 when no more were
+     * dead, or the delivery buffer had no more room.
      * </pre>
      *
      * <code>uint32 redriven = 1;</code>

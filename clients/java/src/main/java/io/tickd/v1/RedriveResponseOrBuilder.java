@@ -9,7 +9,8 @@ public interface RedriveResponseOrBuilder extends
 
   /**
    * <pre>
-   * How many dead expirations went back to delivery.
+   * How many dead expirations went back to delivery: fewer than 1,000 when no more were
+   * dead, or the delivery buffer had no more room.
    * </pre>
    *
    * <code>uint32 redriven = 1;</code>
