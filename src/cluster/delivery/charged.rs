@@ -99,6 +99,8 @@ mod tests {
                 fired_count: 1,
                 calendar: None,
                 late: false,
+                memory: Default::default(),
+                over_memory_budget: false,
             }),
             attempt: 1,
         }
