@@ -276,7 +276,7 @@ fn a_rescheduled_timer_fires_at_its_new_time_only() {
         .reschedule("one-shot", Due::AtUnix((start + 20) * SECOND))
         .unwrap();
     assert_eq!(moved.deadline_unix, (start + 20) * SECOND);
-    assert_eq!(moved.payload, "moved");
+    assert_eq!(manual.get("one-shot").unwrap().payload, "moved");
     manual
         .reschedule("cron", Due::AtUnix((start + 5) * SECOND))
         .unwrap();

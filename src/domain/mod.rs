@@ -34,6 +34,8 @@ pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, 
 pub trait Timers: Send + Sync + 'static {
     /// Registers a batch; each item is answered on its own (a refused one changes
     /// nothing). The outer error refuses the whole batch (a full queue, a stopped backend).
+    /// A backend may leave the payload out of the answer's view: the caller sent it, and
+    /// the API's answer leaves it out anyway.
     fn register(&self, timers: Vec<NewTimer>) -> Answer<Vec<Result<Registered, TimerError>>>;
     /// True if a pending timer was cancelled; false if none was pending by that reference.
     fn cancel(&self, timer: TimerRef) -> Answer<bool>;
@@ -43,7 +45,8 @@ pub trait Timers: Send + Sync + 'static {
     fn pending(&self, query: PendingQuery) -> Answer<PendingPage>;
     /// Moves a pending timer's next firing to `due`, and replaces its payload if one is
     /// given. A lease keeps its ttl; a cron timer moves this firing only. NOT_FOUND if the
-    /// timer is no longer pending (it fired, or was cancelled).
+    /// timer is no longer pending (it fired, or was cancelled). As with `register`, the
+    /// answer's view may leave the payload out.
     fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView>;
 }
 
