@@ -9,7 +9,7 @@
 //! per-timer paths take no lock.
 //!
 //! Holds are let go by the delivery task alone. The worker hands its own over, in order,
-//! behind the expirations it fired ([`crate::worker::table::Handoff::Forgotten`]): a
+//! behind the expirations it fired ([`crate::domain::Handoff::Forgotten`]): a
 //! namespace therefore cannot drop out of the set while its last expirations are still on
 //! their way to delivery (letting another namespace take its place and the set grow past
 //! the cap when they arrive), and data keeps flowing one way, worker to delivery.

@@ -4,11 +4,12 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use tickd::domain::Handoff;
 use tickd::domain::{Due, Expiration, NewTimer, Target, TimerRef, TimerView};
 use tickd::metrics::Metrics;
 use tickd::worker::clock::ManualClock;
 use tickd::worker::command::Command;
-use tickd::worker::table::{Handoff, TableConfig, TimerTable};
+use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
 

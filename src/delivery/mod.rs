@@ -32,13 +32,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::{
-    AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
+    AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations, Handoff,
     RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
-use crate::store::StoreHandle;
-use crate::worker::table::Handoff;
+use crate::store::{Batch, StoreHandle};
 
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryConfig {
@@ -159,6 +158,26 @@ impl DeliveryHandle {
     pub(crate) fn fired(&self, batch: Vec<Handoff>) {
         // After shutdown nobody is left to deliver to; the batch is dropped with the task.
         let _ = self.sender.send(Request::Fired(batch));
+    }
+
+    /// Where the worker hands its fired batches: to this task, but only once their firing
+    /// records are in the log (per `--sync`), so that everything logged before them, the
+    /// timers' registrations included, is too. A timer whose registration the log failed
+    /// to write (a call answered with an error) is never delivered, since the store drops
+    /// the callbacks of what it could not write. Without a log, batches come straight here.
+    pub(crate) fn after_the_log(
+        self,
+        store: Option<StoreHandle>,
+    ) -> impl FnMut(Vec<Handoff>) + Send + 'static {
+        move |batch| match &store {
+            None => self.fired(batch),
+            Some(store) => {
+                let delivery = self.clone();
+                let mut after_firing = Batch::default();
+                after_firing.on_durable(Box::new(move || delivery.fired(batch)));
+                store.append(after_firing);
+            }
+        }
     }
 
     /// False once the delivery task has ended (after `close`, or by a panic).

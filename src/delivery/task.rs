@@ -19,13 +19,12 @@ use tracing::warn;
 use super::budget::Budget;
 use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
-use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, SubscribeOptions};
+use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
 use crate::store::records::{record::Kind, Record, Settled};
 use crate::store::{Batch, StoreHandle};
 use crate::wheel::Wheel;
-use crate::worker::table::Handoff;
 
 /// The task's state.
 pub(super) struct Delivery {

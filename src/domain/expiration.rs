@@ -35,6 +35,15 @@ pub struct Expiration {
     pub over_memory_budget: bool,
 }
 
+/// What the worker hands the delivery task, in the order it happened.
+#[derive(Debug)]
+pub enum Handoff {
+    Fired(Expiration),
+    /// The table forgot this namespace, after every expiration it fired there: the hold
+    /// it had on the live namespaces (see [`crate::namespaces`]) is the receiver's to let go.
+    Forgotten(Arc<str>),
+}
+
 /// One delivery of an expiration to one subscriber, as the stream carries it.
 #[derive(Debug, Clone)]
 pub struct Delivered {

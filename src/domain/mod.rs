@@ -22,7 +22,7 @@ use bytes::Bytes;
 pub use answer::Answer;
 pub use error::TimerError;
 pub use expiration::{
-    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, RedriveOutcome,
+    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, Handoff, RedriveOutcome,
     SubscribeOptions, MAX_REDRIVE,
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};

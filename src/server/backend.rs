@@ -15,11 +15,11 @@ use crate::delivery::DeliveryHandle;
 use crate::domain::Expiration;
 use crate::domain::{Expirations, Timers};
 use crate::metrics::Metrics;
-use crate::store::{Batch, Store, StoreHandle, SyncMode};
+use crate::store::{Store, StoreHandle, SyncMode};
 use crate::worker::clock::{Clock, SystemClock};
 use crate::worker::journal::Journal;
 use crate::worker::local::LocalTimers;
-use crate::worker::table::{Handoff, TimerTable};
+use crate::worker::table::TimerTable;
 use crate::worker::Worker;
 
 /// What the health watch makes of the backend.
@@ -62,7 +62,7 @@ impl Backend {
             // Namespaces the table creates are let go by delivery: one live set for both.
             table.live_namespaces(),
         );
-        let sink = fired_sink(store_handle, delivery.clone());
+        let sink = delivery.clone().after_the_log(store_handle);
         let worker = Worker::spawn(table, clock, config.worker(metrics), sink)
             .map_err(ServerError::Worker)?;
         Ok(Backend::Local {
@@ -266,24 +266,4 @@ const RECOVERY_HEADROOM_MIB: u64 = 32;
 /// quarters of it, and never within [`RECOVERY_HEADROOM_MIB`] of it.
 fn recovery_ceiling(limit: u64) -> u64 {
     (limit / 4 * 3).min(limit.saturating_sub(RECOVERY_HEADROOM_MIB << 20))
-}
-
-/// The worker's fired batches reach delivery only once their firing records are in the log
-/// (per `--sync`): everything logged before them, the timers' registrations included, is
-/// then too. A timer whose registration the log failed to write (a call answered with an
-/// error) is never delivered, since the store drops the callbacks of what it could not
-/// write. Without a log, batches go straight to delivery.
-fn fired_sink(
-    store: Option<StoreHandle>,
-    delivery: DeliveryHandle,
-) -> impl FnMut(Vec<Handoff>) + Send + 'static {
-    move |batch| match &store {
-        None => delivery.fired(batch),
-        Some(store) => {
-            let delivery = delivery.clone();
-            let mut after_firing = Batch::default();
-            after_firing.on_durable(Box::new(move || delivery.fired(batch)));
-            store.append(after_firing);
-        }
-    }
 }

@@ -25,8 +25,8 @@ use super::TimerState;
 use crate::budget::memory::held_bytes;
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::domain::{
-    Expiration, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
-    TimerId, TimerRef, TimerView,
+    Expiration, Handoff, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
+    TimerError, TimerId, TimerRef, TimerView,
 };
 use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
@@ -43,15 +43,6 @@ const SCAN_POSITIONS: usize = 65_536;
 
 /// How long a snapshot waits for the disk when its chunks sent are not yet written.
 const SNAPSHOT_BACKLOG_RETRY_NANOS: u64 = 1_000_000;
-
-/// What the worker hands the delivery task, in the order it happened.
-#[derive(Debug)]
-pub enum Handoff {
-    Fired(Expiration),
-    /// The table forgot this namespace, after every expiration it fired there: the hold
-    /// it had on the live namespaces (see [`crate::namespaces`]) is the receiver's to let go.
-    Forgotten(Arc<str>),
-}
 
 #[derive(Debug, Clone, Copy)]
 pub struct TableConfig {
