@@ -206,6 +206,16 @@ pub fn expiration_held_bytes(key_len: usize, payload_len: usize, calendar: bool)
     held_bytes(key_len, payload_len, calendar) + EXPIRATION_BYTES
 }
 
+/// With a log, the store also keeps each unsettled firing's frame (to write it into
+/// snapshots until it is settled): a second copy of its key and payload, counted on top of
+/// [`expiration_held_bytes`].
+pub fn logged_firing_bytes(key_len: usize, payload_len: usize) -> u64 {
+    (key_len + payload_len) as u64 + LOGGED_FIRING_BYTES
+}
+
+/// A logged firing's frame and map entry beyond its key and payload.
+pub const LOGGED_FIRING_BYTES: u64 = 128;
+
 /// An expiration's `Arc`, its place in its namespace's queues and delivery maps, beyond
 /// what its timer was counted.
 pub const EXPIRATION_BYTES: u64 = 384;

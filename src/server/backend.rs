@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::ServerError;
-use crate::budget::memory::expiration_held_bytes;
+use crate::budget::memory::{expiration_held_bytes, logged_firing_bytes};
 use crate::budget::{ByteCount, MemoryBudget, MemoryReservation};
 use crate::cluster::Replica;
 use crate::config::Config;
@@ -233,11 +233,10 @@ fn recover(
         .into_iter()
         .filter_map(crate::worker::table::recovered_expiration)
         .map(|mut expiration| {
-            let held = expiration_held_bytes(
-                expiration.key.as_ref().map_or(0, String::len),
-                expiration.payload.len(),
-                expiration.calendar.is_some(),
-            );
+            let key = expiration.key.as_ref().map_or(0, String::len);
+            let payload = expiration.payload.len();
+            let held = expiration_held_bytes(key, payload, expiration.calendar.is_some())
+                + logged_firing_bytes(key, payload);
             expiration.memory = MemoryReservation::forced(memory, held);
             expiration
         })

@@ -39,6 +39,7 @@ use clap::ValueEnum;
 use rustc_hash::FxHashMap;
 use tracing::{error, info};
 
+use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::metrics::Metrics;
 use disk_budget::DiskBudget;
 
@@ -62,6 +63,9 @@ pub enum SyncMode {
     /// No log at all: timers live in memory only.
     None,
 }
+
+/// Capacity the store keeps for the next group commit's frames after writing one.
+const PENDING_KEPT_BYTES: usize = 1 << 20;
 
 /// How often `--sync interval` fsyncs.
 pub(crate) const SYNC_INTERVAL: Duration = Duration::from_millis(10);
@@ -100,6 +104,9 @@ pub struct Batch {
     fired: Vec<((u64, u64), Vec<u8>)>,
     settled: Vec<(u64, u64)>,
     on_durable: Vec<OnDurable>,
+    /// The memory budget's hold on these frames (see [`Batch::hold`]), given back once they
+    /// are written.
+    held: Vec<MemoryReservation>,
 }
 
 impl Batch {
@@ -146,6 +153,14 @@ impl Batch {
 
     pub(crate) fn on_durable(&mut self, callback: OnDurable) {
         self.on_durable.push(callback);
+    }
+
+    /// Charges the frames to the memory budget until they are written: the log's buffers in
+    /// flight count with what tickd holds, so that many large registrations waiting for one
+    /// fsync are refused at the budget rather than piling up past it.
+    pub(crate) fn hold(&mut self, memory: &Arc<MemoryBudget>) {
+        let bytes = self.frames.capacity() as u64;
+        self.held.push(MemoryReservation::forced(memory, bytes));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -467,6 +482,7 @@ impl Writer {
                 }
                 pending.frames.extend_from_slice(&batch.frames);
                 pending.on_durable.extend(batch.on_durable);
+                pending.held.extend(batch.held);
             }
             Request::BeginSnapshot => {
                 self.commit(pending)?;
@@ -497,6 +513,8 @@ impl Writer {
             self.budget
                 .written(written, self.on_disk, self.snapshot_bytes);
             pending.frames.clear();
+            // A burst's group commit must not stay allocated after it.
+            pending.frames.shrink_to(PENDING_KEPT_BYTES);
             self.unsynced = true;
         }
         let sync_now = match self.sync {
@@ -517,6 +535,7 @@ impl Writer {
         for callback in pending.on_durable.drain(..) {
             callback();
         }
+        pending.held.clear();
         Ok(())
     }
 

@@ -4,6 +4,9 @@
 //! ([`crate::store::disk_budget`]) before the table applies what would grow the log, and
 //! starts compactions early when that budget needs the space.
 
+use std::sync::Arc;
+
+use crate::budget::MemoryBudget;
 use crate::domain::TimerError;
 use crate::store::disk_budget;
 use crate::store::frame::TimerFields;
@@ -34,6 +37,8 @@ pub(crate) struct Journal {
     removed_since_snapshot: u64,
     last_snapshot_timers: u64,
     current_snapshot_timers: u64,
+    /// What the batches sent and not yet written are charged to (the table's budget).
+    memory: Arc<MemoryBudget>,
 }
 
 impl Journal {
@@ -54,7 +59,13 @@ impl Journal {
             removed_since_snapshot: 0,
             last_snapshot_timers: 0,
             current_snapshot_timers: 0,
+            memory: MemoryBudget::unlimited(),
         }
+    }
+
+    /// Charges the batches in flight to `memory` (see [`Batch::hold`]).
+    pub(crate) fn charge_to(&mut self, memory: Arc<MemoryBudget>) {
+        self.memory = memory;
     }
 
     /// Refuses (RESOURCE_EXHAUSTED) a record that would grow the log past the disk budget:
@@ -104,10 +115,11 @@ impl Journal {
     /// answers (say, "that key already exists") must not overtake the records of earlier
     /// batches still waiting for their fsync.
     pub(crate) fn flush(&mut self) {
-        let batch = std::mem::take(&mut self.batch);
+        let mut batch = std::mem::take(&mut self.batch);
         if batch.is_empty() {
             return;
         }
+        batch.hold(&self.memory);
         self.bytes_since_snapshot += batch.encoded_bytes();
         self.store.append(batch);
     }

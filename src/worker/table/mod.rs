@@ -94,7 +94,8 @@ impl TimerTable {
     }
 
     /// From now on every mutation is journaled and replies wait until it is durable.
-    pub(crate) fn attach_journal(&mut self, journal: Journal) {
+    pub(crate) fn attach_journal(&mut self, mut journal: Journal) {
+        journal.charge_to(self.memory.clone());
         self.journal = Some(journal);
     }
 
@@ -422,7 +423,7 @@ impl TimerTable {
         // for its firing (given back by `unindex` below), which is charged even past the
         // budget, by its bookkeeping's few hundred bytes at most: a one-shot firing is never
         // turned away, and registrations wait until its ack gives the bytes back.
-        let held = record.expiration_held_bytes();
+        let held = record.expiration_held_bytes(self.journal.is_some());
         let (memory, over_memory_budget) = match next {
             Some(_) => match self.memory.try_reserve(held) {
                 Ok(reservation) => (reservation, false),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::budget::memory::{expiration_held_bytes, held_bytes};
+use crate::budget::memory::{expiration_held_bytes, held_bytes, logged_firing_bytes};
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
@@ -64,13 +64,16 @@ impl TimerRecord {
         )
     }
 
-    /// Its firing's share (see [`crate::budget::memory::expiration_held_bytes`]).
-    pub(super) fn expiration_held_bytes(&self) -> u64 {
-        expiration_held_bytes(
-            usize::from(self.key_len),
-            self.payload().len(),
-            self.calendar,
-        )
+    /// Its firing's share (see [`crate::budget::memory::expiration_held_bytes`]), with the
+    /// store's copy of it when there is a log.
+    pub(super) fn expiration_held_bytes(&self, logged: bool) -> u64 {
+        let (key, payload) = (usize::from(self.key_len), self.payload().len());
+        let store_copy = if logged {
+            logged_firing_bytes(key, payload)
+        } else {
+            0
+        };
+        expiration_held_bytes(key, payload, self.calendar) + store_copy
     }
 }
 
