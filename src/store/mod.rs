@@ -19,6 +19,7 @@
 //! snapshot replaces: disk use follows the live set, not the history, within
 //! `--max-disk` if set ([`disk_budget`]).
 
+mod batch;
 pub(crate) mod disk_budget;
 pub mod frame;
 pub(crate) mod recovery;
@@ -39,7 +40,6 @@ use clap::ValueEnum;
 use rustc_hash::FxHashMap;
 use tracing::{error, info};
 
-use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::metrics::Metrics;
 use disk_budget::DiskBudget;
 
@@ -49,7 +49,7 @@ pub mod records {
     include!(concat!(env!("OUT_DIR"), "/tickd.store.v1.rs"));
 }
 
-use records::record::Kind;
+pub use batch::Batch;
 use records::Record;
 
 /// When an append counts as durable.
@@ -93,87 +93,6 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.to_owned(),
         source,
-    }
-}
-
-/// Records to append together, and what to run once they are durable.
-#[derive(Default)]
-pub struct Batch {
-    frames: Vec<u8>,
-    /// Fired expirations in this batch, by (timer id, fired count), with their frame.
-    fired: Vec<((u64, u64), Vec<u8>)>,
-    settled: Vec<(u64, u64)>,
-    on_durable: Vec<OnDurable>,
-    /// The memory budget's hold on these frames (see [`Batch::hold`]), given back once they
-    /// are written.
-    held: Vec<MemoryReservation>,
-}
-
-impl Batch {
-    pub fn record(&mut self, record: &Record) {
-        match &record.kind {
-            Some(Kind::Fired(fired)) => {
-                let mut frame = Vec::new();
-                frame::encode(record, &mut frame);
-                let timer = fired.timer.as_ref();
-                let key = timer.map_or((0, 0), |timer| (timer.id, timer.fired_count));
-                self.push_fired(key, frame);
-            }
-            Some(Kind::Settled(settled)) => {
-                frame::encode(record, &mut self.frames);
-                self.settled.push((settled.id, settled.fired_count));
-            }
-            _ => frame::encode(record, &mut self.frames),
-        }
-    }
-
-    /// Same as recording `Kind::Registered`, encoded straight from borrowed fields.
-    pub(crate) fn record_registered(&mut self, timer: &frame::TimerFields<'_>) {
-        frame::encode_registered(timer, &mut self.frames);
-    }
-
-    /// Same as recording `Kind::Fired`, encoded straight from borrowed fields.
-    pub(crate) fn record_fired(
-        &mut self,
-        timer: &frame::TimerFields<'_>,
-        fired_unix: u64,
-        rearmed_deadline_unix: u64,
-    ) {
-        let mut frame = Vec::new();
-        frame::encode_fired(timer, fired_unix, rearmed_deadline_unix, &mut frame);
-        self.push_fired((timer.id, timer.fired_count), frame);
-    }
-
-    /// Appends a fired record's frame, keeping a copy by (timer id, fired count) so the
-    /// store can write it again into snapshots until the expiration is settled.
-    fn push_fired(&mut self, key: (u64, u64), frame: Vec<u8>) {
-        self.frames.extend_from_slice(&frame);
-        self.fired.push((key, frame));
-    }
-
-    pub(crate) fn on_durable(&mut self, callback: OnDurable) {
-        self.on_durable.push(callback);
-    }
-
-    /// Charges the frames to the memory budget until they are written: the log's buffers in
-    /// flight count with what tickd holds, so that many large registrations waiting for one
-    /// fsync are refused at the budget rather than piling up past it.
-    pub(crate) fn hold(&mut self, memory: &Arc<MemoryBudget>) {
-        let bytes = self.frames.capacity() as u64;
-        self.held.push(MemoryReservation::forced(memory, bytes));
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty() && self.on_durable.is_empty()
-    }
-
-    pub(crate) fn encoded_bytes(&self) -> usize {
-        self.frames.len()
-    }
-
-    /// The encoded frames alone (snapshot chunks carry no callbacks).
-    pub(crate) fn into_frames(self) -> Vec<u8> {
-        self.frames
     }
 }
 

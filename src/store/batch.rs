@@ -1,0 +1,92 @@
+//! A batch of records appended together (group commit), with what to run once they are
+//! durable: the unit the worker's journal hands the store thread. Fired records keep a
+//! copy of their frame, which the store writes again into snapshots until the expiration
+//! is settled.
+
+use std::sync::Arc;
+
+use super::frame;
+use super::records::{record::Kind, Record};
+use super::OnDurable;
+use crate::budget::{MemoryBudget, MemoryReservation};
+
+/// Records to append together, and what to run once they are durable.
+#[derive(Default)]
+pub struct Batch {
+    pub(super) frames: Vec<u8>,
+    /// Fired expirations in this batch, by (timer id, fired count), with their frame.
+    pub(super) fired: Vec<((u64, u64), Vec<u8>)>,
+    pub(super) settled: Vec<(u64, u64)>,
+    pub(super) on_durable: Vec<OnDurable>,
+    /// The memory budget's hold on these frames (see [`Batch::hold`]), given back once they
+    /// are written.
+    pub(super) held: Vec<MemoryReservation>,
+}
+
+impl Batch {
+    pub fn record(&mut self, record: &Record) {
+        match &record.kind {
+            Some(Kind::Fired(fired)) => {
+                let mut frame = Vec::new();
+                frame::encode(record, &mut frame);
+                let timer = fired.timer.as_ref();
+                let key = timer.map_or((0, 0), |timer| (timer.id, timer.fired_count));
+                self.push_fired(key, frame);
+            }
+            Some(Kind::Settled(settled)) => {
+                frame::encode(record, &mut self.frames);
+                self.settled.push((settled.id, settled.fired_count));
+            }
+            _ => frame::encode(record, &mut self.frames),
+        }
+    }
+
+    /// Same as recording `Kind::Registered`, encoded straight from borrowed fields.
+    pub(crate) fn record_registered(&mut self, timer: &frame::TimerFields<'_>) {
+        frame::encode_registered(timer, &mut self.frames);
+    }
+
+    /// Same as recording `Kind::Fired`, encoded straight from borrowed fields.
+    pub(crate) fn record_fired(
+        &mut self,
+        timer: &frame::TimerFields<'_>,
+        fired_unix: u64,
+        rearmed_deadline_unix: u64,
+    ) {
+        let mut frame = Vec::new();
+        frame::encode_fired(timer, fired_unix, rearmed_deadline_unix, &mut frame);
+        self.push_fired((timer.id, timer.fired_count), frame);
+    }
+
+    /// Appends a fired record's frame, keeping a copy by (timer id, fired count) so the
+    /// store can write it again into snapshots until the expiration is settled.
+    fn push_fired(&mut self, key: (u64, u64), frame: Vec<u8>) {
+        self.frames.extend_from_slice(&frame);
+        self.fired.push((key, frame));
+    }
+
+    pub(crate) fn on_durable(&mut self, callback: OnDurable) {
+        self.on_durable.push(callback);
+    }
+
+    /// Charges the frames to the memory budget until they are written: the log's buffers in
+    /// flight count with what tickd holds, so that many large registrations waiting for one
+    /// fsync are refused at the budget rather than piling up past it.
+    pub(crate) fn hold(&mut self, memory: &Arc<MemoryBudget>) {
+        let bytes = self.frames.capacity() as u64;
+        self.held.push(MemoryReservation::forced(memory, bytes));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.frames.is_empty() && self.on_durable.is_empty()
+    }
+
+    pub(crate) fn encoded_bytes(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The encoded frames alone (snapshot chunks carry no callbacks).
+    pub(crate) fn into_frames(self) -> Vec<u8> {
+        self.frames
+    }
+}
