@@ -25,7 +25,7 @@ const PAYLOAD: usize = 64 * 1024;
 const MIB: u64 = 1 << 20;
 /// What RSS may hold beyond the memory budget under concurrent large writes
 /// (docs/operations.md).
-const CONCURRENT_WRITES_OVERHEAD: u64 = 64 * MIB;
+const CONCURRENT_WRITES_OVERHEAD: u64 = 80 * MIB;
 /// Registrations tried at most before a test gives up on a refusal.
 const MOST_REGISTRATIONS: usize = 20_000;
 
