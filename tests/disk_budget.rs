@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use common::daemon::Daemon;
 use common::metrics::scrape;
+use common::tmpfs::Tmpfs;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::{Channel, Endpoint};
@@ -113,23 +114,6 @@ async fn try_register(
         })
         .await
         .map(|answer| answer.into_inner().timer.expect("timer"))
-}
-
-/// Waits for tickd to log a line containing `needle` (its log is read on a thread of its
-/// own, so a line may show a moment after what it reports).
-async fn logged(daemon: &Daemon, needle: &str) {
-    common::wait::eventually(
-        needle,
-        PATIENCE,
-        Duration::from_millis(20),
-        || async {
-            (daemon.count(needle) > 0)
-                .then_some(())
-                .ok_or_else(String::new)
-        },
-        || async { daemon.log_text() },
-    )
-    .await;
 }
 
 fn assert_disk_refusal(code: Code, message: &str) {
@@ -263,7 +247,7 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
     let status = daemon.wait_for_exit(PATIENCE);
     assert!(status.success(), "{status}; log:\n{}", daemon.log_text());
     // Its whole log read: the budget was reached once, however many calls it refused.
-    logged(&daemon, "tickd stopped").await;
+    daemon.logged("tickd stopped").await;
     assert_eq!(
         daemon.count("refusing registrations until compaction"),
         1,
@@ -297,7 +281,9 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
     daemon.signal("TERM");
     assert!(daemon.wait_for_exit(PATIENCE).success());
     let daemon = Daemon::start(tickd(dir.path(), "16MiB"));
-    logged(&daemon, "refusing registrations until compaction").await;
+    daemon
+        .logged("refusing registrations until compaction")
+        .await;
     let mut client = connect(&daemon).await;
     let refused = try_register(&mut client, filled.refused).await.unwrap_err();
     assert_disk_refusal(refused.code(), refused.message());
@@ -360,8 +346,8 @@ async fn cancelling_and_the_compaction_that_follows_lift_the_disk_refusal() {
     );
     assert!(!accepted.id.is_empty());
     assert!(get(&mut client, by_id("disk", &accepted.id)).await.is_ok());
-    logged(&daemon, "disk budget no longer reached").await;
-    logged(&daemon, "log compacted").await;
+    daemon.logged("disk budget no longer reached").await;
+    daemon.logged("log compacted").await;
     // What the compaction that lifted the refusal gave back, as it counted the directory
     // once done (the gauge may meanwhile hold the partial snapshot of a compaction begun
     // since): its "log compacted" line follows the "no longer reached" one.
@@ -400,29 +386,6 @@ async fn cancelling_and_the_compaction_that_follows_lift_the_disk_refusal() {
         largest.max(directory_bytes(dir.path())) <= budget + reserve,
         "the data directory reached {largest} bytes, past the budget {budget} and reserve {reserve}"
     );
-}
-
-/// A tmpfs of `size` mounted on `dir` until dropped; None where this machine lets no one
-/// mount (not root, or a container without the capability).
-struct Tmpfs<'a>(&'a Path);
-
-impl<'a> Tmpfs<'a> {
-    fn mount(dir: &'a Path, size: &str) -> Option<Self> {
-        std::fs::create_dir_all(dir).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .ok()?;
-        status.success().then_some(Tmpfs(dir))
-    }
-}
-
-impl Drop for Tmpfs<'_> {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0).status();
-    }
 }
 
 /// A budget larger than the volume does not hide a full disk: the store fails stop as it

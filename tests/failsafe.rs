@@ -7,12 +7,12 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::daemon::Daemon;
 use common::postgres::Postgres;
+use common::tmpfs::Tmpfs;
 use common::tooling::skip_postgres;
 use common::*;
 use tonic::transport::{Channel, Endpoint};
@@ -57,28 +57,6 @@ async fn await_health(addr: SocketAddr, service: &str, wanted: ServingStatus) ->
 fn is_root() -> bool {
     let output = Command::new("id").arg("-u").output().expect("id -u");
     String::from_utf8_lossy(&output.stdout).trim() == "0"
-}
-
-/// A tmpfs of `size` mounted on `dir` until dropped.
-struct Tmpfs<'a>(&'a Path);
-
-impl<'a> Tmpfs<'a> {
-    /// None where this machine lets no one mount (a container without the capability).
-    fn mount(dir: &'a Path, size: &str) -> Option<Self> {
-        std::fs::create_dir_all(dir).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("run mount");
-        status.success().then_some(Tmpfs(dir))
-    }
-}
-
-impl Drop for Tmpfs<'_> {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0).status();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,23 +91,6 @@ fn assert_memory_refusal(refusal: &tonic::Status) {
     );
 }
 
-/// Waits until the daemon's log has a line with `needle` (its output is read by a thread
-/// of its own, a moment behind the process).
-async fn await_log(daemon: &Daemon, needle: &str) {
-    eventually(
-        &format!("the log says {needle:?}"),
-        PATIENCE,
-        Duration::from_millis(10),
-        || async {
-            (daemon.count(needle) > 0)
-                .then_some(())
-                .ok_or_else(String::new)
-        },
-        || async { daemon.log_text() },
-    )
-    .await;
-}
-
 /// Every timer in `ids` is pending, its payload the one registered.
 async fn assert_all_served(client: &mut TimersClient<Channel>, ids: &[String]) {
     assert_eq!(pending_count(client, NAMESPACE).await, ids.len() as u64);
@@ -178,7 +161,7 @@ async fn past_the_flag_registrations_are_refused_before_memory_grows_and_cancels
         );
     }
     let index = ids.len();
-    await_log(&daemon, "memory budget reached").await;
+    daemon.logged("memory budget reached").await;
     assert_eq!(
         daemon.count("memory budget reached"),
         1,
@@ -191,7 +174,7 @@ async fn past_the_flag_registrations_are_refused_before_memory_grows_and_cancels
         .await
         .expect("after cancelling half, a registration is accepted again");
     assert!(answer.into_inner().created);
-    await_log(&daemon, "memory budget has room again").await;
+    daemon.logged("memory budget has room again").await;
     assert_eq!(daemon.count("memory budget has room again"), 1);
 }
 

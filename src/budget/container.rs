@@ -49,6 +49,23 @@ pub struct MemoryLimit {
     pub what: String,
 }
 
+impl MemoryLimit {
+    /// The default budget: [`DEFAULT_SHARE_PERCENT`] of this limit (0, no budget, only when
+    /// not even physical memory could be read).
+    pub fn default_budget(&self) -> (u64, BudgetSource) {
+        if self.bytes == 0 {
+            return (0, BudgetSource::Off);
+        }
+        let budget = (u128::from(self.bytes) * u128::from(DEFAULT_SHARE_PERCENT) / 100) as u64;
+        let what = format!(
+            "{DEFAULT_SHARE_PERCENT}% of {} {}",
+            ByteCount(self.bytes),
+            self.what
+        );
+        (budget, BudgetSource::Derived { what })
+    }
+}
+
 /// Values at or above this mean "no limit" (v1 writes 2^63 rounded down to a page).
 const UNLIMITED_FROM: u64 = 1 << 62;
 
@@ -68,22 +85,6 @@ impl Probe {
                 what: "physical memory".to_owned(),
             },
         }
-    }
-
-    /// The default budget: [`DEFAULT_SHARE_PERCENT`] of [`Self::memory_limit`] (0, no
-    /// budget, only when not even physical memory can be read).
-    pub fn default_budget(&self) -> (u64, BudgetSource) {
-        let limit = self.memory_limit();
-        if limit.bytes == 0 {
-            return (0, BudgetSource::Off);
-        }
-        let budget = (u128::from(limit.bytes) * u128::from(DEFAULT_SHARE_PERCENT) / 100) as u64;
-        let what = format!(
-            "{DEFAULT_SHARE_PERCENT}% of {} {}",
-            ByteCount(limit.bytes),
-            limit.what
-        );
-        (budget, BudgetSource::Derived { what })
     }
 
     fn physical_memory(&self) -> Option<u64> {
@@ -199,7 +200,7 @@ mod tests {
         let limit = probe.memory_limit();
         assert_eq!(limit.bytes, 256 << 20);
         assert!(limit.what.contains("pod1/memory.max"), "{}", limit.what);
-        let (budget, source) = probe.default_budget();
+        let (budget, source) = probe.memory_limit().default_budget();
         assert_eq!(budget, 128 << 20);
         assert!(
             matches!(source, BudgetSource::Derived { what } if what.contains("50% of 256.0 MiB"))
@@ -232,6 +233,6 @@ mod tests {
             (limit.bytes, limit.what.as_str()),
             (1 << 30, "physical memory")
         );
-        assert_eq!(probe.default_budget().0, 512 << 20);
+        assert_eq!(probe.memory_limit().default_budget().0, 512 << 20);
     }
 }

@@ -341,13 +341,18 @@ impl Config {
         }
     }
 
-    /// The memory budget in force: `--max-memory`, or its default from the container's
-    /// memory limit (see [`crate::budget::container`]). Its gauges are the metrics'.
-    pub fn memory_budget(&self, metrics: &Metrics) -> std::sync::Arc<MemoryBudget> {
+    /// The memory budget in force: `--max-memory`, or its default from `within`, the
+    /// memory tickd can have ([`Self::memory_limit`], read once at start-up). Its gauges
+    /// are the metrics'.
+    pub fn memory_budget(
+        &self,
+        metrics: &Metrics,
+        within: &MemoryLimit,
+    ) -> std::sync::Arc<MemoryBudget> {
         let (limit, source) = match self.max_memory {
             Some(ByteCount(0)) => (0, BudgetSource::Off),
             Some(ByteCount(bytes)) => (bytes, BudgetSource::Flag),
-            None => self.probe().default_budget(),
+            None => within.default_budget(),
         };
         metrics
             .budgets

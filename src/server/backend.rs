@@ -7,6 +7,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::ServerError;
+use crate::budget::container::MemoryLimit;
 use crate::budget::memory::{expiration_held_bytes, logged_firing_bytes};
 use crate::budget::{ByteCount, MemoryBudget, MemoryReservation};
 use crate::cluster::Replica;
@@ -47,7 +48,7 @@ impl Backend {
     pub(super) fn local(
         config: &Config,
         metrics: &Arc<Metrics>,
-        memory: &Arc<MemoryBudget>,
+        memory: (&Arc<MemoryBudget>, &MemoryLimit),
     ) -> Result<Self, ServerError> {
         // The worker must run on the clock the recovery converted deadlines with.
         let clock = SystemClock::new();
@@ -180,7 +181,7 @@ fn recover(
     config: &Config,
     clock: SystemClock,
     metrics: &Arc<Metrics>,
-    memory: &Arc<MemoryBudget>,
+    (memory, limit): (&Arc<MemoryBudget>, &MemoryLimit),
 ) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
     let mut table =
         TimerTable::new(config.table(), metrics.clone()).with_memory_budget(memory.clone());
@@ -195,7 +196,6 @@ fn recover(
     // Recovery charges what it restores even past the budget (nothing accepted is dropped
     // to fit), but stops restoring short of the memory tickd can really have: better a
     // refusal to start, saying what it needs, than an OOM kill at every restart.
-    let limit = config.memory_limit();
     let ceiling = recovery_ceiling(limit.bytes);
     let mut too_large = false;
     let (store, handle, unsettled) = Store::open(

@@ -117,11 +117,13 @@ pub async fn run(
     let tls = ReloadableTls::load(config).map_err(ServerError::Tls)?;
     let reloader = reloader(config, &authenticator, tls.clone());
     let metrics = Metrics::new();
-    let memory = config.memory_budget(&metrics);
+    // Read once: the budget's default and recovery's ceiling both follow it.
+    let memory_limit = config.memory_limit();
+    let memory = config.memory_budget(&metrics, &memory_limit);
     // The one place that chooses the backend.
     let backend = match &config.store {
         Some(url) => Backend::replicated(config, url, &metrics, &memory).await?,
-        None => Backend::local(config, &metrics, &memory)?,
+        None => Backend::local(config, &metrics, (&memory, &memory_limit))?,
     };
     // Said once the timers are recovered (or the replica has joined): a refused start
     // never claims to serve.

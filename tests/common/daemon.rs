@@ -148,6 +148,23 @@ impl Daemon {
             .collect()
     }
 
+    /// Waits (at most [`crate::common::PATIENCE`]) until the log has a line with `needle`:
+    /// the output is read by a thread of its own, a moment behind the process.
+    pub(crate) async fn logged(&self, needle: &str) {
+        crate::common::wait::eventually(
+            &format!("the log says {needle:?}"),
+            crate::common::PATIENCE,
+            Duration::from_millis(10),
+            || async {
+                (self.count(needle) > 0)
+                    .then_some(())
+                    .ok_or_else(String::new)
+            },
+            || async { self.log_text() },
+        )
+        .await;
+    }
+
     pub(crate) fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

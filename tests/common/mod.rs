@@ -10,6 +10,7 @@
 //! - [`metrics`]: scraping and parsing `/metrics`;
 //! - [`raw_codec`]: sending bytes no generated client would;
 //! - [`rng`]: a small deterministic random generator, for randomised tests;
+//! - [`tmpfs`]: a small tmpfs, for a disk that fills up;
 //! - [`wait`]: checking a condition until it holds, for states with no event to await;
 //! - [`tooling`]: running commands, install locks, Python venvs, and the switches that skip
 //!   tests needing what may be missing offline (`TICKD_SKIP_POLYGLOT`, `TICKD_SKIP_POSTGRES`).
@@ -30,6 +31,7 @@ pub(crate) mod replica_set;
 pub(crate) mod rng;
 pub(crate) mod rpc;
 pub(crate) mod server;
+pub(crate) mod tmpfs;
 pub(crate) mod tooling;
 pub(crate) mod wait;
 
