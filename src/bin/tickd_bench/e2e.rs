@@ -9,7 +9,7 @@
 //! concurrently with receiving. Lateness = receipt wall time − the deadline the registration
 //! response gave. After the last deadline plus `--grace-ms` (or once everything arrived) it
 //! prints `e2e rate=.. registered=.. fired_per_s=.. p50_late_ms=.. p99_late_ms=..
-//! max_late_ms=.. lost=.. duplicated=.. errors=..`, where lost = registered ids never
+//! max_late_ms=.. lost=.. duplicated=.. errors=.. background=..`, where lost = registered ids never
 //! received and duplicated = ids received more than once.
 
 use std::collections::HashMap;
@@ -56,6 +56,10 @@ pub(crate) struct E2eArgs {
     /// Payload bytes of each timer.
     #[arg(long, default_value_t = 16)]
     payload_bytes: usize,
+    /// Timers registered before the measurement, in another namespace, due an hour later:
+    /// the pending set the measured timers wait and fire beside.
+    #[arg(long, default_value_t = 0)]
+    background: u64,
 }
 
 /// Ids acknowledged per Ack call at most, and how long an acker gathers ids before sending.
@@ -65,6 +69,61 @@ const ACK_GATHER: Duration = Duration::from_millis(1);
 const ACKS_IN_FLIGHT: usize = 4;
 /// Items per registration call at most (tickd's default --max-batch is 10,000).
 const MAX_REGISTER_BATCH: u64 = 5_000;
+
+/// Registers `count` timers due in an hour (so none fires during the run), in batches of
+/// [`MAX_REGISTER_BATCH`] over every connection, and waits until all are acknowledged.
+async fn register_background(
+    channels: &[Channel],
+    count: u64,
+    payload_bytes: usize,
+) -> Result<(), String> {
+    let spec = TimerSpec {
+        namespace: fresh_namespace("bench-e2e-background"),
+        delay: Some(duration(Duration::from_secs(3600))),
+        payload: Bytes::from(vec![0x5a; payload_bytes]),
+        ..TimerSpec::default()
+    };
+    let mut calls = tokio::task::JoinSet::new();
+    let mut issued = 0u64;
+    for channel in channels.iter().cycle() {
+        if issued >= count {
+            break;
+        }
+        // A few calls in flight per connection: enough to keep the server busy.
+        while calls.len() >= 2 * channels.len() {
+            calls
+                .join_next()
+                .await
+                .expect("a call in flight")
+                .expect("a registration task")?;
+        }
+        let size = (count - issued).min(MAX_REGISTER_BATCH);
+        let mut client = TimersClient::new(channel.clone());
+        let request = NewTimeoutsRequest {
+            timers: vec![spec.clone(); size as usize],
+        };
+        calls.spawn(async move {
+            let results = client
+                .new_timeouts(request)
+                .await
+                .map_err(|status| format!("background registration: {status}"))?
+                .into_inner()
+                .results;
+            match results.iter().find_map(|result| match &result.result {
+                Some(new_timeout_result::Result::Error(error)) => Some(error.message.clone()),
+                _ => None,
+            }) {
+                Some(message) => Err(format!("background registration: {message}")),
+                None => Ok(()),
+            }
+        });
+        issued += size;
+    }
+    while let Some(call) = calls.join_next().await {
+        call.expect("a registration task")?;
+    }
+    Ok(())
+}
 
 /// One received expiration: timer id and receipt wall time (ns since the epoch).
 type Receipt = (String, i64);
@@ -80,8 +139,10 @@ pub(crate) fn run(args: E2eArgs) {
         grace_ms,
         register_in_flight,
         payload_bytes,
+        background,
     } = args;
     client.run(|channels| async move {
+        register_background(&channels, background, payload_bytes).await?;
         let namespace = fresh_namespace("bench-e2e");
         let received = Arc::new(AtomicU64::new(0));
         let (stop, stopped) = watch::channel(false);
@@ -240,7 +301,7 @@ pub(crate) fn run(args: E2eArgs) {
         Ok(format!(
             "e2e rate={rate} registered={registered} registered_per_s={:.0} fired_per_s={:.0} \
              p50_late_ms={} p99_late_ms={} max_late_ms={} lost={lost} duplicated={duplicated} \
-             errors={errors}",
+             errors={errors} background={background}",
             registered as f64 / registering_secs,
             if delivered > 0.0 {
                 delivered / span
