@@ -38,7 +38,8 @@ pub(super) enum Health {
 pub(super) enum Backend {
     Local {
         worker: Worker<TimerTable>,
-        delivery: DeliveryHandle,
+        /// Boxed: the variant would otherwise be the enum's size many times over.
+        delivery: Box<DeliveryHandle>,
         store: Option<(Store, StoreHandle)>,
     },
     Replicated(Box<Replica>),
@@ -68,7 +69,7 @@ impl Backend {
             .map_err(ServerError::Worker)?;
         Ok(Backend::Local {
             worker,
-            delivery,
+            delivery: Box::new(delivery),
             store,
         })
     }
@@ -91,7 +92,7 @@ impl Backend {
                 worker, delivery, ..
             } => (
                 Arc::new(LocalTimers::new(worker.handle())),
-                Arc::new(delivery.clone()),
+                Arc::new(DeliveryHandle::clone(delivery)),
             ),
             Backend::Replicated(replica) => (
                 Arc::new(replica.timers.clone()),

@@ -41,6 +41,25 @@ pub enum Command {
     Reschedule(Box<Reschedule>),
 }
 
+impl Command {
+    /// Timers in a registration that may still be applied on the caller's thread.
+    const LIGHT_REGISTRATION: usize = 16;
+
+    /// Cheap enough to apply on the sending thread while the worker sleeps (see
+    /// `worker::combine`): everything but listings and large registrations, whose work
+    /// would stall the caller's runtime thread (and every connection it serves).
+    pub(crate) fn is_light(&self) -> bool {
+        match self {
+            Command::Register { timers, .. } => timers.len() <= Self::LIGHT_REGISTRATION,
+            Command::Pending { .. } => false,
+            Command::Cancel { .. }
+            | Command::Get { .. }
+            | Command::Touch { .. }
+            | Command::Reschedule(_) => true,
+        }
+    }
+}
+
 /// Moves a pending timer (see [`crate::domain::Timers::reschedule`]).
 #[derive(Debug)]
 pub struct Reschedule {

@@ -10,6 +10,12 @@
 //! so commands from one thread stay in order; commands from different threads were never
 //! ordered anyway. The worker parks only after finding every lane empty, and a sender
 //! wakes it only if it is parked.
+//!
+//! A sender that finds the receiver parked may instead *claim* it ([`LaneSender::claim_parked`]):
+//! it then owes the queued messages a taker, either itself (the worker's combining, see
+//! `worker::combine`) or the woken receiver. Whoever holds the claim ends it by re-arming
+//! the parked flag and looking at the lanes once more, as the receiver does before it
+//! parks, so that no message is left behind unseen.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -57,15 +63,25 @@ struct Shared<M> {
 }
 
 impl<M> Shared<M> {
-    /// Called after a send. The fence pairs with the one in [`LaneReceiver::wait`]: either
+    /// Called after a send. The fence pairs with the one in [`Parking::announce`]: either
     /// the receiver's last look before parking saw the message, or this load sees that it
     /// is parking.
     fn wake_receiver(&self) {
+        if self.claim_parked() {
+            self.unpark_receiver();
+        }
+    }
+
+    /// True if the receiver was parked (or about to park) and this caller is the one that
+    /// cleared the flag: the messages queued so far are then this caller's to see taken.
+    fn claim_parked(&self) -> bool {
         fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
-            if let Some(thread) = self.receiver_thread.get() {
-                thread.unpark();
-            }
+        self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel)
+    }
+
+    fn unpark_receiver(&self) {
+        if let Some(thread) = self.receiver_thread.get() {
+            thread.unpark();
         }
     }
 }
@@ -129,7 +145,39 @@ impl<M> Drop for LaneSender<M> {
 }
 
 impl<M: Send + 'static> LaneSender<M> {
+    /// Queues the message on this thread's lane and wakes the receiver if it is parked.
     pub(crate) fn try_send(&self, message: M) -> Result<(), TrySendError<M>> {
+        self.try_push(message)?;
+        self.shared.wake_receiver();
+        Ok(())
+    }
+
+    /// Claims a parked receiver after [`Self::try_push`]; see [`Shared::claim_parked`].
+    pub(crate) fn claim_parked(&self) -> bool {
+        self.shared.claim_parked()
+    }
+
+    /// Ends a claim by waking the receiver: it takes what is queued.
+    pub(crate) fn unpark_receiver(&self) {
+        self.shared.unpark_receiver();
+    }
+
+    /// Ends a claim without waking the receiver: marks it parked again. The caller must
+    /// look at the lanes once more after this (the fence pairs with [`Self::claim_parked`]),
+    /// since a sender that found the flag cleared meanwhile left its message to the claim.
+    pub(crate) fn rearm_parked(&self) {
+        self.shared.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// True while the receiver is parked (or announced it is about to be).
+    #[cfg(test)]
+    pub(crate) fn receiver_parked(&self) -> bool {
+        self.shared.parked.load(Ordering::SeqCst)
+    }
+
+    /// Queues the message on this thread's lane without waking anyone.
+    pub(crate) fn try_push(&self, message: M) -> Result<(), TrySendError<M>> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(TrySendError::Closed(message));
         }
@@ -141,10 +189,7 @@ impl<M: Send + 'static> LaneSender<M> {
             self.producer(&mut lanes.borrow_mut()).push(message)
         });
         match pushed {
-            Ok(Ok(())) => {
-                self.shared.wake_receiver();
-                Ok(())
-            }
+            Ok(Ok(())) => Ok(()),
             Ok(Err(rtrb::PushError::Full(message))) => Err(TrySendError::Full(message)),
             Err(_) => Err(TrySendError::Closed(
                 message.take().expect("not taken without the thread-local"),
@@ -228,28 +273,35 @@ impl<M> LaneReceiver<M> {
 
     /// Parks until a sender wakes it or `timeout` (if any) passes, unless something is
     /// already queued; then takes what is there, as [`Self::take`].
+    #[cfg(test)]
     pub(crate) fn wait(
         &mut self,
         into: &mut Vec<M>,
         budget: usize,
         timeout: Option<Duration>,
     ) -> Taken {
-        self.shared
-            .receiver_thread
-            .get_or_init(std::thread::current);
-        self.shared.parked.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        let parking = self.parking();
+        parking.announce();
         let taken = self.take(into, budget);
         if taken != Taken::Empty {
-            self.shared.parked.store(false, Ordering::SeqCst);
+            parking.cancel();
             return taken;
         }
-        match timeout {
-            Some(timeout) => std::thread::park_timeout(timeout),
-            None => std::thread::park(),
-        }
-        self.shared.parked.store(false, Ordering::SeqCst);
+        parking.park(timeout);
         self.take(into, budget)
+    }
+
+    /// How the receiving thread parks, usable while this receiver is borrowed elsewhere.
+    pub(crate) fn parking(&self) -> Parking<M> {
+        Parking {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// True if any lane holds a message (a look that takes nothing).
+    pub(crate) fn has_queued(&mut self) -> bool {
+        self.adopt_opened_lanes();
+        self.lanes.iter().any(|lane| !lane.is_empty())
     }
 
     fn adopt_opened_lanes(&mut self) {
@@ -264,6 +316,39 @@ impl<M> LaneReceiver<M> {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             self.lanes.append(&mut opened);
         }
+    }
+}
+
+/// The receiving thread's side of parking: announce, look at the lanes once more (every
+/// message sent before the announcement is then seen, and every later sender sees the
+/// flag), then park.
+pub(crate) struct Parking<M> {
+    shared: Arc<Shared<M>>,
+}
+
+impl<M> Parking<M> {
+    /// Marks the calling thread as about to park. Must be followed by a last look at the
+    /// lanes, then [`Self::park`] if it found nothing, or [`Self::cancel`].
+    pub(crate) fn announce(&self) {
+        self.shared
+            .receiver_thread
+            .get_or_init(std::thread::current);
+        self.shared.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.shared.parked.store(false, Ordering::SeqCst);
+    }
+
+    /// Parks until woken or until `timeout` passes (a claim that is ended without waking
+    /// leaves the thread asleep: the claimant took what was queued).
+    pub(crate) fn park(&self, timeout: Option<Duration>) {
+        match timeout {
+            Some(timeout) => std::thread::park_timeout(timeout),
+            None => std::thread::park(),
+        }
+        self.cancel();
     }
 }
 

@@ -1,7 +1,9 @@
 //! The local backend's timers: [`crate::domain::Timers`] answered by the worker thread's
 //! table. Each call becomes one [`Command`] with a reply channel; the command is queued
 //! before the call returns (never waiting: a full queue is refused at once, which the API
-//! turns into load shedding), and the returned answer only waits for the reply.
+//! turns into load shedding), and the returned answer only waits for the reply. Light
+//! commands are sent with [`WorkerHandle::try_send_light`]: while the worker sleeps they
+//! are applied on the caller's thread, and the reply is there before the answer is polled.
 
 use std::time::Duration;
 
@@ -33,7 +35,12 @@ impl LocalTimers {
         command: impl FnOnce(oneshot::Sender<R>) -> Command,
     ) -> Result<oneshot::Receiver<R>, TimerError> {
         let (reply, answer) = oneshot::channel();
-        self.worker.try_send(command(reply))?;
+        let command = command(reply);
+        if command.is_light() {
+            self.worker.try_send_light(command)?;
+        } else {
+            self.worker.try_send(command)?;
+        }
         Ok(answer)
     }
 

@@ -6,10 +6,16 @@
 //! wheel costs no CPU, unlike Netty's wheel which wakes every tick. Fired timers leave in
 //! one batch per wake-up through a sink the caller provides.
 //!
+//! The state sits behind one lock that the thread holds only while it works, so that a
+//! light command sent while the thread sleeps is applied on the sender's own thread
+//! instead of waking it ([`combine`]): same order, same batch rules, no wake-up. Firing
+//! stays this thread's.
+//!
 //! The thread is generic over [`TimerState`]: the service runs it over
 //! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
 
 pub mod clock;
+mod combine;
 pub mod command;
 pub(crate) mod journal;
 pub(crate) mod lanes;
@@ -18,13 +24,14 @@ pub(crate) mod namespaces;
 mod page;
 pub mod table;
 
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::AtomicU64;
-
 use clock::{Clock, Now};
-use lanes::{LaneReceiver, LaneSender, Taken, TrySendError};
+use combine::{lock, Combiner, Core, SharedCore, Step};
+use lanes::{LaneSender, Parking, TrySendError};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::metrics::BusyTimer;
@@ -59,12 +66,16 @@ pub enum SendError {
 /// A cheap, cloneable way to send commands to the worker thread.
 pub struct WorkerHandle<C> {
     sender: LaneSender<Message<C>>,
+    /// The worker's shared state, for [`Self::try_send_light`]; None for handles made
+    /// before the worker thread was given it (never, outside tests).
+    combiner: Option<Arc<dyn Combiner<C>>>,
 }
 
 impl<C> Clone for WorkerHandle<C> {
     fn clone(&self) -> Self {
         Self {
             sender: self.sender.clone(),
+            combiner: self.combiner.clone(),
         }
     }
 }
@@ -74,12 +85,35 @@ impl<C: Send + 'static> WorkerHandle<C> {
     pub(crate) fn try_send(&self, command: C) -> Result<(), SendError> {
         self.sender
             .try_send(Message::Command(command))
-            .map_err(|error| match error {
-                TrySendError::Full(_) => SendError::Full {
-                    capacity: self.sender.lane_capacity(),
-                },
-                TrySendError::Closed(_) => SendError::Stopped,
-            })
+            .map_err(|error| self.send_error(error))
+    }
+
+    /// Like [`Self::try_send`], for a command cheap enough to apply on the calling thread:
+    /// if the worker thread is asleep, the command (and whatever else is queued) is applied
+    /// here instead of waking it (see [`combine`]), so its answer is ready on return.
+    pub(crate) fn try_send_light(&self, command: C) -> Result<(), SendError> {
+        self.sender
+            .try_push(Message::Command(command))
+            .map_err(|error| self.send_error(error))?;
+        if self.sender.claim_parked() {
+            let combined = self
+                .combiner
+                .as_ref()
+                .is_some_and(|combiner| combiner.try_combine(&self.sender));
+            if !combined {
+                self.sender.unpark_receiver();
+            }
+        }
+        Ok(())
+    }
+
+    fn send_error(&self, error: TrySendError<Message<C>>) -> SendError {
+        match error {
+            TrySendError::Full(_) => SendError::Full {
+                capacity: self.sender.lane_capacity(),
+            },
+            TrySendError::Closed(_) => SendError::Stopped,
+        }
     }
 
     /// Waits while the queue is full; for threads that may block (benchmarks, tools).
@@ -146,10 +180,25 @@ impl<S: TimerState> Worker<S> {
         F: FnMut(Vec<S::Fired>) + Send + 'static,
     {
         let (sender, receiver) = lanes::lanes(config.queue_capacity);
-        let thread = std::thread::Builder::new()
-            .name("tickd-wheel".into())
-            .spawn(move || run(state, clock, receiver, config, sink))?;
-        let handle = WorkerHandle { sender };
+        let parking = receiver.parking();
+        let core: Arc<SharedCore<S, K>> = Arc::new(Mutex::new(Some(Core::new(
+            state,
+            clock,
+            receiver,
+            config.max_batch.max(1),
+            config.busy_seconds,
+        ))));
+        let thread = {
+            let core = core.clone();
+            std::thread::Builder::new()
+                .name("tickd-wheel".into())
+                .spawn(move || run(&core, &parking, sink))?
+        };
+        let combiner: Arc<dyn Combiner<S::Command>> = core;
+        let handle = WorkerHandle {
+            sender,
+            combiner: Some(combiner),
+        };
         Ok(Self { handle, thread })
     }
 
@@ -179,76 +228,83 @@ impl<S: TimerState> Worker<S> {
     }
 }
 
-fn run<S, K, F>(
-    mut state: S,
-    clock: K,
-    mut receiver: LaneReceiver<Message<S::Command>>,
-    config: WorkerConfig,
-    mut sink: F,
-) -> S
+/// The worker thread: fire what is due, apply what is queued, and when there is neither,
+/// poll briefly, then park until the next deadline or a sender's wake-up. Each round holds
+/// the core's lock only while it works, so that a sender may combine while it sleeps.
+fn run<S, K, F>(core: &SharedCore<S, K>, parking: &Parking<Message<S::Command>>, mut sink: F) -> S
 where
     S: TimerState,
     K: Clock,
     F: FnMut(Vec<S::Fired>),
 {
-    let (max_batch, busy_seconds) = (config.max_batch.max(1), config.busy_seconds);
-    let mut now = clock.now();
-    let mut batch = Vec::with_capacity(max_batch);
-    let mut applied_last_time = 0;
     loop {
-        let busy = busy_seconds.as_ref().map(BusyTimer::start);
-        if state
-            .next_expiration()
-            .is_some_and(|due| due <= now.monotonic)
-        {
-            let mut fired = Vec::new();
-            state.fire_due(now, &mut fired);
-            if !fired.is_empty() {
-                sink(fired);
-            }
+        let mut fired = Vec::new();
+        let (step, max_batch) = {
+            let mut guard = lock(core);
+            let core = guard
+                .as_mut()
+                .expect("only this thread takes the state out");
+            fire_due(core, &mut fired);
+            let step = if core.stop_taken {
+                Step::Stop
+            } else {
+                core.take_and_apply(usize::MAX)
+            };
+            (step, core.max_batch)
+        };
+        if !fired.is_empty() {
+            sink(fired);
         }
-        drop(busy);
-        let full_last_time = applied_last_time == max_batch;
-        match wait_for_messages(
-            &state,
-            &mut receiver,
-            now,
-            &mut batch,
-            max_batch,
-            full_last_time,
-        ) {
-            Taken::Some => {}
-            Taken::Empty => {
-                now = clock.now();
-                continue;
-            }
-            Taken::Disconnected => return state,
+        match step {
+            // A full batch means senders are ahead: look again at once.
+            Step::Applied(applied) if applied >= max_batch => continue,
+            Step::Applied(_) | Step::Empty => {}
+            Step::Stop | Step::Disconnected => return finish(core),
         }
-        // One reading serves the whole batch and the firing that follows it.
-        now = clock.now();
-        let _busy = busy_seconds.as_ref().map(BusyTimer::start);
-        applied_last_time = batch.len();
-        let mut stopping = false;
-        for message in batch.drain(..) {
-            match message {
-                Message::Command(command) => state.apply(command, now),
-                Message::Stop => stopping = true,
-            }
+        if poll_for_messages(core) {
+            continue;
         }
-        if stopping {
-            // Whatever the other threads had queued by now is applied too.
-            while receiver.take(&mut batch, usize::MAX) == Taken::Some {
-                for message in batch.drain(..) {
-                    if let Message::Command(command) = message {
-                        state.apply(command, now);
-                    }
-                }
+        // The last look before parking comes after the announcement: a message sent before
+        // it is seen here, and a sender after it finds the worker parked (and combines, or
+        // wakes it).
+        parking.announce();
+        let wake_after = {
+            let mut guard = lock(core);
+            let core = guard
+                .as_mut()
+                .expect("only this thread takes the state out");
+            let now = core.clock.now();
+            if core.stop_taken || core.has_due(now) || core.receiver.has_queued() {
+                None
+            } else {
+                let next = core.state.next_expiration();
+                core.wakes_at = next;
+                Some(next.map(|due| Duration::from_nanos(due - now.monotonic)))
             }
-            state.end_batch();
-            return state;
+        };
+        match wake_after {
+            Some(timeout) => parking.park(timeout),
+            None => parking.cancel(),
         }
-        state.end_batch();
     }
+}
+
+fn fire_due<S: TimerState, K: Clock>(core: &mut Core<S, K>, fired: &mut Vec<S::Fired>) {
+    let now = core.clock.now();
+    if core.has_due(now) {
+        let _busy = core.busy_seconds.as_ref().map(BusyTimer::start);
+        core.state.fire_due(now, fired);
+    }
+}
+
+/// Applies whatever the other threads queued up to now, then takes the state out.
+fn finish<S: TimerState, K: Clock>(core: &SharedCore<S, K>) -> S {
+    let mut core = lock(core)
+        .take()
+        .expect("only this thread takes the state out");
+    while let Step::Applied(_) | Step::Stop = core.take_and_apply(usize::MAX) {}
+    core.state.end_batch();
+    core.state
 }
 
 /// How long the worker polls for the next command before parking (kept short: on a small
@@ -261,39 +317,31 @@ const POLL_BEFORE_PARKING: Duration = Duration::from_micros(10);
 /// Spin-loop hints between two looks at the lanes (about 3 µs here: a hint is ~12 ns).
 const POLL_BACKOFF_SPINS: u32 = 256;
 
-/// Sleeps until the next commands or the next due slot, whichever is first; up to
-/// `max_batch` commands land in `batch`. `Taken::Empty` means: look at the wheel again.
-fn wait_for_messages<S: TimerState>(
-    state: &S,
-    receiver: &mut LaneReceiver<Message<S::Command>>,
-    now: Now,
-    batch: &mut Vec<Message<S::Command>>,
-    max_batch: usize,
-    mut full_last_time: bool,
-) -> Taken {
+/// Looks at the lanes for up to [`POLL_BEFORE_PARKING`]; true once something is queued or
+/// a deadline is that close (go round: fire, take), false when it is time to park.
+fn poll_for_messages<S: TimerState, K: Clock>(core: &SharedCore<S, K>) -> bool {
     let poll_until = Instant::now() + POLL_BEFORE_PARKING;
-    let next_due = state.next_expiration();
-    let due_soon =
-        next_due.is_some_and(|due| due <= now.monotonic + POLL_BEFORE_PARKING.as_nanos() as u64);
-    while !due_soon && Instant::now() < poll_until {
+    let due_soon = lock(core).as_ref().is_some_and(|core| {
+        let now = core.clock.now();
+        core.state
+            .next_expiration()
+            .is_some_and(|due| due <= now.monotonic + POLL_BEFORE_PARKING.as_nanos() as u64)
+    });
+    if due_soon {
+        return true;
+    }
+    while Instant::now() < poll_until {
         // Backing off before each look lets senders queue a batch first. A worker that
         // looked again at once would chase them through their ring, pulling each cache
         // line over while it is still being written: that, not the work, would set the
-        // pace. A full batch last time means senders are ahead: no need to wait.
-        if !full_last_time {
-            (0..POLL_BACKOFF_SPINS).for_each(|_| std::hint::spin_loop());
-        }
-        match receiver.take(batch, max_batch) {
-            Taken::Empty => full_last_time = false,
-            taken => return taken,
-        }
-    }
-    match next_due {
-        None => receiver.wait(batch, max_batch, None),
-        Some(due) if due <= now.monotonic => receiver.take(batch, max_batch),
-        Some(due) => {
-            let timeout = Duration::from_nanos(due - now.monotonic);
-            receiver.wait(batch, max_batch, Some(timeout))
+        // pace.
+        (0..POLL_BACKOFF_SPINS).for_each(|_| std::hint::spin_loop());
+        if lock(core)
+            .as_mut()
+            .is_some_and(|core| core.receiver.has_queued())
+        {
+            return true;
         }
     }
+    false
 }
