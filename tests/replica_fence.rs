@@ -33,6 +33,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::future::ready;
+use std::time::Duration;
 
 use common::replica_set::clients::{AckGate, Background, Registrar, NAMESPACE};
 use common::replica_set::ledger::{
@@ -40,7 +41,9 @@ use common::replica_set::ledger::{
     Ledger, SharedLedger,
 };
 use common::replica_set::partitions::assert_epochs_increased;
-use common::replica_set::{lost_lease_lines, noticed_lost_leases, ReplicaSet, Settings, LEASE_TTL};
+use common::replica_set::{
+    client_for, lost_lease_lines, noticed_lost_leases, ReplicaSet, Settings, LEASE_TTL,
+};
 use common::tooling::skip_postgres;
 use common::*;
 
@@ -52,6 +55,8 @@ const IN_FLIGHT_AT_CUT: usize = 3;
 /// Expirations of the victim's partitions its successors must have fired (after the
 /// takeover was seen) while the victim is still cut off.
 const FIRED_BY_SUCCESSORS: usize = 5;
+/// How long one registration through the rejoining victim may take.
+const CALL_PATIENCE: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_the_database_is_fenced_and_its_deliveries_redelivered() {
@@ -192,7 +197,9 @@ async fn rejoin(
         }
     }
     set.eventually("the victim takes a registration", || {
-        let mut client = set.client(VICTIM);
+        // A bound on the call: a replica still stuck on its old connections must cost an
+        // attempt, not hang the test.
+        let mut client = client_for(set.daemon(VICTIM).addr, Some(CALL_PATIENCE));
         let ledger = ledger.clone();
         async move {
             let timer = client
