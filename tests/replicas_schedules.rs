@@ -17,7 +17,7 @@
 mod common;
 
 use common::postgres::explain;
-use common::replica_set::{ReplicaSet, LOAD_HORIZON, PATIENCE};
+use common::replica_set::{next_in_time, ReplicaSet, LOAD_HORIZON};
 use common::tooling::skip_postgres;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
@@ -25,13 +25,6 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 const NANOS_PER_SECOND: i128 = 1_000_000_000;
-
-/// The next expiration on `stream`, failing the test if none comes within [`PATIENCE`].
-async fn next_in_time(stream: &mut tonic::Streaming<SubscribeResponse>) -> Expiration {
-    tokio::time::timeout(PATIENCE, next_expiration(stream))
-        .await
-        .expect("no expiration in time")
-}
 
 /// Acknowledges `expiration`, which must still be awaiting its ack.
 async fn settle(client: &mut TimersClient<Channel>, namespace: &str, expiration: &Expiration) {

@@ -5,7 +5,9 @@
 //! - [`cgroup`]: a memory cgroup to run `tickd` in, as a container with a memory limit;
 //! - [`daemon`]: `tickd` processes launched from the built binary, their logs captured;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
-//! - [`replica_set`]: a few `tickd` replicas on one such server, called through the API;
+//! - [`replica_set`]: a few `tickd` replicas on one such server: started, killed, paused,
+//!   restarted, called, consumed from, and the ledger of what their clients were told;
+//! - [`pg_proxy`]: a TCP proxy that can cut one replica off from PostgreSQL;
 //! - [`pki`]: a throwaway CA and the certificates it signs;
 //! - [`metrics`]: scraping and parsing `/metrics`;
 //! - [`raw_codec`]: sending bytes no generated client would;
@@ -24,6 +26,7 @@
 pub(crate) mod cgroup;
 pub(crate) mod daemon;
 pub(crate) mod metrics;
+pub(crate) mod pg_proxy;
 pub(crate) mod pki;
 pub(crate) mod postgres;
 pub(crate) mod raw_codec;
