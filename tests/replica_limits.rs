@@ -495,18 +495,25 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
     let metrics = set.metrics_addr("r1");
     let mut client = set.client("r1");
 
-    // Due within the load horizon, so loaded into the wheel as they are registered.
+    // Due within the load horizon, so loaded into the wheel as they are registered. The
+    // budget is met either by the batch's items (each refused) or, when the loads of
+    // earlier batches were charged first, by the call itself (refused whole, before any
+    // item is looked at): both are the refusal asked for, and neither may leave a timer.
     let mut accepted = 0;
     let mut refusal = None;
     for _ in 0..40 {
-        let results = client
+        let results = match client
             .new_timeouts(NewTimeoutsRequest {
                 timers: specs(NAMESPACE, CHUNK, 4_500),
             })
             .await
-            .expect("new_timeouts")
-            .into_inner()
-            .results;
+        {
+            Ok(response) => response.into_inner().results,
+            Err(status) => {
+                refusal = Some((status.code() as i32, status.message().to_string()));
+                break;
+            }
+        };
         let refused: Vec<&Error> = results
             .iter()
             .filter_map(|result| match &result.result {
@@ -520,16 +527,16 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
                 CHUNK,
                 "a batch is refused whole: {results:?}"
             );
-            refusal = Some((*error).clone());
+            refusal = Some((error.code, error.message.clone()));
             break;
         }
         accepted += CHUNK;
     }
-    let refusal = refusal.expect("the memory budget was never reached");
-    assert_eq!(refusal.code, Code::ResourceExhausted as i32, "{refusal:?}");
+    let (code, message) = refusal.expect("the memory budget was never reached");
+    assert_eq!(code, Code::ResourceExhausted as i32, "{message}");
     assert!(
-        refusal.message.contains("memory budget") && refusal.message.contains("--max-memory"),
-        "{refusal:?}"
+        message.contains("memory budget") && message.contains("--max-memory"),
+        "{message}"
     );
     let stored = count(
         &set,
@@ -549,7 +556,7 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
         "a refused batch left timers"
     );
     let scraped = scrape(metrics).await;
-    assert!(scraped.value("tickd_refusals_total{reason=\"memory\"}") >= CHUNK as f64);
+    assert!(scraped.value("tickd_refusals_total{reason=\"memory\"}") >= 1.0);
 
     // Fired, they leave the wheel: registrations are taken again; their deliveries pass
     // through a subscriber's stream; and what was charged is all given back.
