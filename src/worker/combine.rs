@@ -17,6 +17,7 @@
 //! only ever tried by senders; one that finds it taken wakes the worker, so a sender never
 //! waits behind a firing.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 
@@ -162,8 +163,9 @@ impl<S: TimerState, K: Clock> Core<S, K> {
 /// once the worker thread has stopped and taken the state back.
 pub(super) type SharedCore<S, K> = Mutex<Option<Core<S, K>>>;
 
-/// Locks the core; a panic while it was held (which ends the worker) poisons nothing that
-/// matters here: the state is handed back as it is.
+/// Locks the core. Poisoning is not checked here: whoever panics while holding the lock
+/// also drops the state (see [`Combiner::try_combine`] and the worker's `DropStateOnPanic`),
+/// and a missing state is what every holder checks.
 pub(super) fn lock<S: TimerState, K>(
     core: &SharedCore<S, K>,
 ) -> MutexGuard<'_, Option<Core<S, K>>> {
@@ -184,13 +186,21 @@ where
     K: Clock,
 {
     fn try_combine(&self, lanes: &LaneSender<Message<S::Command>>) -> bool {
-        let Ok(mut guard) = self.try_lock() else {
-            return false;
-        };
-        match guard.as_mut() {
-            Some(core) => core.combine(lanes),
-            None => false,
-        }
+        let combined = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let Ok(mut guard) = self.try_lock() else {
+                return false;
+            };
+            guard.as_mut().is_some_and(|core| core.combine(lanes))
+        }));
+        combined.unwrap_or_else(|panic| {
+            // The state may be half-changed. Drop it, as a panic on the worker thread
+            // does: the lanes close (later calls are refused at once, queued ones see their
+            // reply channel dropped), and the woken worker finds no state and ends, which
+            // stops tickd.
+            lock(self).take();
+            lanes.unpark_receiver();
+            std::panic::resume_unwind(panic)
+        })
     }
 }
 
@@ -221,6 +231,7 @@ mod tests {
         },
         /// A deadline this far (ns) after the clock's reading when applied.
         Arm(u64),
+        Panic,
     }
 
     impl TimerState for Recorder {
@@ -240,6 +251,7 @@ mod tests {
                     }
                 }
                 Probe::Arm(after) => self.deadlines.push(Reverse(now.monotonic + after)),
+                Probe::Panic => panic!("a probe asked for a panic"),
             }
         }
 
@@ -352,6 +364,23 @@ mod tests {
             }
         }
         assert_eq!(worker.stop().applied.len(), 4_000);
+    }
+
+    #[test]
+    fn a_panic_while_combining_ends_the_worker_and_refuses_later_sends() {
+        let (worker, _fired) = spawn();
+        let handle = worker.handle();
+        until_parked(&handle);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handle.try_send_light(Probe::Panic)
+        }));
+        assert!(panicked.is_err(), "the panic reaches the sender");
+        // The worker, woken, finds the state gone and ends as if it had panicked itself.
+        assert!(worker.try_stop().is_none());
+        assert!(matches!(
+            handle.try_send_light(Probe::Arm(1)),
+            Err(super::super::SendError::Stopped)
+        ));
     }
 
     #[test]

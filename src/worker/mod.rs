@@ -237,13 +237,12 @@ where
     K: Clock,
     F: FnMut(Vec<S::Fired>),
 {
+    let _drop_state_on_panic = DropStateOnPanic(core);
     loop {
         let mut fired = Vec::new();
         let (step, max_batch) = {
             let mut guard = lock(core);
-            let core = guard
-                .as_mut()
-                .expect("only this thread takes the state out");
+            let core = guard.as_mut().expect(STATE_GONE);
             fire_due(core, &mut fired);
             let step = if core.stop_taken {
                 Step::Stop
@@ -270,9 +269,7 @@ where
         parking.announce();
         let wake_after = {
             let mut guard = lock(core);
-            let core = guard
-                .as_mut()
-                .expect("only this thread takes the state out");
+            let core = guard.as_mut().expect(STATE_GONE);
             let now = core.clock.now();
             if core.stop_taken || core.has_due(now) || core.receiver.has_queued() {
                 None
@@ -289,6 +286,22 @@ where
     }
 }
 
+/// Why the worker thread finds no state: a sending thread panicked while applying commands
+/// and dropped it (the worker then ends by panicking too, which stops tickd).
+const STATE_GONE: &str = "the timer state is gone: a panic while applying commands";
+
+/// Drops the state if the worker thread unwinds, so that its lanes close: senders are then
+/// refused at once instead of waiting on a thread that is gone.
+struct DropStateOnPanic<'a, S: TimerState, K>(&'a SharedCore<S, K>);
+
+impl<S: TimerState, K> Drop for DropStateOnPanic<'_, S, K> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            lock(self.0).take();
+        }
+    }
+}
+
 fn fire_due<S: TimerState, K: Clock>(core: &mut Core<S, K>, fired: &mut Vec<S::Fired>) {
     let now = core.clock.now();
     if core.has_due(now) {
@@ -299,9 +312,7 @@ fn fire_due<S: TimerState, K: Clock>(core: &mut Core<S, K>, fired: &mut Vec<S::F
 
 /// Applies whatever the other threads queued up to now, then takes the state out.
 fn finish<S: TimerState, K: Clock>(core: &SharedCore<S, K>) -> S {
-    let mut core = lock(core)
-        .take()
-        .expect("only this thread takes the state out");
+    let mut core = lock(core).take().expect(STATE_GONE);
     while let Step::Applied(_) | Step::Stop = core.take_and_apply(usize::MAX) {}
     core.state.end_batch();
     core.state
