@@ -66,8 +66,8 @@ pub enum SendError {
 /// A cheap, cloneable way to send commands to the worker thread.
 pub struct WorkerHandle<C> {
     sender: LaneSender<Message<C>>,
-    /// The worker's shared state, for [`Self::try_send_light`]; None for handles made
-    /// before the worker thread was given it (never, outside tests).
+    /// The worker's shared state, for [`Self::try_send_light`]; None when the worker
+    /// applies every command itself (`WorkerConfig::combine_light_commands`).
     combiner: Option<Arc<dyn Combiner<C>>>,
 }
 
@@ -154,6 +154,8 @@ pub struct WorkerConfig {
     pub(crate) max_batch: usize,
     /// Where to count the time the thread spends working, if anywhere.
     pub(crate) busy_seconds: Option<Counter<f64, AtomicU64>>,
+    /// Let senders apply light commands while the thread sleeps ([`combine`]).
+    pub(crate) combine_light_commands: bool,
 }
 
 impl Default for WorkerConfig {
@@ -162,6 +164,7 @@ impl Default for WorkerConfig {
             queue_capacity: 16_384,
             max_batch: 4_096,
             busy_seconds: None,
+            combine_light_commands: true,
         }
     }
 }
@@ -179,6 +182,7 @@ impl<S: TimerState> Worker<S> {
         K: Clock,
         F: FnMut(Vec<S::Fired>) + Send + 'static,
     {
+        let combine = config.combine_light_commands;
         let (sender, receiver) = lanes::lanes(config.queue_capacity);
         let parking = receiver.parking();
         let core: Arc<SharedCore<S, K>> = Arc::new(Mutex::new(Some(Core::new(
@@ -194,11 +198,8 @@ impl<S: TimerState> Worker<S> {
                 .name("tickd-wheel".into())
                 .spawn(move || run(&core, &parking, sink))?
         };
-        let combiner: Arc<dyn Combiner<S::Command>> = core;
-        let handle = WorkerHandle {
-            sender,
-            combiner: Some(combiner),
-        };
+        let combiner = combine.then_some(core as Arc<dyn Combiner<S::Command>>);
+        let handle = WorkerHandle { sender, combiner };
         Ok(Self { handle, thread })
     }
 
