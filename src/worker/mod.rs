@@ -240,11 +240,16 @@ where
 {
     let _drop_state_on_panic = DropStateOnPanic(core);
     loop {
+        // Fired timers leave before the next batch is applied: a large batch must not hold
+        // them back.
         let mut fired = Vec::new();
+        fire_due(lock(core).as_mut().expect(STATE_GONE), &mut fired);
+        if !fired.is_empty() {
+            sink(fired);
+        }
         let (step, max_batch) = {
             let mut guard = lock(core);
             let core = guard.as_mut().expect(STATE_GONE);
-            fire_due(core, &mut fired);
             let step = if core.stop_taken {
                 Step::Stop
             } else {
@@ -252,9 +257,6 @@ where
             };
             (step, core.max_batch)
         };
-        if !fired.is_empty() {
-            sink(fired);
-        }
         match step {
             // A full batch means senders are ahead: look again at once.
             Step::Applied(applied) if applied >= max_batch => continue,
