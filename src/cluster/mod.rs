@@ -25,6 +25,7 @@ pub(crate) mod database;
 pub mod delivery;
 mod error;
 pub mod firing;
+pub(crate) mod group_commit;
 pub(crate) mod loader;
 mod namespaces;
 mod notifications;

@@ -1,0 +1,103 @@
+//! New timers of concurrent registrations inserted by one statement (group commit, see
+//! `cluster::group_commit`): the NewTimeouts calls that arrive while a replica's previous
+//! insert runs go together in its next one, so the database plans and commits once for
+//! all of them. Each call is answered once that statement has committed, with which of
+//! its timers were inserted (the others found their key taken).
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+
+use super::announce_if_due;
+use super::register::{TimerColumns, ANNOUNCE_LIMIT, INSERTED_COLUMNS, INSERTED_ROWS};
+use crate::cluster::group_commit::GroupCommit;
+use crate::cluster::{ClusterError, Connections, Shared};
+use crate::domain::NewTimer;
+
+/// Timers inserted by one statement at most; what is queued beyond waits for the next.
+const MAX_INSERT_BATCH: usize = 10_000;
+
+/// Statements under way at once: while one runs, the next gathers, so the database is
+/// not left idle between a batch's commit and the next batch.
+const INSERT_RUNNERS: usize = 2;
+
+/// One call's run of new timers, with their ids and first deadlines.
+pub(super) struct InsertRequest {
+    pub(super) timers: Vec<NewTimer>,
+    pub(super) ids: Vec<u64>,
+    pub(super) deadlines: Vec<u64>,
+}
+
+/// The ids of the call's timers that were inserted, or why none was.
+pub(super) type InsertAnswer = Result<FxHashSet<u64>, String>;
+
+pub(super) type Inserts = Arc<GroupCommit<InsertRequest, InsertAnswer>>;
+
+/// Starts the replica's insert queue.
+pub(super) fn start(connections: Connections, shared: Shared) -> Inserts {
+    Arc::new(GroupCommit::start(
+        INSERT_RUNNERS,
+        MAX_INSERT_BATCH,
+        |request: &InsertRequest| request.timers.len(),
+        move |requests: Vec<InsertRequest>| {
+            let connections = connections.clone();
+            let shared = shared.clone();
+            async move {
+                match insert(&connections, &shared, &requests).await {
+                    Ok(inserted) => requests
+                        .iter()
+                        .map(|request| {
+                            Ok(request
+                                .ids
+                                .iter()
+                                .copied()
+                                .filter(|id| inserted.contains(id))
+                                .collect())
+                        })
+                        .collect(),
+                    Err(error) => {
+                        let error = error.to_string();
+                        requests.iter().map(|_| Err(error.clone())).collect()
+                    }
+                }
+            }
+        },
+    ))
+}
+
+/// Inserts every timer of `requests` whose key is new, announcing those due soon to
+/// their partition's owner; the ids inserted.
+async fn insert(
+    connections: &Connections,
+    shared: &Shared,
+    requests: &[InsertRequest],
+) -> Result<FxHashSet<u64>, ClusterError> {
+    let timers: Vec<&NewTimer> = requests.iter().flat_map(|r| r.timers.iter()).collect();
+    let ids: Vec<u64> = requests
+        .iter()
+        .flat_map(|r| r.ids.iter().copied())
+        .collect();
+    let deadlines: Vec<u64> = requests
+        .iter()
+        .flat_map(|r| r.deadlines.iter().copied())
+        .collect();
+    let columns = TimerColumns::new(shared, &timers, &ids, &deadlines);
+    let statement = format!(
+        "WITH inserted AS (
+            INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS}
+            ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING
+            RETURNING id, namespace, partition, deadline, version)
+         SELECT id, {} FROM inserted",
+        announce_if_due(ANNOUNCE_LIMIT)
+    );
+    let rows = connections
+        .client()
+        .await?
+        .query(
+            &statement,
+            &columns.parameters(&super::announce_until(shared)),
+        )
+        .await
+        .map_err(ClusterError::query("registering timers"))?;
+    Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
+}
