@@ -24,6 +24,7 @@
 //! replica is counted until its deadline, which can only leave less room, never more
 //! than the database's own count allows.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,10 @@ pub(crate) struct Slot {
     direct: bool,
     sender: mpsc::Sender<Delivered>,
     held: Mutex<Held>,
+    /// Set when either path found it without room for what there was: an ack of one of
+    /// its deliveries on this replica then wakes it to claim (and only then, so that
+    /// acks do not set every subscriber claiming for nothing).
+    wants_room: AtomicBool,
 }
 
 /// A subscriber's deliveries not yet known to be settled, and its reservations.
@@ -76,6 +81,7 @@ impl Slot {
             direct,
             sender,
             held: Mutex::default(),
+            wants_room: AtomicBool::new(false),
         }
     }
 
@@ -91,6 +97,9 @@ impl Slot {
             .min(self.max_unacked.saturating_sub(taken))
             .min(self.sender.capacity());
         held.reserved += granted;
+        if granted < wanted {
+            self.wants_room.store(true, Ordering::Relaxed);
+        }
         granted
     }
 
@@ -106,6 +115,17 @@ impl Slot {
     }
 
     /// Gives back `reserved`, and counts `delivered` as held until their ack deadline.
+    /// Notes that the subscriber's claims stopped for want of room (its stream full, or
+    /// `max_unacked` reached): the next ack here wakes it.
+    pub(super) fn wants_room(&self) {
+        self.wants_room.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it holds `max_unacked` deliveries, as far as this replica knows.
+    pub(super) fn is_full(&self) -> bool {
+        self.lock().unacked.len() >= self.max_unacked
+    }
+
     pub(super) fn settle_reservation(&self, reserved: usize, delivered: &[u64]) {
         let deadline = Instant::now() + self.ack_timeout;
         let mut held = self.lock();
@@ -149,16 +169,20 @@ impl LocalSubscribers {
         }
     }
 
-    /// Forgets acknowledged deliveries of `namespace` (they leave room).
-    pub(super) fn acknowledged(&self, namespace: &str, delivery_ids: &[u64]) {
+    /// Forgets acknowledged deliveries of `namespace` (they leave room); whether one of
+    /// its subscribers was waiting for room (and is to be woken).
+    pub(super) fn acknowledged(&self, namespace: &str, delivery_ids: &[u64]) -> bool {
         if delivery_ids.is_empty() {
-            return;
+            return false;
         }
+        let mut waiting = false;
         if let Some(slots) = self.lock().get(namespace) {
             for slot in slots {
                 slot.acknowledged(delivery_ids);
+                waiting |= slot.wants_room.swap(false, Ordering::Relaxed);
             }
         }
+        waiting
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<String, Vec<Arc<Slot>>>> {

@@ -21,9 +21,13 @@
 //! the dead beyond `--max-dead`. Namespaces nobody observes pay nothing for this. Copies are best-effort, as on one node: one whose firing committed
 //! after a later-numbered one (two replicas firing at once) can be passed over.
 //!
-//! Subscribers and observers wake on `tickd_fired` (sent by the firing statement), on acks
-//! made on this replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a
-//! redelivery is.
+//! The firing replica hands what it fires to its own subscribers of the namespace
+//! directly, claimed for them by the firing statement ([`direct`]); claims by subscribers'
+//! tasks take the rest. Acks are group-committed ([`acks`]).
+//!
+//! Subscribers and observers wake on `tickd_fired` (sent by the firing statement for what
+//! it left unclaimed), on acks made on this replica (a subscriber only if it was out of
+//! room), and otherwise every [`POLL_INTERVAL`], which bounds how late a redelivery is.
 
 mod acks;
 mod charged;
@@ -223,9 +227,10 @@ impl ClusterDeliveries {
             .await
             .ok_or_else(|| TimerError::Unavailable("the replica is stopping".into()))??;
         let settled_ids: Vec<u64> = settled.iter().copied().collect();
-        self.local.acknowledged(&namespace, &settled_ids);
-        // Room for this replica's subscribers of the namespace.
-        self.wakeups.wake(&namespace);
+        // Room for this replica's subscribers of the namespace that were out of it.
+        if self.local.acknowledged(&namespace, &settled_ids) {
+            self.wakeups.wake(&namespace);
+        }
         let unknown = given
             .into_iter()
             .filter(|id| !settled.contains(id))

@@ -118,6 +118,7 @@ impl Subscriber {
             let slot = self.membership.slot();
             let room = slot.reserve_for_claim(self.sender.capacity());
             if room == 0 {
+                slot.wants_room();
                 return Ok(());
             }
             let started = std::time::Instant::now();
@@ -142,6 +143,10 @@ impl Subscriber {
                 sent.push(delivery_id);
             }
             slot.settle_reservation(room, &sent);
+            if exhausted && slot.is_full() {
+                // Cut short by `max_unacked` rather than by what there was to claim.
+                slot.wants_room();
+            }
             if self.auto_ack && !sent.is_empty() {
                 // Settled once handed to the stream, as on one node; what could not be
                 // handed over stays claimed and comes back at its deadline.
