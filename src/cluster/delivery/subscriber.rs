@@ -130,6 +130,13 @@ impl Subscriber {
                 }
             };
             debug!(subscriber = %self.name, room, claimed = claimed.len(), elapsed_us = started.elapsed().as_micros() as u64, "claimed");
+            if started.elapsed() >= self.ack_timeout {
+                // The answer came back after the claims' own deadline (the database was
+                // out of reach meanwhile): they may be another subscriber's by now.
+                warn!(subscriber = %self.name, claimed = claimed.len(), "claims answered after their ack deadline: not delivered");
+                slot.settle_reservation(room, &[]);
+                return Ok(());
+            }
             let exhausted = claimed.len() < room;
             let mut sent = Vec::with_capacity(claimed.len());
             let mut stream_open = true;

@@ -82,12 +82,20 @@ async fn insert(
         .flat_map(|r| r.deadlines.iter().copied())
         .collect();
     let columns = TimerColumns::new(shared, &timers, &ids, &deadlines);
+    // Only a timer with a key can find its place taken, so only those (and those due
+    // soon, to announce) come back: a batch of keyless timers far off returns nothing.
+    // Nor does such a batch need ON CONFLICT, which makes every row's insert speculative
+    // (a second WAL record and buffer lock per row) even where the key index skips it.
+    let on_conflict = if timers.iter().any(|timer| timer.key.is_some()) {
+        "ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING"
+    } else {
+        ""
+    };
     let statement = format!(
         "WITH inserted AS (
-            INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS}
-            ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING
-            RETURNING id, namespace, partition, deadline, version)
-         SELECT id, {} FROM inserted",
+            INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS} {on_conflict}
+            RETURNING id, namespace, key, partition, deadline, version)
+         SELECT id, {} FROM inserted WHERE key IS NOT NULL OR deadline <= ${ANNOUNCE_LIMIT}",
         announce_if_due(ANNOUNCE_LIMIT)
     );
     let rows = connections
@@ -99,5 +107,14 @@ async fn insert(
         )
         .await
         .map_err(ClusterError::query("registering timers"))?;
-    Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
+    let keyless = timers
+        .iter()
+        .zip(&ids)
+        .filter(|(timer, _)| timer.key.is_none())
+        .map(|(_, &id)| id);
+    Ok(rows
+        .iter()
+        .map(|row| row.get::<_, i64>(0) as u64)
+        .chain(keyless)
+        .collect())
 }
