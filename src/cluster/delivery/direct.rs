@@ -448,3 +448,63 @@ impl Drop for Assignment {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(max_unacked: usize, stream: usize) -> (Arc<Slot>, mpsc::Receiver<Delivered>) {
+        let (sender, receiver) = mpsc::channel(stream);
+        let slot = Slot::new(
+            "s".into(),
+            Duration::from_secs(60),
+            max_unacked,
+            true,
+            sender,
+        );
+        (Arc::new(slot), receiver)
+    }
+
+    /// Direct delivery counts what the subscriber holds and what is reserved by either
+    /// path; a claim counts only the reservations (the database counts the rest).
+    #[test]
+    fn room_is_what_neither_path_holds_or_has_reserved() {
+        let (slot, _stream) = slot(5, 100);
+        assert_eq!(slot.reserve(3), 3);
+        slot.settle_reservation(3, &[1, 2]);
+        // Two held, nothing reserved: three left for direct delivery.
+        assert_eq!(slot.reserve(10), 3);
+        // A claim under way sees the three reserved, not the two held.
+        assert_eq!(slot.reserve_for_claim(10), 2);
+        slot.settle_reservation(3, &[]);
+        slot.settle_reservation(2, &[]);
+        slot.acknowledged(&[1]);
+        assert_eq!(slot.reserve(10), 4);
+    }
+
+    /// A stream smaller than `max_unacked` bounds direct delivery too.
+    #[test]
+    fn direct_delivery_never_overfills_the_stream() {
+        let (slot, _stream) = slot(100, 2);
+        assert_eq!(slot.reserve(10), 2);
+    }
+
+    /// An ack here wakes the namespace's subscribers only when one of them ran out of
+    /// room, once; the membership ends with its guard.
+    #[test]
+    fn acks_wake_only_subscribers_out_of_room() {
+        let subscribers = LocalSubscribers::default();
+        let (slot, _stream) = slot(1, 10);
+        let membership = subscribers.join("n", slot.clone());
+        assert_eq!(slot.reserve(1), 1);
+        slot.settle_reservation(1, &[7]);
+        assert!(!subscribers.acknowledged("n", &[7]), "it had room");
+        assert_eq!(slot.reserve(1), 1);
+        slot.settle_reservation(1, &[8]);
+        assert_eq!(slot.reserve(1), 0, "full");
+        assert!(subscribers.acknowledged("n", &[8]));
+        assert!(!subscribers.acknowledged("n", &[9]), "woken once");
+        drop(membership);
+        assert!(subscribers.lock().get("n").is_none());
+    }
+}
