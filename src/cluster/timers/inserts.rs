@@ -14,7 +14,9 @@ use crate::cluster::group_commit::GroupCommit;
 use crate::cluster::{ClusterError, Connections, Shared};
 use crate::domain::NewTimer;
 
-/// Timers inserted by one statement at most; what is queued beyond waits for the next.
+/// What one statement inserts at most, in units of [`units`] (a timer, or a KiB of its
+/// payload and key if more): what is queued beyond waits for the next. 10,000 small
+/// timers, or ~10 MiB of payloads.
 const MAX_INSERT_BATCH: usize = 10_000;
 
 /// Statements under way at once: while one runs, the next gathers, so the database is
@@ -38,7 +40,7 @@ pub(super) fn start(connections: Connections, shared: Shared) -> Inserts {
     Arc::new(GroupCommit::start(
         INSERT_RUNNERS,
         MAX_INSERT_BATCH,
-        |request: &InsertRequest| request.timers.len(),
+        units,
         move |requests: Vec<InsertRequest>| {
             let connections = connections.clone();
             let shared = shared.clone();
@@ -63,6 +65,20 @@ pub(super) fn start(connections: Connections, shared: Shared) -> Inserts {
             }
         },
     ))
+}
+
+/// A request's weight against [`MAX_INSERT_BATCH`]: each timer counts one, or one per
+/// KiB of its payload and key, so that a batch of large payloads stays a modest
+/// statement.
+fn units(request: &InsertRequest) -> usize {
+    request
+        .timers
+        .iter()
+        .map(|timer| {
+            let bytes = timer.payload.len() + timer.key.as_ref().map_or(0, String::len);
+            (bytes / 1024).max(1)
+        })
+        .sum()
 }
 
 /// Inserts every timer of `requests` whose key is new, announcing those due soon to
