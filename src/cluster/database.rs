@@ -4,6 +4,7 @@
 //! listener), and a description of it that never holds the password.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +14,8 @@ use std::time::Duration;
 use percent_encoding::percent_decode_str;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::{Client, Socket};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tracing::{info, warn};
 
@@ -74,6 +76,12 @@ impl Database {
     /// server-side limits that end a statement running for a minute or a transaction left
     /// idle as long, so that no lock one holds (a partition row, say) outlives a frozen
     /// replica.
+    ///
+    /// Statements are prepared once per connection (see [`StoreClient`]) but planned at
+    /// every run (`plan_cache_mode=force_custom_plan`): a generic plan fixed while
+    /// `tickd_expirations` is nearly empty (a sequential scan is cheapest then) would
+    /// stay in use as it grows, and the planner sizes each batch's arrays only from the
+    /// values.
     pub fn new(url: &str, ca_file: Option<&Path>) -> Result<Self, ClusterError> {
         let invalid = |reason: String| ClusterError::InvalidConfig(format!("--store: {reason}"));
         let params = TlsParams::take_from(url).map_err(invalid)?;
@@ -102,7 +110,10 @@ impl Database {
             .connect_timeout(Duration::from_secs(5))
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(30))
-            .options("-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000");
+            .options(
+                "-c statement_timeout=60000 -c idle_in_transaction_session_timeout=60000 \
+                 -c plan_cache_mode=force_custom_plan",
+            );
         Ok(Self { config, mode, tls })
     }
 
@@ -255,7 +266,7 @@ fn decode(text: &str) -> Result<Cow<'_, str>, String> {
 #[derive(Clone)]
 pub struct Connections {
     database: Arc<Database>,
-    clients: Arc<Vec<tokio::sync::Mutex<Arc<Client>>>>,
+    clients: Arc<Vec<tokio::sync::Mutex<Arc<StoreClient>>>>,
     next: Arc<AtomicUsize>,
 }
 
@@ -263,7 +274,8 @@ impl Connections {
     pub async fn open(database: &Database, count: u32) -> Result<Self, ClusterError> {
         let mut clients = Vec::with_capacity(count as usize);
         for _ in 0..count.max(1) {
-            clients.push(tokio::sync::Mutex::new(Arc::new(database.connect().await?)));
+            let client = StoreClient::new(database.connect().await?);
+            clients.push(tokio::sync::Mutex::new(Arc::new(client)));
         }
         Ok(Self {
             database: Arc::new(database.clone()),
@@ -273,14 +285,96 @@ impl Connections {
     }
 
     /// The next connection in turn, reconnected first if it was closed.
-    pub(crate) async fn client(&self) -> Result<Arc<Client>, ClusterError> {
+    pub(crate) async fn client(&self) -> Result<Arc<StoreClient>, ClusterError> {
         let turn = self.next.fetch_add(1, Ordering::Relaxed);
         let mut client = self.clients[turn % self.clients.len()].lock().await;
         if client.is_closed() {
-            *client = Arc::new(self.database.connect().await?);
+            *client = Arc::new(StoreClient::new(self.database.connect().await?));
             info!("store connection reopened");
         }
         Ok(client.clone())
+    }
+}
+
+/// One connection with the statements it has prepared, by their text.
+///
+/// A statement given as text to tokio-postgres is prepared on every call: one round trip
+/// to parse it and describe its parameters before the one that runs it, and a fresh plan
+/// each time. Preparing each text once per connection halves the round trips of every
+/// statement a replica repeats (firing, claims, acks, registrations) and lets the server
+/// reuse its plan. `query`, `query_one`, `query_opt` and `execute` take the text as
+/// tokio-postgres' do; everything else is the [`Client`]'s own, through `Deref`.
+pub(crate) struct StoreClient {
+    client: Client,
+    prepared: std::sync::Mutex<HashMap<String, Statement>>,
+}
+
+impl StoreClient {
+    fn new(client: Client) -> Self {
+        Self {
+            client,
+            prepared: std::sync::Mutex::default(),
+        }
+    }
+
+    /// `sql` prepared on this connection, once.
+    async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.lock().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).await?;
+        self.lock().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
+        self.prepared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.client.query(&statement, parameters).await
+    }
+
+    pub(crate) async fn query_one(
+        &self,
+        sql: &str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.client.query_one(&statement, parameters).await
+    }
+
+    pub(crate) async fn query_opt(
+        &self,
+        sql: &str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.client.query_opt(&statement, parameters).await
+    }
+
+    pub(crate) async fn execute(
+        &self,
+        sql: &str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.client.execute(&statement, parameters).await
+    }
+}
+
+impl std::ops::Deref for StoreClient {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
     }
 }
 

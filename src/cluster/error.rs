@@ -26,6 +26,9 @@ pub enum ClusterError {
     InvalidConfig(String),
     #[error("settling auto-acknowledged deliveries: {0}")]
     Settle(String),
+    /// A group-committed statement's failure, as each of its callers is told it.
+    #[error("{0}")]
+    Batch(String),
 }
 
 /// `error` and its causes, `: `-separated. tokio-postgres' own text names only the kind of

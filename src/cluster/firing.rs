@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use super::schedule::{DueTimer, ScheduleCommand};
 use super::timers::stored_calendar;
 use super::{ClusterError, Connections, Shared};
-use crate::cluster::delivery::OVERFLOWED_ATTEMPTS;
+use crate::cluster::delivery::{Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 
@@ -57,7 +57,7 @@ const MAX_BATCH: usize = 10_000;
 /// see the same room, so the total can be passed by what they fire in that moment.
 const FIRE: &str = "
 WITH held AS (
-    SELECT p.partition FROM tickd_partitions p
+    SELECT p.partition, p.lease_until FROM tickd_partitions p
     JOIN unnest($6::INT4[], $7::INT8[]) AS mine(partition, epoch)
       ON p.partition = mine.partition AND p.epoch = mine.epoch
     WHERE p.owner = $8 AND p.lease_until > clock_timestamp()
@@ -65,8 +65,9 @@ WITH held AS (
 ),
 due AS (
     SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[], $9::INT4[],
-                         $10::INT8[], $11::INT8[])
-        AS d(namespace, id, deadline, late, partition, version, next_deadline)
+                         $10::INT8[], $11::INT8[], $15::TEXT[], $16::INT8[])
+        AS d(namespace, id, deadline, late, partition, version, next_deadline, claimer,
+             claim_millis)
     WHERE partition IN (SELECT partition FROM held)
 ),
 once AS (
@@ -76,7 +77,7 @@ once AS (
       AND (t.cron IS NULL OR (t.version = due.version AND due.next_deadline IS NULL))
     RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline,
-              t.version, due.late, t.cron, t.time_zone
+              t.version, due.late, t.cron, t.time_zone, due.claimer, due.claim_millis
 ),
 again AS (
     UPDATE tickd_timers t
@@ -87,7 +88,7 @@ again AS (
       AND t.partition = due.partition AND t.repeat_nanos IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
-              t.cron, t.time_zone
+              t.cron, t.time_zone, due.claimer, due.claim_millis
 ),
 calendar AS (
     UPDATE tickd_timers t
@@ -98,7 +99,7 @@ calendar AS (
       AND t.version = due.version AND due.next_deadline IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
-              t.cron, t.time_zone
+              t.cron, t.time_zone, due.claimer, due.claim_millis
 ),
 unscheduled AS (
     SELECT t.namespace, t.id, t.partition, t.deadline, t.version, t.cron, t.time_zone
@@ -115,25 +116,50 @@ buffered AS (
         LIMIT $12) unsettled
 ),
 placed AS (
-    SELECT fired.*, row_number() OVER (ORDER BY deadline, id) AS place FROM fired
+    SELECT fired.*, place + (SELECT held FROM buffered) <= $12 AS room
+    FROM (SELECT fired.*, row_number() OVER (ORDER BY deadline, id) AS place FROM fired) fired
 ),
 recorded AS (
     INSERT INTO tickd_expirations
         (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos,
-         fired_count, late, cron, time_zone, attempts)
+         fired_count, late, cron, time_zone, attempts, claimed_by, claim_until)
     SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count,
            late, cron, time_zone,
-           CASE WHEN place + (SELECT held FROM buffered) <= $12 THEN 0 ELSE $14 END
+           CASE WHEN NOT room THEN $14 WHEN claimer IS NOT NULL THEN 1 ELSE 0 END,
+           CASE WHEN room THEN claimer END,
+           CASE WHEN room AND claimer IS NOT NULL
+                THEN clock_timestamp() + claim_millis * INTERVAL '1 millisecond' END
     FROM placed
-    RETURNING attempts
+    RETURNING seq, timer_id, namespace, attempts, claimed_by
+),
+lease AS (
+    SELECT (EXTRACT(EPOCH FROM min(lease_until) - clock_timestamp()) * 1000)::INT8 AS left_millis
+    FROM held
 )
-SELECT namespace, id, partition, next_deadline, version,
-       pg_notify('tickd_fired', namespace)::TEXT, NULL AS cron, NULL AS time_zone,
-       (SELECT count(*) FROM recorded WHERE attempts <> 0) AS overflowed
-FROM fired
+SELECT f.namespace, f.id, f.partition, f.next_deadline, f.version,
+       CASE WHEN r.claimed_by IS NULL THEN pg_notify('tickd_fired', f.namespace)::TEXT END,
+       NULL AS cron, NULL AS time_zone,
+       (SELECT count(*) FROM recorded WHERE attempts = $14) AS overflowed,
+       r.seq, r.attempts, f.namespace, f.id, f.key,
+       CASE WHEN r.claimed_by IS NOT NULL THEN f.payload END, f.deadline, $5::INT8,
+       f.repeat_nanos, f.ttl_nanos, f.fired_count, f.late, f.cron, f.time_zone,
+       r.claimed_by, (SELECT left_millis FROM lease)
+FROM fired f JOIN recorded r ON r.timer_id = f.id AND r.namespace = f.namespace
 UNION ALL
-SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL
+SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL
 FROM unscheduled";
+
+/// The column of [`FIRE`]'s rows where a fired timer's expiration begins, as
+/// `EXPIRATION_COLUMNS` (its payload only when claimed for a subscriber here), followed
+/// by the subscriber it was claimed for (NULL: none) and how long the shortest lease of
+/// the batch's partitions had left, in milliseconds, when the statement checked it.
+const EXPIRATION: usize = 9;
+
+/// After [`EXPIRATION`]'s columns: the claimer, then the lease left.
+const CLAIMED_BY: usize = EXPIRATION + 14;
+const LEASE_LEFT: usize = CLAIMED_BY + 1;
 
 /// The column of [`FIRE`]'s rows that counts the expirations of the statement that went
 /// to the dead list for want of room under `--max-buffered-total`.
@@ -158,6 +184,9 @@ pub struct Firing {
     buffered_total: i64,
     /// `--max-attempts`: expirations with that many are dead, not buffered.
     max_attempts: i32,
+    /// This replica's subscribers, handed what fires directly (none: every expiration is
+    /// recorded for subscribers to claim).
+    direct: Option<DirectDelivery>,
 }
 
 impl Firing {
@@ -169,7 +198,15 @@ impl Firing {
             metrics,
             buffered_total: delivery.buffered_total as i64,
             max_attempts: delivery.max_attempts as i32,
+            direct: None,
         }
+    }
+
+    /// Hands expirations to this replica's subscribers as they fire (see
+    /// `delivery::direct`).
+    pub(crate) fn with_direct_delivery(mut self, direct: DirectDelivery) -> Self {
+        self.direct = Some(direct);
+        self
     }
 
     /// Applies the delivery settings' bounds (the defaults otherwise).
@@ -212,17 +249,36 @@ impl Firing {
     pub async fn fire(&mut self, batch: &[DueTimer]) -> Result<usize, ClusterError> {
         let started = std::time::Instant::now();
         let now = self.shared.unix_now();
+        let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
+        let assignment = self
+            .direct
+            .as_ref()
+            .map(|direct| direct.assign(&namespaces));
         let (mut rows, unscheduled): (Vec<Row>, Vec<Row>) = self
-            .run_fire(batch, None, now)
+            .run_fire(batch, None, now, assignment.as_ref())
             .await?
             .into_iter()
             .partition(|row| row.get::<_, Option<&str>>(UNSCHEDULED).is_none());
+        if let (Some(direct), Some(assignment)) = (&self.direct, assignment) {
+            direct.deliver(
+                assignment,
+                &rows,
+                EXPIRATION,
+                CLAIMED_BY,
+                lease_proved(&rows, started),
+            );
+        }
         let mut overflowed = overflowed_in(&rows);
         if !unscheduled.is_empty() {
             let (calendar_batch, next) = next_firings(batch, &unscheduled, now);
-            let calendar_rows = self.run_fire(&calendar_batch, Some(&next), now).await?;
+            let calendar_rows = self
+                .run_fire(&calendar_batch, Some(&next), now, None)
+                .await?;
             overflowed += overflowed_in(&calendar_rows);
             rows.extend(calendar_rows);
+        }
+        if let Some(direct) = &self.direct {
+            direct.wake_claimers(&rows, CLAIMED_BY);
         }
         self.count_fired(batch, &rows, overflowed, now);
         debug!(
@@ -238,13 +294,18 @@ impl Firing {
     }
 
     /// Runs [`FIRE`] for `batch`; `calendar` gives the cron timers' (version, next
-    /// deadline) for the second pass.
+    /// deadline) for the second pass, `assignment` the subscribers here to claim for.
     async fn run_fire(
         &self,
         batch: &[DueTimer],
         calendar: Option<&[(i64, Option<i64>)]>,
         now: u64,
+        assignment: Option<&Assignment>,
     ) -> Result<Vec<Row>, ClusterError> {
+        let (claimers, claim_millis) = match assignment {
+            Some(assignment) => assignment.claims(),
+            None => batch.iter().map(|_| (None, None)).unzip(),
+        };
         let (partitions, epochs) = self.granted(batch);
         let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
         let ids: Vec<i64> = batch.iter().map(|timer| timer.id as i64).collect();
@@ -275,6 +336,8 @@ impl Firing {
                     &self.buffered_total,
                     &self.max_attempts,
                     &OVERFLOWED_ATTEMPTS,
+                    &claimers,
+                    &claim_millis,
                 ],
             )
             .await
@@ -373,6 +436,16 @@ impl Firing {
         }
         Ok(())
     }
+}
+
+/// Whether the lease of every partition the statement fired from was still running when
+/// its answer came back: the statement reports how long the shortest had left when it
+/// checked (after `sent`), so an answer within that time proves it.
+fn lease_proved(rows: &[Row], sent: std::time::Instant) -> bool {
+    let left = rows
+        .first()
+        .and_then(|row| row.get::<_, Option<i64>>(LEASE_LEFT));
+    left.is_some_and(|left| sent.elapsed() < Duration::from_millis(left.max(0) as u64))
 }
 
 /// How many expirations one [`FIRE`] statement's fired `rows` recorded dead for want of

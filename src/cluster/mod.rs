@@ -10,9 +10,17 @@
 //! - **fires** in [`firing`]: one transaction checks that this replica still holds the
 //!   partition's lease at the epoch it was granted (the fence), deletes or re-arms the row,
 //!   and records an expiration in `tickd_expirations`;
-//! - **is delivered** by [`delivery`] on whichever replica its subscribers are connected
-//!   to: claimed from the database for one subscriber until its ack deadline, deleted when
-//!   acknowledged, claimed again (next attempt) when the deadline passes.
+//! - **is delivered** by [`delivery`]: when the firing replica has a subscriber of the
+//!   namespace with room, the firing statement records the expiration already claimed for
+//!   it and the replica hands it over once that commits, within its lease; otherwise it is
+//!   claimed from the database by a subscriber on any replica. Either way the row is
+//!   claimed for one subscriber until its ack deadline, deleted when acknowledged (acks
+//!   of concurrent callers in one statement), claimed again (next attempt) when the
+//!   deadline passes.
+//!
+//! Statements many callers make at once (registrations' inserts, acks) are
+//! group-committed by [`group_commit`]: one statement for whatever queued while the
+//! previous one ran.
 //!
 //! A registration that would add a namespace beyond `--max-namespaces` is refused by
 //! [`namespaces`].
@@ -25,6 +33,7 @@ pub(crate) mod database;
 pub mod delivery;
 mod error;
 pub mod firing;
+pub(crate) mod group_commit;
 pub(crate) mod loader;
 mod namespaces;
 mod notifications;

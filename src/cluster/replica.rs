@@ -120,13 +120,6 @@ impl Replica {
         tasks.push(spawn_in(&span, ownership.clone().run(stopping.clone())));
         let loader = loader::Loader::connect(database, shared.clone(), wakeups.clone()).await?;
         tasks.push(spawn_in(&span, loader.run(acquired, stopping.clone())));
-        let firing = firing::Firing::new(
-            Connections::open(database, 1).await?,
-            shared.clone(),
-            metrics.clone(),
-        )
-        .with_delivery(&config.delivery);
-        tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));
         let deliveries = ClusterDeliveries::new(
             delivery_connections,
             metrics.clone(),
@@ -137,6 +130,14 @@ impl Replica {
         )
         .in_span(span.clone())
         .with_memory(config.memory.clone());
+        let firing = firing::Firing::new(
+            Connections::open(database, 1).await?,
+            shared.clone(),
+            metrics.clone(),
+        )
+        .with_delivery(&config.delivery)
+        .with_direct_delivery(deliveries.direct_delivery());
+        tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));
         tasks.push(spawn_in(&span, deliveries.clone().trim_dead(stopping)));
         let namespaces =
             NamespaceCap::new(config.max_namespaces, Connections::open(database, 1).await?);

@@ -21,11 +21,17 @@
 //! the dead beyond `--max-dead`. Namespaces nobody observes pay nothing for this. Copies are best-effort, as on one node: one whose firing committed
 //! after a later-numbered one (two replicas firing at once) can be passed over.
 //!
-//! Subscribers and observers wake on `tickd_fired` (sent by the firing statement), on acks
-//! made on this replica, and otherwise every [`POLL_INTERVAL`], which bounds how late a
-//! redelivery is.
+//! The firing replica hands what it fires to its own subscribers of the namespace
+//! directly, claimed for them by the firing statement ([`direct`]); claims by subscribers'
+//! tasks take the rest. Acks are group-committed ([`acks`]).
+//!
+//! Subscribers and observers wake on `tickd_fired` (sent by the firing statement for what
+//! it left unclaimed), on acks made on this replica (a subscriber only if it was out of
+//! room), and otherwise every [`POLL_INTERVAL`], which bounds how late a redelivery is.
 
+mod acks;
 mod charged;
+mod direct;
 mod observer;
 mod subscriber;
 mod trim;
@@ -40,6 +46,8 @@ use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
 
+use self::direct::LocalSubscribers;
+pub(crate) use self::direct::{Assignment, DirectDelivery};
 use crate::budget::MemoryBudget;
 use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
 use crate::cluster::timers::stored_calendar;
@@ -104,33 +112,6 @@ fn redrive_statement() -> String {
     )
 }
 
-/// Settles the deliveries (`$2` seqs, `$3` attempts) of namespace `$1` whose claim is still
-/// live: deletes them, or, while the namespace has a live observer, marks them
-/// acknowledged so that the observer can still copy them.
-const ACK: &str = "
-WITH settled AS (
-    SELECT e.seq FROM tickd_expirations e
-    JOIN unnest($2::INT8[], $3::INT4[]) AS a(seq, attempts)
-      ON e.seq = a.seq AND e.attempts = a.attempts
-    WHERE e.namespace = $1 AND e.acked_at IS NULL AND e.claimed_by IS NOT NULL
-      AND e.claim_until > clock_timestamp()
-),
-observed AS (
-    SELECT EXISTS (SELECT 1 FROM tickd_observers
-                   WHERE namespace = $1 AND alive_until > clock_timestamp()) AS yes
-),
-kept AS (
-    UPDATE tickd_expirations SET acked_at = clock_timestamp(), claimed_by = NULL, claim_until = NULL
-    WHERE seq IN (SELECT seq FROM settled) AND (SELECT yes FROM observed)
-    RETURNING seq, attempts
-),
-gone AS (
-    DELETE FROM tickd_expirations
-    WHERE seq IN (SELECT seq FROM settled) AND NOT (SELECT yes FROM observed)
-    RETURNING seq, attempts
-)
-SELECT seq, attempts FROM kept UNION ALL SELECT seq, attempts FROM gone";
-
 /// How long a woken subscriber lets notifications gather before it claims: one claim
 /// then takes what several firings (on several replicas) produced, instead of one query
 /// per firing per subscriber.
@@ -152,6 +133,10 @@ pub struct ClusterDeliveries {
     incarnation: u64,
     /// The replica's memory budget, charged for deliveries waiting in streams.
     memory: Arc<MemoryBudget>,
+    /// Acks of every caller on this replica, settled a batch per statement.
+    acks: acks::Acks,
+    /// This replica's subscribers, for the firing to deliver to directly.
+    local: LocalSubscribers,
 }
 
 impl ClusterDeliveries {
@@ -164,6 +149,8 @@ impl ClusterDeliveries {
         stopping: watch::Receiver<bool>,
     ) -> Self {
         Self {
+            acks: acks::start(connections.clone()),
+            local: LocalSubscribers::default(),
             connections,
             metrics,
             shared,
@@ -184,6 +171,17 @@ impl ClusterDeliveries {
     pub(crate) fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
         self.memory = memory;
         self
+    }
+
+    /// What the firing needs to hand expirations to this replica's subscribers directly.
+    pub(crate) fn direct_delivery(&self) -> DirectDelivery {
+        DirectDelivery {
+            subscribers: self.local.clone(),
+            memory: self.memory.clone(),
+            metrics: self.metrics.clone(),
+            wakeups: self.wakeups.clone(),
+            connections: self.connections.clone(),
+        }
     }
 
     /// Runs the subscriber and observer tasks in `span` (the replica's).
@@ -218,20 +216,27 @@ impl ClusterDeliveries {
         namespace: String,
         delivery_ids: Vec<u64>,
     ) -> Result<AckOutcome, TimerError> {
-        let (seqs, attempts): (Vec<i64>, Vec<i32>) =
-            delivery_ids.iter().map(|&id| split_delivery_id(id)).unzip();
-        let rows = self
-            .connections
-            .client()
-            .await?
-            .query(ACK, &[&namespace, &seqs, &attempts])
+        let request = acks::AckRequest {
+            namespace: namespace.clone(),
+            delivery_ids,
+        };
+        let given = request.delivery_ids.clone();
+        let settled = self
+            .acks
+            .submit(request)
             .await
-            .map_err(ClusterError::query("acknowledging"))?;
-        // Room for this replica's subscribers of the namespace.
-        self.wakeups.wake(&namespace);
-        let (acknowledged, unknown) = answered(&rows, delivery_ids);
+            .ok_or_else(|| TimerError::Unavailable("the replica is stopping".into()))??;
+        let settled_ids: Vec<u64> = settled.iter().copied().collect();
+        // Room for this replica's subscribers of the namespace that were out of it.
+        if self.local.acknowledged(&namespace, &settled_ids) {
+            self.wakeups.wake(&namespace);
+        }
+        let unknown = given
+            .into_iter()
+            .filter(|id| !settled.contains(id))
+            .collect();
         Ok(AckOutcome {
-            acknowledged,
+            acknowledged: settled.len() as u32,
             unknown,
         })
     }
@@ -389,24 +394,29 @@ fn answered(rows: &[Row], given: Vec<u64>) -> (u32, Vec<u64>) {
 
 /// Reads [`EXPIRATION_COLUMNS`].
 fn expiration_of(row: &Row) -> Expiration {
+    expiration_at(row, 0)
+}
+
+/// Reads [`EXPIRATION_COLUMNS`] from column `first` on (where `seq` is).
+fn expiration_at(row: &Row, first: usize) -> Expiration {
+    let nanos = |column: usize| {
+        row.get::<_, Option<i64>>(first + column)
+            .map(|nanos| Duration::from_nanos(nanos as u64))
+    };
     Expiration {
         memory: Default::default(),
         over_memory_budget: false,
-        namespace: Arc::from(row.get::<_, &str>(2)),
-        id: TimerId(row.get::<_, i64>(3) as u64),
-        key: row.get(4),
-        payload: Bytes::copy_from_slice(row.get::<_, &[u8]>(5)),
-        deadline_unix: row.get::<_, i64>(6) as u64,
-        fired_unix: row.get::<_, i64>(7) as u64,
-        repeat: row
-            .get::<_, Option<i64>>(8)
-            .map(|nanos| Duration::from_nanos(nanos as u64)),
-        ttl: row
-            .get::<_, Option<i64>>(9)
-            .map(|nanos| Duration::from_nanos(nanos as u64)),
-        fired_count: row.get::<_, i64>(10) as u64,
-        calendar: stored_calendar(row, 12),
-        late: row.get(11),
+        namespace: Arc::from(row.get::<_, &str>(first + 2)),
+        id: TimerId(row.get::<_, i64>(first + 3) as u64),
+        key: row.get(first + 4),
+        payload: Bytes::copy_from_slice(row.get::<_, &[u8]>(first + 5)),
+        deadline_unix: row.get::<_, i64>(first + 6) as u64,
+        fired_unix: row.get::<_, i64>(first + 7) as u64,
+        repeat: nanos(8),
+        ttl: nanos(9),
+        fired_count: row.get::<_, i64>(first + 10) as u64,
+        calendar: stored_calendar(row, first + 12),
+        late: row.get(first + 11),
     }
 }
 

@@ -11,6 +11,7 @@ use tokio_postgres::Row;
 use tracing::{debug, warn, Instrument};
 
 use super::charged::{send_charged, ChargedStream};
+use super::direct::{Membership, Slot};
 use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
 use crate::cluster::notifications::FIRED_CHANNEL;
 use crate::cluster::ClusterError;
@@ -37,16 +38,24 @@ impl ClusterDeliveries {
         max_unacked: usize,
     ) -> DeliveryStream {
         let (sender, receiver) = mpsc::channel(max_unacked);
-        let subscriber = Subscriber {
-            name: self.next_name(),
-            namespace: options.namespace.clone(),
-            ack_timeout: options
+        let slot = Arc::new(Slot::new(
+            self.next_name(),
+            options
                 .ack_timeout
                 .unwrap_or(self.config.default_ack_timeout),
+            max_unacked,
+            !options.auto_ack,
+            sender.clone(),
+        ));
+        let subscriber = Subscriber {
+            name: slot.name.clone(),
+            namespace: options.namespace.clone(),
+            ack_timeout: slot.ack_timeout,
             max_unacked,
             auto_ack: options.auto_ack,
             max_attempts: self.config.max_attempts,
             sender,
+            membership: self.local.join(&options.namespace, slot),
             deliveries: self.clone(),
         };
         tokio::spawn(
@@ -69,6 +78,9 @@ struct Subscriber {
     auto_ack: bool,
     max_attempts: u32,
     sender: mpsc::Sender<Delivered>,
+    /// Its place among the replica's subscribers for direct delivery, and the room it
+    /// keeps for both paths.
+    membership: Membership,
     deliveries: ClusterDeliveries,
 }
 
@@ -90,6 +102,9 @@ impl Subscriber {
                 Woke::Stopping => return,
             }
         }
+        // No direct delivery from here on (a firing under way may still hand it a few,
+        // which the stream, gone, refuses and the firing gives back).
+        self.membership.leave();
         self.hand_back().await;
     }
 
@@ -97,13 +112,31 @@ impl Subscriber {
         loop {
             // The unacknowledged limit is applied by the claim itself. At its memory
             // budget the replica claims nothing: the expirations wait in the database.
-            let room = self.sender.capacity();
-            if room == 0 || self.deliveries.memory.is_reached() {
+            if self.deliveries.memory.is_reached() {
+                return Ok(());
+            }
+            let slot = self.membership.slot();
+            let room = slot.reserve_for_claim(self.sender.capacity());
+            if room == 0 {
+                slot.wants_room();
                 return Ok(());
             }
             let started = std::time::Instant::now();
-            let claimed = self.claim(room).await?;
+            let claimed = match self.claim(room).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    slot.settle_reservation(room, &[]);
+                    return Err(error);
+                }
+            };
             debug!(subscriber = %self.name, room, claimed = claimed.len(), elapsed_us = started.elapsed().as_micros() as u64, "claimed");
+            if started.elapsed() >= self.ack_timeout {
+                // The answer came back after the claims' own deadline (the database was
+                // out of reach meanwhile): they may be another subscriber's by now.
+                warn!(subscriber = %self.name, claimed = claimed.len(), "claims answered after their ack deadline: not delivered");
+                slot.settle_reservation(room, &[]);
+                return Ok(());
+            }
             let exhausted = claimed.len() < room;
             let mut sent = Vec::with_capacity(claimed.len());
             let mut stream_open = true;
@@ -115,6 +148,11 @@ impl Subscriber {
                     break;
                 }
                 sent.push(delivery_id);
+            }
+            slot.settle_reservation(room, &sent);
+            if exhausted && slot.is_full() {
+                // Cut short by `max_unacked` rather than by what there was to claim.
+                slot.wants_room();
             }
             if self.auto_ack && !sent.is_empty() {
                 // Settled once handed to the stream, as on one node; what could not be

@@ -10,6 +10,7 @@
 //! them in, and the firing (which matches the deadline its wheel had) fires nothing at
 //! the old one. Registration is in [`register`].
 
+mod inserts;
 mod register;
 
 use std::future::Future;
@@ -42,6 +43,9 @@ const VIEW_COLUMNS: &str =
 /// replica asks for ids once per thousand timers.
 const ID_BLOCK: u64 = 1_000;
 
+/// Blocks a replica takes from the sequence in one statement.
+const ID_BLOCKS_AT_ONCE: i32 = 8;
+
 #[derive(Clone)]
 pub(crate) struct ClusterTimers {
     connections: Connections,
@@ -55,12 +59,16 @@ pub(crate) struct ClusterTimers {
     /// the call is under way, so one is refused once the budget is reached (by the
     /// replica's wheel, or other calls).
     memory: Arc<MemoryBudget>,
+    /// New timers of concurrent calls, inserted a batch per statement.
+    inserts: inserts::Inserts,
 }
 
 #[derive(Default)]
 struct IdBlock {
     next: u64,
     end: u64,
+    /// Blocks taken from the sequence and not yet begun.
+    spare: Vec<u64>,
 }
 
 impl ClusterTimers {
@@ -72,6 +80,7 @@ impl ClusterTimers {
         memory: Arc<MemoryBudget>,
     ) -> Self {
         Self {
+            inserts: inserts::start(connections.clone(), shared.clone()),
             connections,
             shared,
             metrics,
@@ -314,12 +323,16 @@ impl ClusterTimers {
         })
     }
 
-    /// Deadlines up to here are announced to their owner. Twice the horizon: the owner's
-    /// scans reach the rest, and the margin covers a writer whose clock is behind.
     fn announce_until(&self) -> i64 {
-        let horizon = self.shared.load_horizon.as_nanos() as u64;
-        self.shared.unix_now().saturating_add(2 * horizon) as i64
+        announce_until(&self.shared)
     }
+}
+
+/// Deadlines up to here are announced to their owner. Twice the horizon: the owner's
+/// scans reach the rest, and the margin covers a writer whose clock is behind.
+fn announce_until(shared: &Shared) -> i64 {
+    let horizon = shared.load_horizon.as_nanos() as u64;
+    shared.unix_now().saturating_add(2 * horizon) as i64
 }
 
 /// A select-list item that sends `tickd_due` for a row whose deadline is at most the

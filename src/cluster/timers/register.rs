@@ -9,24 +9,25 @@
 use rustc_hash::FxHashSet;
 use tokio_postgres::types::ToSql;
 
+use super::inserts::InsertRequest;
 use super::{
-    announce_if_due, deadline_of, nanos, new_view, view_of, ClusterTimers, IdBlock, ID_BLOCK,
-    VIEW_COLUMNS,
+    announce_if_due, deadline_of, nanos, new_view, view_of, ClusterTimers, ID_BLOCK,
+    ID_BLOCKS_AT_ONCE, VIEW_COLUMNS,
 };
 use crate::budget::Refusal;
-use crate::cluster::ClusterError;
+use crate::cluster::{ClusterError, Shared};
 use crate::domain::{NewTimer, Registered, TimerError};
 
 /// The columns a registration writes, in the order of [`TimerColumns::parameters`].
-const INSERTED_COLUMNS: &str =
+pub(super) const INSERTED_COLUMNS: &str =
     "id, namespace, key, partition, deadline, payload, repeat_nanos, ttl_nanos, cron, time_zone";
 
 /// The rows of [`INSERTED_COLUMNS`] built from `$1` to `$10`, one array each.
-const INSERTED_ROWS: &str = "SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], \
+pub(super) const INSERTED_ROWS: &str = "SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], \
      $4::INT4[], $5::INT8[], $6::BYTEA[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[])";
 
 /// The announcement limit follows the ten columns.
-const ANNOUNCE_LIMIT: usize = 11;
+pub(super) const ANNOUNCE_LIMIT: usize = 11;
 
 /// What a replacement rewrites: all the timer is, but its id (so its partition) and its
 /// count of firings. The version bump makes the owner's wheel take the new deadline over
@@ -37,7 +38,7 @@ const REPLACED: &str = "deadline = EXCLUDED.deadline, payload = EXCLUDED.payload
      cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, version = tickd_timers.version + 1";
 
 /// A batch's registrations as SQL arrays, one per column of [`INSERTED_COLUMNS`].
-struct TimerColumns<'a> {
+pub(super) struct TimerColumns<'a> {
     ids: Vec<i64>,
     namespaces: Vec<&'a str>,
     keys: Vec<Option<&'a str>>,
@@ -51,8 +52,8 @@ struct TimerColumns<'a> {
 }
 
 impl<'a> TimerColumns<'a> {
-    fn new(
-        replica: &ClusterTimers,
+    pub(super) fn new(
+        shared: &Shared,
         timers: &[&'a NewTimer],
         ids: &[u64],
         deadlines: &[u64],
@@ -64,7 +65,7 @@ impl<'a> TimerColumns<'a> {
             keys: timers.iter().map(|t| t.key.as_deref()).collect(),
             partitions: ids
                 .iter()
-                .map(|&id| replica.shared.partition_of(id) as i32)
+                .map(|&id| shared.partition_of(id) as i32)
                 .collect(),
             deadlines: deadlines.iter().map(|&deadline| deadline as i64).collect(),
             payloads: timers.iter().map(|t| &t.payload[..]).collect(),
@@ -76,7 +77,10 @@ impl<'a> TimerColumns<'a> {
     }
 
     /// `$1` to `$10`, then the announcement limit (`$11`).
-    fn parameters<'p>(&'p self, announce_until: &'p i64) -> [&'p (dyn ToSql + Sync); 11] {
+    pub(super) fn parameters<'p>(
+        &'p self,
+        announce_until: &'p i64,
+    ) -> [&'p (dyn ToSql + Sync); 11] {
         [
             &self.ids,
             &self.namespaces,
@@ -219,30 +223,24 @@ impl ClusterTimers {
         Ok(registered)
     }
 
-    /// Returns the ids of the timers inserted (not those whose key was taken).
+    /// Returns the ids of the timers inserted (not those whose key was taken). The
+    /// insert is group-committed with those of other calls (see [`super::inserts`]).
     async fn insert(
         &self,
         timers: &[&NewTimer],
         ids: &[u64],
         deadlines: &[u64],
     ) -> Result<FxHashSet<u64>, ClusterError> {
-        let columns = TimerColumns::new(self, timers, ids, deadlines);
-        let statement = format!(
-            "WITH inserted AS (
-                INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS}
-                ON CONFLICT (namespace, key) WHERE key IS NOT NULL DO NOTHING
-                RETURNING id, namespace, partition, deadline, version)
-             SELECT id, {} FROM inserted",
-            announce_if_due(ANNOUNCE_LIMIT)
-        );
-        let rows = self
-            .connections
-            .client()
-            .await?
-            .query(&statement, &columns.parameters(&self.announce_until()))
+        let request = InsertRequest {
+            timers: timers.iter().map(|&timer| timer.clone()).collect(),
+            ids: ids.to_vec(),
+            deadlines: deadlines.to_vec(),
+        };
+        self.inserts
+            .submit(request)
             .await
-            .map_err(ClusterError::query("registering timers"))?;
-        Ok(rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect())
+            .unwrap_or_else(|| Err("the replica is stopping".to_owned()))
+            .map_err(ClusterError::Batch)
     }
 
     /// Registers `timer`, or replaces the pending timer under its key, in one statement:
@@ -255,7 +253,7 @@ impl ClusterTimers {
         now: u64,
     ) -> Result<Registered, ClusterError> {
         let id = self.allocate_ids(1).await?[0];
-        let columns = TimerColumns::new(self, &[timer], &[id], &[deadline]);
+        let columns = TimerColumns::new(&self.shared, &[timer], &[id], &[deadline]);
         let statement = format!(
             "WITH upserted AS (
                 INSERT INTO tickd_timers ({INSERTED_COLUMNS}) {INSERTED_ROWS}
@@ -314,23 +312,32 @@ impl ClusterTimers {
         }
     }
 
+    /// `count` new ids. Blocks are taken from the sequence several at a time (the
+    /// sequence hands out one per `nextval`), so that concurrent calls, which wait for
+    /// each other here, rarely wait for a round trip.
     async fn allocate_ids(&self, count: usize) -> Result<Vec<u64>, ClusterError> {
         let mut block = self.ids.lock().await;
         let mut ids = Vec::with_capacity(count);
         while ids.len() < count {
             if block.next == block.end {
-                let row = self
-                    .connections
-                    .client()
-                    .await?
-                    .query_one("SELECT nextval('tickd_timer_ids')", &[])
-                    .await
-                    .map_err(ClusterError::query("allocating timer ids"))?;
-                let start = row.get::<_, i64>(0) as u64;
-                *block = IdBlock {
-                    next: start,
-                    end: start + ID_BLOCK,
-                };
+                if block.spare.is_empty() {
+                    let rows = self
+                        .connections
+                        .client()
+                        .await?
+                        .query(
+                            "SELECT nextval('tickd_timer_ids') FROM generate_series(1, $1)",
+                            &[&ID_BLOCKS_AT_ONCE],
+                        )
+                        .await
+                        .map_err(ClusterError::query("allocating timer ids"))?;
+                    block
+                        .spare
+                        .extend(rows.iter().map(|row| row.get::<_, i64>(0) as u64));
+                }
+                let start = block.spare.pop().expect("blocks were just taken");
+                block.next = start;
+                block.end = start + ID_BLOCK;
             }
             ids.push(block.next);
             block.next += 1;
