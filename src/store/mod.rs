@@ -25,6 +25,7 @@ pub mod frame;
 pub(crate) mod recovery;
 pub mod repair;
 pub mod scan;
+mod snapshot_flush;
 mod timer_fields;
 
 use std::fs::{self, File, OpenOptions};
@@ -42,6 +43,7 @@ use tracing::{error, info};
 
 use crate::metrics::Metrics;
 use disk_budget::DiskBudget;
+use snapshot_flush::SnapshotFlusher;
 
 /// The generated record types of `proto/tickd/store/v1/records.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -268,6 +270,8 @@ struct Writer {
     segment: File,
     segment_sequence: u64,
     snapshot: Option<(u64, File)>,
+    /// The snapshot's background flushes (see [`snapshot_flush`]).
+    snapshot_flusher: SnapshotFlusher,
     unsettled: Unsettled,
     unsynced: bool,
     last_sync: Instant,
@@ -307,6 +311,7 @@ impl Writer {
             segment,
             segment_sequence: sequence,
             snapshot: None,
+            snapshot_flusher: SnapshotFlusher::default(),
             unsettled,
             unsynced: false,
             last_sync: Instant::now(),
@@ -475,6 +480,7 @@ impl Writer {
         file.write_all(&frame::FILE_HEADER)
             .map_err(io_error(&path))?;
         self.snapshot = Some((self.segment_sequence, file));
+        self.snapshot_flusher = SnapshotFlusher::default();
         // The new segment's header and the snapshot's.
         self.snapshot_bytes = frame::FILE_HEADER.len() as u64;
         self.grew(2 * frame::FILE_HEADER.len() as u64);
@@ -487,6 +493,9 @@ impl Writer {
         };
         let path = snapshot_path(&self.dir, *sequence);
         file.write_all(chunk).map_err(io_error(&path))?;
+        self.snapshot_flusher
+            .wrote(file, chunk.len() as u64)
+            .map_err(io_error(&path))?;
         self.snapshot_bytes += chunk.len() as u64;
         self.grew(chunk.len() as u64);
         Ok(())
@@ -510,6 +519,9 @@ impl Writer {
         for frame in self.unsettled.values() {
             file.write_all(frame).map_err(io_error(&partial))?;
         }
+        std::mem::take(&mut self.snapshot_flusher)
+            .finish()
+            .map_err(io_error(&partial))?;
         file.sync_all().map_err(io_error(&partial))?;
         fs::rename(&partial, &path).map_err(io_error(&path))?;
         sync_dir(&self.dir)?;
