@@ -495,10 +495,9 @@ async fn a_replica_at_its_memory_budget_refuses_registrations() {
     let metrics = set.metrics_addr("r1");
     let mut client = set.client("r1");
 
-    // Due within the load horizon, so loaded into the wheel as they are registered. The
-    // budget is met either by the batch's items (each refused) or, when the loads of
-    // earlier batches were charged first, by the call itself (refused whole, before any
-    // item is looked at): both are the refusal asked for, and neither may leave a timer.
+    // Due within the load horizon, so loaded into the wheel as registered. The budget
+    // refuses the batch's items, or the call whole (when earlier loads were charged
+    // first): either is the refusal asked for, and neither may leave a timer.
     let mut accepted = 0;
     let mut refusal = None;
     for _ in 0..40 {
