@@ -301,3 +301,74 @@ fn closed_log_pipes_do_not_turn_a_clean_stop_into_a_crash() {
         "tickd exited {status} after SIGTERM with its log pipes closed"
     );
 }
+
+/// A snapshot is written and sealed on a thread of its own; its failure is the store's.
+/// `TICKD_INJECT_PANIC=snapshot` makes that thread panic on its first chunk: the store
+/// stops, refusing the calls after it, no partial snapshot is left behind, and a restart
+/// finds every acknowledged timer and none of the refused one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_failing_in_the_background_stops_the_store_and_loses_nothing_acknowledged() {
+    let data = tempfile::tempdir().unwrap();
+    let mut command = tickd_command();
+    command
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--sync", "always", "--snapshot-after-bytes", "65536"])
+        .env("TICKD_INJECT_PANIC", "snapshot");
+    let mut daemon = Daemon::start(command);
+    let mut client = tickd::proto::timers_client::TimersClient::new(channel(daemon.addr).await);
+    let payload = vec![7u8; 1024];
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let index = acknowledged.len();
+        assert!(index < 5_000, "the failed snapshot never stopped the store");
+        let mut timer = spec("snapshot", 3_600_000, &payload);
+        timer.key = format!("timer-{index}");
+        match client
+            .new_timeout(NewTimeoutRequest { timer: Some(timer) })
+            .await
+        {
+            Ok(_) => acknowledged.push(index),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                break index;
+            }
+        }
+    };
+    let status = daemon.wait_for_exit(PATIENCE);
+    assert!(
+        !status.success(),
+        "tickd exited {status} after its snapshot failed"
+    );
+    let log = daemon.log_text();
+    assert!(log.contains("the snapshot thread panicked"), "{log}");
+    assert!(log.contains("the log failed"), "{log}");
+    let partial: Vec<_> = std::fs::read_dir(data.path())
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "partial"))
+        .collect();
+    assert!(partial.is_empty(), "left behind: {partial:?}");
+    assert!(acknowledged.len() > 64, "no snapshot was due yet");
+
+    let mut command = tickd_command();
+    command.arg("--data-dir").arg(data.path());
+    let _daemon = Daemon::start(command);
+    let mut client = tickd::proto::timers_client::TimersClient::new(channel(_daemon.addr).await);
+    let by_key = |index: usize| {
+        Some(TimerRef {
+            namespace: "snapshot".into(),
+            target: Some(timer_ref::Target::Key(format!("timer-{index}"))),
+        })
+    };
+    for index in acknowledged.drain(..) {
+        let found = get(&mut client, by_key(index)).await;
+        assert!(found.is_ok(), "acknowledged timer-{index} lost: {found:?}");
+    }
+    let status = get(&mut client, by_key(refused)).await.unwrap_err();
+    assert_eq!(
+        status.code(),
+        tonic::Code::NotFound,
+        "refused timer came back"
+    );
+}

@@ -310,11 +310,13 @@ mod tests {
         handle.snapshot_chunk(chunk.into_frames());
         handle.end_snapshot();
         durable(&handle);
+        // The snapshot seals on its own thread; a store that stops waits for that seal
+        // and counts what it gave back.
+        drop(handle);
+        store.join();
         let after = used();
         assert_eq!(after, on_disk());
         assert!(after < before / 5, "{after} of {before}");
-        drop(handle);
-        store.join();
     }
 
     #[test]

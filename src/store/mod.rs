@@ -25,7 +25,7 @@ pub mod frame;
 pub(crate) mod recovery;
 pub mod repair;
 pub mod scan;
-mod snapshot_flush;
+mod snapshot_writer;
 mod timer_fields;
 
 use std::fs::{self, File, OpenOptions};
@@ -43,7 +43,7 @@ use tracing::{error, info};
 
 use crate::metrics::Metrics;
 use disk_budget::DiskBudget;
-use snapshot_flush::SnapshotFlusher;
+use snapshot_writer::SnapshotWriter;
 
 /// The generated record types of `proto/tickd/store/v1/records.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -68,6 +68,9 @@ pub enum SyncMode {
 
 /// Capacity the store keeps for the next group commit's frames after writing one.
 const PENDING_KEPT_BYTES: usize = 1 << 20;
+
+/// How often the store thread looks whether a snapshot sealing in the background is done.
+const SEAL_POLL: Duration = Duration::from_millis(5);
 
 /// How often `--sync interval` fsyncs.
 pub(crate) const SYNC_INTERVAL: Duration = Duration::from_millis(10);
@@ -269,9 +272,8 @@ struct Writer {
     sync: SyncMode,
     segment: File,
     segment_sequence: u64,
-    snapshot: Option<(u64, File)>,
-    /// The snapshot's background flushes (see [`snapshot_flush`]).
-    snapshot_flusher: SnapshotFlusher,
+    /// The snapshot being written or sealed, on its own thread (see [`snapshot_writer`]).
+    snapshot: Option<SnapshotWriter>,
     unsettled: Unsettled,
     unsynced: bool,
     last_sync: Instant,
@@ -311,7 +313,6 @@ impl Writer {
             segment,
             segment_sequence: sequence,
             snapshot: None,
-            snapshot_flusher: SnapshotFlusher::default(),
             unsettled,
             unsynced: false,
             last_sync: Instant::now(),
@@ -329,17 +330,23 @@ impl Writer {
     fn run(mut self, requests: Receiver<Request>) {
         let mut pending = Batch::default();
         loop {
-            let first = if self.unsynced {
-                match requests.recv_timeout(SYNC_INTERVAL) {
+            // A snapshot sealing in the background is looked at every `SEAL_POLL`, so that
+            // the space it gives back counts soon even when no append comes.
+            let wait = match (self.unsynced, self.is_sealing()) {
+                (true, _) => Some(SYNC_INTERVAL),
+                (false, true) => Some(SEAL_POLL),
+                (false, false) => None,
+            };
+            let first = match wait {
+                Some(wait) => match requests.recv_timeout(wait) {
                     Ok(request) => Some(request),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match requests.recv() {
+                },
+                None => match requests.recv() {
                     Ok(request) => Some(request),
                     Err(_) => break,
-                }
+                },
             };
             // Everything queued meanwhile joins this group commit.
             for request in first.into_iter().chain(requests.try_iter()) {
@@ -348,9 +355,14 @@ impl Writer {
             }
             let committed = self.commit(&mut pending);
             self.stop_on_error(committed, &mut pending);
+            let reaped = self.reap_sealed_snapshot(false);
+            self.stop_on_error(reaped, &mut pending);
         }
         let committed = self.commit(&mut pending);
         self.stop_on_error(committed, &mut pending);
+        // A snapshot still being written is abandoned; one sealing is waited for.
+        let reaped = self.reap_sealed_snapshot(true);
+        self.stop_on_error(reaped, &mut pending);
         if !self.failed {
             let _ = self.segment.sync_data();
         }
@@ -381,9 +393,16 @@ impl Writer {
                 ),
                 Err(error) => error!(%error, "could not cut the log back to what was acknowledged"),
             }
-            if let Some((sequence, _)) = self.snapshot.take() {
-                let _ =
-                    fs::remove_file(snapshot_path(&self.dir, sequence).with_extension("partial"));
+            // A snapshot still being written is abandoned (its thread deletes the partial
+            // file); one already sealing holds only what was acknowledged, and may finish.
+            if self
+                .snapshot
+                .as_ref()
+                .is_some_and(|snapshot| !snapshot.is_sealing())
+            {
+                if let Some(snapshot) = self.snapshot.take() {
+                    let _ = snapshot.join();
+                }
             }
         }
         if self.failed {
@@ -412,10 +431,11 @@ impl Writer {
                 self.commit(pending)?;
                 self.begin_snapshot()?;
             }
-            Request::SnapshotChunk(chunk) => self.write_snapshot(&chunk.frames)?,
+            Request::SnapshotChunk(chunk) => self.write_snapshot(chunk)?,
             Request::EndSnapshot => {
+                // What the snapshot holds must be durable before it is sealed.
                 self.commit(pending)?;
-                self.end_snapshot()?;
+                self.end_snapshot();
             }
         }
         Ok(())
@@ -464,6 +484,9 @@ impl Writer {
     }
 
     fn begin_snapshot(&mut self) -> Result<(), StoreError> {
+        // One snapshot at a time: the last one's seal must be done (the worker rarely
+        // starts the next so soon).
+        self.reap_sealed_snapshot(true)?;
         // Recovery only forgives a torn record at the end of the newest segment, so the
         // segment being closed must be whole on disk first (`--sync interval` may owe it).
         let closing = segment_path(&self.dir, self.segment_sequence);
@@ -475,29 +498,26 @@ impl Writer {
         // A new segment holds its header only (create_segment made it, new).
         self.written_bytes = frame::FILE_HEADER.len() as u64;
         self.acknowledged_bytes = self.written_bytes;
-        let path = snapshot_path(&self.dir, self.segment_sequence).with_extension("partial");
-        let mut file = File::create(&path).map_err(io_error(&path))?;
-        file.write_all(&frame::FILE_HEADER)
-            .map_err(io_error(&path))?;
-        self.snapshot = Some((self.segment_sequence, file));
-        self.snapshot_flusher = SnapshotFlusher::default();
+        self.snapshot = Some(SnapshotWriter::start(&self.dir, self.segment_sequence)?);
         // The new segment's header and the snapshot's.
         self.snapshot_bytes = frame::FILE_HEADER.len() as u64;
         self.grew(2 * frame::FILE_HEADER.len() as u64);
         Ok(())
     }
 
-    fn write_snapshot(&mut self, chunk: &[u8]) -> Result<(), StoreError> {
-        let Some((sequence, file)) = &mut self.snapshot else {
+    /// Passes a chunk on to the snapshot thread, counting it as on disk already (the disk
+    /// budget would rather count it early than late).
+    fn write_snapshot(&mut self, chunk: QueuedChunk) -> Result<(), StoreError> {
+        let Some(snapshot) = &self.snapshot else {
             return Ok(());
         };
-        let path = snapshot_path(&self.dir, *sequence);
-        file.write_all(chunk).map_err(io_error(&path))?;
-        self.snapshot_flusher
-            .wrote(file, chunk.len() as u64)
-            .map_err(io_error(&path))?;
-        self.snapshot_bytes += chunk.len() as u64;
-        self.grew(chunk.len() as u64);
+        let bytes = chunk.frames.len() as u64;
+        if !snapshot.write(chunk) {
+            // The thread stopped on an error: that error is the store's.
+            return self.reap_sealed_snapshot(true);
+        }
+        self.snapshot_bytes += bytes;
+        self.grew(bytes);
         Ok(())
     }
 
@@ -507,35 +527,44 @@ impl Writer {
         self.budget.set_on_disk(self.on_disk, self.snapshot_bytes);
     }
 
-    /// Seals the snapshot (adding the unsettled expirations), makes it the one recovery
-    /// starts from, and deletes the files it replaces.
-    fn end_snapshot(&mut self) -> Result<(), StoreError> {
-        let Some((sequence, mut file)) = self.snapshot.take() else {
+    /// Hands the snapshot its last frames (the unsettled expirations) and the seal, which
+    /// its thread carries out while group commits go on.
+    fn end_snapshot(&mut self) {
+        let Some(snapshot) = &mut self.snapshot else {
+            return;
+        };
+        let last_frames: Vec<u8> = self.unsettled.values().flatten().copied().collect();
+        let bytes = last_frames.len() as u64;
+        snapshot.seal(last_frames);
+        self.snapshot_bytes += bytes;
+        self.grew(bytes);
+    }
+
+    fn is_sealing(&self) -> bool {
+        self.snapshot
+            .as_ref()
+            .is_some_and(SnapshotWriter::is_sealing)
+    }
+
+    /// Takes in the outcome of a snapshot whose thread has ended (or, with `wait`, of any
+    /// snapshot, abandoning one not sealed): the files it replaced are gone, and the disk
+    /// budget counts what that gave back. A failed snapshot is the store's failure.
+    fn reap_sealed_snapshot(&mut self, wait: bool) -> Result<(), StoreError> {
+        let done = |snapshot: &SnapshotWriter| wait || snapshot.is_finished();
+        let Some(snapshot) = self.snapshot.take_if(|snapshot| done(snapshot)) else {
             return Ok(());
         };
-        let started = Instant::now();
-        let path = snapshot_path(&self.dir, sequence);
-        let partial = path.with_extension("partial");
-        for frame in self.unsettled.values() {
-            file.write_all(frame).map_err(io_error(&partial))?;
-        }
-        std::mem::take(&mut self.snapshot_flusher)
-            .finish()
-            .map_err(io_error(&partial))?;
-        file.sync_all().map_err(io_error(&partial))?;
-        fs::rename(&partial, &path).map_err(io_error(&path))?;
-        sync_dir(&self.dir)?;
-        let removed = remove_older_than(&self.dir, sequence)?;
-        // Counted afresh from the directory: what the compaction gave back, exactly.
-        self.on_disk = disk_budget::directory_bytes(&self.dir)?;
+        let sealed = snapshot.join();
         self.snapshot_bytes = 0;
+        let sealed = sealed?;
+        self.on_disk = self.on_disk.saturating_sub(sealed.removed_bytes);
         self.budget.set_on_disk(self.on_disk, 0);
         self.budget.compacted();
         info!(
-            snapshot = %path.display(),
-            removed_files = removed,
+            snapshot = %sealed.path.display(),
+            removed_files = sealed.removed_files,
             disk_used = self.on_disk,
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = sealed.sealing.as_millis() as u64,
             "snapshot written, log compacted"
         );
         Ok(())
@@ -561,17 +590,4 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)
         .and_then(|handle| handle.sync_all())
         .map_err(io_error(dir))
-}
-
-/// Deletes segments and snapshots (and stray partial snapshots) numbered below `sequence`.
-fn remove_older_than(dir: &Path, sequence: u64) -> Result<usize, StoreError> {
-    let mut removed = 0;
-    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
-        let path = entry.map_err(io_error(dir))?.path();
-        if scan::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
-            fs::remove_file(&path).map_err(io_error(&path))?;
-            removed += 1;
-        }
-    }
-    Ok(removed)
 }

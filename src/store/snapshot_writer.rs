@@ -1,0 +1,203 @@
+//! Writes a snapshot on a thread of its own ("tickd-snapshot"), off the store thread.
+//!
+//! Why: a snapshot of a million timers is about a hundred megabytes. On the store thread,
+//! its writes, the fsyncs that put it on disk, its rename and the deletion of the files it
+//! replaces all held back the group commits queued behind them: registrations' answers and
+//! firings waiting for the log, for 70 ms and more at a time. Here the store thread only
+//! passes the chunks on; this thread writes them, fdatasyncs every [`FLUSH_EVERY`] bytes so
+//! that the disk takes the snapshot at an even pace, and, once told to seal, makes the
+//! snapshot durable, renames it into place and deletes what it replaces.
+//!
+//! The hidden contracts:
+//! - the store commits everything appended before the seal before it sends the seal, so a
+//!   sealed snapshot never holds a change whose caller was not yet answered (a failure
+//!   after that cuts back only records the snapshot does not reflect);
+//! - files numbered below the snapshot are deleted only once its rename is durable;
+//! - a failure (or a panic) of this thread is the store's failure: [`SnapshotWriter::join`]
+//!   reports it, and the store then stops as it does for a failed append;
+//! - a snapshot abandoned before its seal leaves no partial file behind.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{frame, io_error, scan, snapshot_path, sync_dir, QueuedChunk, StoreError};
+
+/// Snapshot bytes written between two flushes.
+const FLUSH_EVERY: u64 = 8 << 20;
+
+/// What the snapshot thread is sent, in order.
+enum Job {
+    Chunk(QueuedChunk),
+    /// The last frames (the fired expirations not yet settled); then seal.
+    Seal(Vec<u8>),
+}
+
+/// What a sealed snapshot changed in the directory.
+pub(super) struct Sealed {
+    pub(super) path: PathBuf,
+    /// Files deleted because the snapshot replaces them, and their bytes.
+    pub(super) removed_files: usize,
+    pub(super) removed_bytes: u64,
+    /// From the seal's start to the last deletion.
+    pub(super) sealing: Duration,
+}
+
+/// The store thread's handle on one snapshot being written or sealed.
+pub(super) struct SnapshotWriter {
+    /// None once the seal is sent: nothing more goes to the thread.
+    jobs: Option<Sender<Job>>,
+    thread: JoinHandle<Result<Sealed, StoreError>>,
+}
+
+impl SnapshotWriter {
+    /// Starts the thread for snapshot `sequence` of `dir`; it creates the partial file.
+    pub(super) fn start(dir: &Path, sequence: u64) -> Result<Self, StoreError> {
+        let (jobs, received) = mpsc::channel();
+        let task = SnapshotTask {
+            dir: dir.to_owned(),
+            sequence,
+        };
+        let thread = std::thread::Builder::new()
+            .name("tickd-snapshot".into())
+            .spawn(move || task.run(received))
+            .map_err(io_error(dir))?;
+        Ok(Self {
+            jobs: Some(jobs),
+            thread,
+        })
+    }
+
+    /// Queues a chunk. False if the thread has already stopped (its error comes from
+    /// [`Self::join`]).
+    pub(super) fn write(&self, chunk: QueuedChunk) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(Job::Chunk(chunk)).is_ok())
+    }
+
+    /// Queues the last frames and the seal; the thread then finishes on its own.
+    pub(super) fn seal(&mut self, last_frames: Vec<u8>) {
+        if let Some(jobs) = self.jobs.take() {
+            let _ = jobs.send(Job::Seal(last_frames));
+        }
+    }
+
+    pub(super) fn is_sealing(&self) -> bool {
+        self.jobs.is_none()
+    }
+
+    /// True once the thread has ended: [`Self::join`] then does not wait.
+    pub(super) fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits for the thread. A snapshot not sealed is abandoned: its partial file is
+    /// deleted, and the outcome is an error naming it.
+    pub(super) fn join(mut self) -> Result<Sealed, StoreError> {
+        self.jobs = None;
+        self.thread.join().unwrap_or_else(|_| {
+            Err(StoreError::Io {
+                path: PathBuf::from("tickd-snapshot"),
+                source: io::Error::other("the snapshot thread panicked"),
+            })
+        })
+    }
+}
+
+/// The snapshot thread's state.
+struct SnapshotTask {
+    dir: PathBuf,
+    sequence: u64,
+}
+
+impl SnapshotTask {
+    fn partial_path(&self) -> PathBuf {
+        snapshot_path(&self.dir, self.sequence).with_extension("partial")
+    }
+
+    fn run(self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
+        // Recovery ignores a partial snapshot, but it must not take up the disk: it goes
+        // unless sealed, after an error or a panic alike.
+        let mut partial = RemovedUnlessSealed(Some(self.partial_path()));
+        let sealed = self.write_and_seal(jobs)?;
+        partial.0 = None;
+        Ok(sealed)
+    }
+
+    fn write_and_seal(&self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
+        let partial = self.partial_path();
+        let mut file = File::create(&partial).map_err(io_error(&partial))?;
+        file.write_all(&frame::FILE_HEADER)
+            .map_err(io_error(&partial))?;
+        let mut unflushed = 0;
+        for job in jobs {
+            match job {
+                Job::Chunk(chunk) => {
+                    crate::faults::panic_if_injected("snapshot");
+                    file.write_all(&chunk.frames).map_err(io_error(&partial))?;
+                    unflushed += chunk.frames.len() as u64;
+                    // Dropping the chunk tells the worker it may send more.
+                    drop(chunk);
+                    if unflushed >= FLUSH_EVERY {
+                        file.sync_data().map_err(io_error(&partial))?;
+                        unflushed = 0;
+                    }
+                }
+                Job::Seal(last_frames) => return self.seal(file, &last_frames),
+            }
+        }
+        Err(StoreError::Io {
+            path: partial,
+            source: io::Error::other("snapshot abandoned before its seal"),
+        })
+    }
+
+    /// Makes the snapshot the one recovery starts from, then deletes what it replaces.
+    fn seal(&self, mut file: File, last_frames: &[u8]) -> Result<Sealed, StoreError> {
+        let started = Instant::now();
+        let partial = self.partial_path();
+        let path = snapshot_path(&self.dir, self.sequence);
+        file.write_all(last_frames).map_err(io_error(&partial))?;
+        file.sync_all().map_err(io_error(&partial))?;
+        fs::rename(&partial, &path).map_err(io_error(&path))?;
+        sync_dir(&self.dir)?;
+        let (removed_files, removed_bytes) = remove_older_than(&self.dir, self.sequence)?;
+        Ok(Sealed {
+            path,
+            removed_files,
+            removed_bytes,
+            sealing: started.elapsed(),
+        })
+    }
+}
+
+/// A partial snapshot's path, deleted on drop unless taken out.
+struct RemovedUnlessSealed(Option<PathBuf>);
+
+impl Drop for RemovedUnlessSealed {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Deletes segments and snapshots (and stray partial snapshots) numbered below `sequence`;
+/// how many, and their bytes.
+fn remove_older_than(dir: &Path, sequence: u64) -> Result<(usize, u64), StoreError> {
+    let (mut files, mut bytes) = (0, 0);
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let path = entry.map_err(io_error(dir))?.path();
+        if scan::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
+            let length = fs::metadata(&path).map_err(io_error(&path))?.len();
+            fs::remove_file(&path).map_err(io_error(&path))?;
+            files += 1;
+            bytes += length;
+        }
+    }
+    Ok((files, bytes))
+}
