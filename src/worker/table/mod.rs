@@ -6,6 +6,7 @@
 
 mod by_id;
 mod calendar;
+mod id_index;
 mod memory;
 mod record;
 mod replay;
@@ -31,7 +32,7 @@ use crate::domain::{
 use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
-use by_id::ById;
+use id_index::IdIndex;
 pub(crate) use record::recovered_expiration;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
@@ -58,7 +59,7 @@ pub struct TimerTable {
     wheel: Wheel<TimerRecord>,
     /// Every pending timer by id (ids are unique across namespaces; lookups check the
     /// namespace too).
-    handles: ById<Handle>,
+    handles: IdIndex,
     namespaces: Namespaces,
     /// The schedules of cron timers (see [`calendar`]).
     calendars: record::Calendars,
@@ -81,7 +82,7 @@ impl TimerTable {
             .max(1);
         Self {
             wheel: Wheel::new(tick, config.max_pending),
-            handles: ById::default(),
+            handles: IdIndex::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
             calendars: record::Calendars::default(),
             next_id: 1,
@@ -149,7 +150,7 @@ impl TimerTable {
         let existing = self.namespaces.slot(&timer.namespace);
         if let (Some(namespace), Some(key)) = (existing, &timer.key) {
             if let Some(&id) = self.namespaces[namespace].keys.get(key.as_str()) {
-                let handle = *self.handles.get(id).expect("keys index pending timers");
+                let handle = self.handles.get(id).expect("keys index pending timers");
                 if timer.replace {
                     return self.replace(handle, timer, now);
                 }

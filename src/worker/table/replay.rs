@@ -54,7 +54,7 @@ impl TimerTable {
 
     /// The pending timer with this id, if it belongs to this namespace.
     pub(super) fn handle_in(&self, namespace: u32, id: u64) -> Option<Handle> {
-        let handle = *self.handles.get(id)?;
+        let handle = self.handles.get(id)?;
         let (_, record) = self.wheel.get(handle)?;
         (record.namespace == namespace).then_some(handle)
     }
