@@ -24,6 +24,15 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// An empty batch that writes its frames into `frames` (emptied first).
+    pub(crate) fn with_frames(mut frames: Vec<u8>) -> Self {
+        frames.clear();
+        Self {
+            frames,
+            ..Self::default()
+        }
+    }
+
     pub fn record(&mut self, record: &Record) {
         match &record.kind {
             Some(Kind::Fired(fired)) => {
@@ -73,7 +82,9 @@ impl Batch {
     /// flight count with what tickd holds, so that many large registrations waiting for one
     /// fsync are refused at the budget rather than piling up past it.
     pub(crate) fn hold(&mut self, memory: &Arc<MemoryBudget>) {
-        let bytes = self.frames.capacity() as u64;
+        // Their length, not the buffer's capacity: a reused buffer keeps the capacity of
+        // an earlier, larger batch (a few megabytes at most, see `frame_buffers`).
+        let bytes = self.frames.len() as u64;
         self.held.push(MemoryReservation::forced(memory, bytes));
     }
 

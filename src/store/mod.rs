@@ -22,6 +22,7 @@
 mod batch;
 pub(crate) mod disk_budget;
 pub mod frame;
+mod frame_buffers;
 pub(crate) mod recovery;
 pub mod repair;
 pub mod scan;
@@ -43,6 +44,7 @@ use tracing::{error, info};
 
 use crate::metrics::Metrics;
 use disk_budget::DiskBudget;
+use frame_buffers::FrameBuffers;
 use snapshot_writer::SnapshotWriter;
 
 /// The generated record types of `proto/tickd/store/v1/records.proto`.
@@ -131,6 +133,7 @@ pub struct StoreHandle {
     /// Bytes of snapshot chunks sent and not yet written.
     snapshot_backlog: Arc<AtomicUsize>,
     budget: Arc<DiskBudget>,
+    buffers: FrameBuffers,
 }
 
 impl StoreHandle {
@@ -151,6 +154,12 @@ impl StoreHandle {
     pub fn append(&self, batch: Batch) {
         self.budget.queued(batch.frames.len() as u64);
         let _ = self.sender.send(Request::Append(batch));
+    }
+
+    /// An empty buffer for a batch's frames: one the store has written out, if it has one
+    /// to spare (see [`frame_buffers`]).
+    pub(crate) fn frame_buffer(&self) -> Vec<u8> {
+        self.buffers.take()
     }
 
     /// The disk budget this store counts its files against.
@@ -211,6 +220,7 @@ impl Store {
             .map(|(key, (frame, fired))| ((key, frame), fired))
             .unzip();
         let failed = Arc::new(AtomicBool::new(false));
+        let buffers = FrameBuffers::default();
         let writer = Writer::start(
             dir.to_owned(),
             next_segment,
@@ -219,6 +229,7 @@ impl Store {
             metrics,
             failed.clone(),
             budget.clone(),
+            buffers.clone(),
         )?;
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -234,6 +245,7 @@ impl Store {
             failed,
             snapshot_backlog: Arc::default(),
             budget,
+            buffers,
         };
         Ok((store, handle, unsettled))
     }
@@ -291,6 +303,8 @@ struct Writer {
     on_disk: u64,
     snapshot_bytes: u64,
     budget: Arc<DiskBudget>,
+    /// Where written-out append buffers go back to the worker.
+    buffers: FrameBuffers,
 }
 
 impl Writer {
@@ -302,6 +316,7 @@ impl Writer {
         metrics: Arc<Metrics>,
         failed_flag: Arc<AtomicBool>,
         budget: Arc<DiskBudget>,
+        buffers: FrameBuffers,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
         let length = frame::FILE_HEADER.len() as u64;
@@ -324,6 +339,7 @@ impl Writer {
             on_disk,
             snapshot_bytes: 0,
             budget,
+            buffers,
         })
     }
 
@@ -360,7 +376,9 @@ impl Writer {
         }
         let committed = self.commit(&mut pending);
         self.stop_on_error(committed, &mut pending);
-        // A snapshot still being written is abandoned; one sealing is waited for.
+        // A snapshot still being written is abandoned (the next start recovers from the
+        // one before); one sealing is waited for.
+        self.abandon_snapshot();
         let reaped = self.reap_sealed_snapshot(true);
         self.stop_on_error(reaped, &mut pending);
         if !self.failed {
@@ -393,17 +411,8 @@ impl Writer {
                 ),
                 Err(error) => error!(%error, "could not cut the log back to what was acknowledged"),
             }
-            // A snapshot still being written is abandoned (its thread deletes the partial
-            // file); one already sealing holds only what was acknowledged, and may finish.
-            if self
-                .snapshot
-                .as_ref()
-                .is_some_and(|snapshot| !snapshot.is_sealing())
-            {
-                if let Some(snapshot) = self.snapshot.take() {
-                    let _ = snapshot.join();
-                }
-            }
+            // One already sealing holds only what was acknowledged, and may finish.
+            self.abandon_snapshot();
         }
         if self.failed {
             *pending = Batch::default();
@@ -423,7 +432,15 @@ impl Writer {
                 for key in &batch.settled {
                     self.unsettled.remove(key);
                 }
-                pending.frames.extend_from_slice(&batch.frames);
+                // The first batch of a group commit lends its buffer to it; the buffer it
+                // replaces, or the batch's copied from, goes back to the worker.
+                let mut frames = batch.frames;
+                if pending.frames.is_empty() {
+                    std::mem::swap(&mut pending.frames, &mut frames);
+                } else {
+                    pending.frames.extend_from_slice(&frames);
+                }
+                self.buffers.give_back(frames);
                 pending.on_durable.extend(batch.on_durable);
                 pending.held.extend(batch.held);
             }
@@ -486,6 +503,7 @@ impl Writer {
     fn begin_snapshot(&mut self) -> Result<(), StoreError> {
         // One snapshot at a time: the last one's seal must be done (the worker rarely
         // starts the next so soon).
+        self.abandon_snapshot();
         self.reap_sealed_snapshot(true)?;
         // Recovery only forgives a torn record at the end of the newest segment, so the
         // segment being closed must be whole on disk first (`--sync interval` may owe it).
@@ -514,7 +532,8 @@ impl Writer {
         let bytes = chunk.frames.len() as u64;
         if !snapshot.write(chunk) {
             // The thread stopped on an error: that error is the store's.
-            return self.reap_sealed_snapshot(true);
+            let failed = self.snapshot.take().map(SnapshotWriter::join);
+            return failed.map_or(Ok(()), |outcome| outcome.map(drop));
         }
         self.snapshot_bytes += bytes;
         self.grew(bytes);
@@ -546,11 +565,23 @@ impl Writer {
             .is_some_and(SnapshotWriter::is_sealing)
     }
 
-    /// Takes in the outcome of a snapshot whose thread has ended (or, with `wait`, of any
-    /// snapshot, abandoning one not sealed): the files it replaced are gone, and the disk
-    /// budget counts what that gave back. A failed snapshot is the store's failure.
+    /// Abandons a snapshot still being written, if any: its thread deletes the partial
+    /// file, and recovery starts from the snapshot before it.
+    fn abandon_snapshot(&mut self) {
+        if let Some(snapshot) = self.snapshot.take_if(|snapshot| !snapshot.is_sealing()) {
+            let _ = snapshot.join();
+            self.on_disk = self.on_disk.saturating_sub(self.snapshot_bytes);
+            self.snapshot_bytes = 0;
+            self.budget.set_on_disk(self.on_disk, 0);
+        }
+    }
+
+    /// Takes in the outcome of a snapshot whose thread has ended (or, with `wait`, of one
+    /// sealing): the files it replaced are gone, and the disk budget counts what that gave
+    /// back. A failed snapshot is the store's failure.
     fn reap_sealed_snapshot(&mut self, wait: bool) -> Result<(), StoreError> {
-        let done = |snapshot: &SnapshotWriter| wait || snapshot.is_finished();
+        let done =
+            |snapshot: &SnapshotWriter| snapshot.is_finished() || (wait && snapshot.is_sealing());
         let Some(snapshot) = self.snapshot.take_if(|snapshot| done(snapshot)) else {
             return Ok(());
         };

@@ -115,10 +115,11 @@ impl Journal {
     /// answers (say, "that key already exists") must not overtake the records of earlier
     /// batches still waiting for their fsync.
     pub(crate) fn flush(&mut self) {
-        let mut batch = std::mem::take(&mut self.batch);
-        if batch.is_empty() {
+        if self.batch.is_empty() {
             return;
         }
+        let next = Batch::with_frames(self.store.frame_buffer());
+        let mut batch = std::mem::replace(&mut self.batch, next);
         batch.hold(&self.memory);
         self.bytes_since_snapshot += batch.encoded_bytes();
         self.store.append(batch);
