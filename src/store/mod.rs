@@ -220,7 +220,6 @@ impl Store {
             .map(|(key, (frame, fired))| ((key, frame), fired))
             .unzip();
         let failed = Arc::new(AtomicBool::new(false));
-        let buffers = FrameBuffers::default();
         let writer = Writer::start(
             dir.to_owned(),
             next_segment,
@@ -229,8 +228,8 @@ impl Store {
             metrics,
             failed.clone(),
             budget.clone(),
-            buffers.clone(),
         )?;
+        let buffers = writer.buffers.clone();
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tickd-store".into())
@@ -316,7 +315,6 @@ impl Writer {
         metrics: Arc<Metrics>,
         failed_flag: Arc<AtomicBool>,
         budget: Arc<DiskBudget>,
-        buffers: FrameBuffers,
     ) -> Result<Self, StoreError> {
         let segment = create_segment(&dir, sequence)?;
         let length = frame::FILE_HEADER.len() as u64;
@@ -339,7 +337,7 @@ impl Writer {
             on_disk,
             snapshot_bytes: 0,
             budget,
-            buffers,
+            buffers: FrameBuffers::default(),
         })
     }
 
