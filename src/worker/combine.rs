@@ -81,13 +81,18 @@ impl<S: TimerState, K: Clock> Core<S, K> {
     /// Takes up to `budget` queued messages (at most `max_batch`) and applies them under one
     /// clock reading, then ends the batch.
     pub(super) fn take_and_apply(&mut self, budget: usize) -> Step {
+        self.take_and_apply_at(budget, None)
+    }
+
+    /// The same, under the reading `now` if the caller has just taken one.
+    fn take_and_apply_at(&mut self, budget: usize, now: Option<Now>) -> Step {
         let budget = budget.min(self.max_batch);
         match self.receiver.take(&mut self.batch, budget) {
             Taken::Some => {}
             Taken::Empty => return Step::Empty,
             Taken::Disconnected => return Step::Disconnected,
         }
-        let now = self.clock.now();
+        let now = now.unwrap_or_else(|| self.clock.now());
         let _busy = self.busy_seconds.as_ref().map(BusyTimer::start);
         let applied = self.batch.len();
         let mut stop = false;
@@ -128,10 +133,12 @@ impl<S: TimerState, K: Clock> Core<S, K> {
     /// re-arming the parked flag here, or by the caller waking the worker.
     fn combine(&mut self, lanes: &LaneSender<Message<S::Command>>) -> bool {
         loop {
-            if self.has_due(self.clock.now()) {
+            // One reading serves both: whether the worker must fire, and the batch.
+            let now = self.clock.now();
+            if self.has_due(now) {
                 return false;
             }
-            match self.take_and_apply(COMBINE_BUDGET) {
+            match self.take_and_apply_at(COMBINE_BUDGET, Some(now)) {
                 Step::Applied(applied) if applied < COMBINE_BUDGET => {}
                 Step::Applied(_) => return false,
                 Step::Stop => {

@@ -1,4 +1,5 @@
-//! Maps keyed by timer id: the table's index of handles, and the schedules of cron timers.
+//! Maps keyed by timer id: the handles of ids the paged index ([`super::id_index`]) has
+//! handed over, and the schedules of cron timers.
 
 use rustc_hash::FxHashMap;
 
