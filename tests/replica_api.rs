@@ -246,3 +246,62 @@ async fn a_replica_answers_the_api_like_one_node() {
         "fired at {fired_at}, not before the deadline it was moved from ({first_deadline})"
     );
 }
+
+/// A database made by the previous release (schema version 5, the primary key on the
+/// timer id alone and a separate namespace index) upgrades in place: its timers stay,
+/// and the primary key becomes (namespace, id), which the namespace index was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_the_previous_schema_upgrades_with_its_timers() {
+    if skip_postgres("a_database_of_the_previous_schema_upgrades_with_its_timers") {
+        return;
+    }
+    let postgres = Postgres::start().await;
+    let mut client = postgres.connect().await;
+    tickd::cluster::schema::migrate_to(&mut client, 4, 5)
+        .await
+        .expect("migrating to version 5");
+    client
+        .batch_execute(
+            "INSERT INTO tickd_timers (id, namespace, key, partition, deadline, payload)
+             VALUES (7, 'old', 'k', 3, 42, 'x'), (8, 'old', NULL, 0, 43, 'y')",
+        )
+        .await
+        .expect("a timer of the old schema");
+    tickd::cluster::schema::migrate(&mut client, 4)
+        .await
+        .expect("migrating to the latest version");
+
+    let indexes: BTreeSet<String> = client
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'tickd_timers'",
+            &[],
+        )
+        .await
+        .expect("indexes")
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect();
+    let expected: BTreeSet<String> = [
+        "CREATE UNIQUE INDEX tickd_timers_pkey ON public.tickd_timers USING btree (namespace, id)",
+        "CREATE UNIQUE INDEX tickd_timers_by_key ON public.tickd_timers USING btree (namespace, key) WHERE (key IS NOT NULL)",
+        "CREATE INDEX tickd_timers_due ON public.tickd_timers USING btree (partition, deadline)",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(indexes, expected);
+    let timers: Vec<(String, i64, Option<String>)> = client
+        .query("SELECT namespace, id, key FROM tickd_timers ORDER BY id", &[])
+        .await
+        .expect("timers")
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(
+        timers,
+        vec![
+            ("old".to_owned(), 7, Some("k".to_owned())),
+            ("old".to_owned(), 8, None)
+        ]
+    );
+}
