@@ -291,7 +291,10 @@ async fn a_database_of_the_previous_schema_upgrades_with_its_timers() {
     .collect();
     assert_eq!(indexes, expected);
     let timers: Vec<(String, i64, Option<String>)> = client
-        .query("SELECT namespace, id, key FROM tickd_timers ORDER BY id", &[])
+        .query(
+            "SELECT namespace, id, key FROM tickd_timers ORDER BY id",
+            &[],
+        )
         .await
         .expect("timers")
         .iter()

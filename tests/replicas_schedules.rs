@@ -438,6 +438,9 @@ async fn a_far_off_batch_is_stored_whole_and_fires_once() {
     assert_eq!(fired_ids, expected, "each fires once");
     for expiration in &fired {
         let id = timer_id(expiration);
-        assert_eq!(expiration.timer.as_ref().expect("timer").payload, listed[&id].payload);
+        assert_eq!(
+            expiration.timer.as_ref().expect("timer").payload,
+            listed[&id].payload
+        );
     }
 }

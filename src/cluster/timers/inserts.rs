@@ -103,7 +103,9 @@ async fn insert(
     let columns = TimerColumns::new(shared, &timers, &ids, &deadlines);
     let announce_until = super::announce_until(shared);
     if timers.iter().all(|timer| timer.key.is_none())
-        && deadlines.iter().all(|&deadline| deadline as i64 > announce_until)
+        && deadlines
+            .iter()
+            .all(|&deadline| deadline as i64 > announce_until)
     {
         copy(connections, &columns).await?;
         return Ok(ids.into_iter().collect());
