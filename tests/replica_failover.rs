@@ -328,7 +328,7 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
         .await;
     // This replica was granted partition 1 at epoch 1.
     shared.owned.insert(1, 1);
-    let firing = Firing::new(
+    let mut firing = Firing::new(
         connections(&postgres).await,
         shared,
         tickd::metrics::Metrics::new(),

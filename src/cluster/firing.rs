@@ -34,9 +34,6 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Timers fired in one transaction at most (beyond it, the rest wait for the next one).
 const MAX_BATCH: usize = 10_000;
 
-/// Firing statements under way at once (see [`Firing::run`]).
-const FIRING_RUNNERS: usize = 2;
-
 /// In one statement (so one round trip and one commit): locks the partitions of the
 /// batch that this replica still holds (`$6`, `$7`: partitions and the epochs it was
 /// granted; `$8`: this replica) `FOR SHARE`; of the due timers (`$1`..`$4`, `$9`) in those
@@ -221,49 +218,35 @@ impl Firing {
 
     /// Runs until the worker stops and its last batch is fired.
     ///
-    /// Up to [`FIRING_RUNNERS`] statements are under way at once, on connections of their
-    /// own (see [`Firing::connections_needed`]): timers that fall due while one runs go
-    /// at once in the next, rather than waiting for its commit, which was most of a
-    /// timer's lateness under load. Whatever the wheel fired while every runner was busy
-    /// is fired together in the next one: under load, one commit (one fsync) serves many
-    /// wheel ticks. Two statements at once are safe: each locks its partitions' rows
-    /// `FOR SHARE` (which do not exclude each other, only a takeover), and a timer is in
-    /// one batch at a time (a repeating one goes back into the wheel only after the
-    /// statement that re-armed it committed).
+    /// Whatever the wheel fired while the previous transaction ran is fired together in
+    /// the next one: under load, one commit (one fsync) serves many wheel ticks.
     pub(crate) async fn run(
-        self,
+        mut self,
         mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>,
-        stopping: watch::Receiver<bool>,
+        mut stopping: watch::Receiver<bool>,
     ) {
-        let firing = Arc::new(self);
-        let mut running = tokio::task::JoinSet::new();
-        loop {
-            // A runner free first, then the batch: it takes everything due by then.
-            while running.len() >= FIRING_RUNNERS {
-                running.join_next().await;
-            }
-            let Some(mut batch) = due.recv().await else {
-                break;
-            };
+        while let Some(mut batch) = due.recv().await {
             while batch.len() < MAX_BATCH {
                 match due.try_recv() {
                     Ok(more) => batch.extend(more),
                     Err(_) => break,
                 }
             }
-            running.spawn(fire_until_done(firing.clone(), batch, stopping.clone()));
+            while let Err(error) = self.fire(&batch).await {
+                warn!(timers = batch.len(), %error, "firing failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY_DELAY) => {}
+                    // Stopping with the database unreachable: the timers are still in their
+                    // rows, for whoever takes the partitions over.
+                    () = super::shared::until_stopped(&mut stopping) => return,
+                }
+            }
         }
-        while running.join_next().await.is_some() {}
-    }
-
-    /// The connections [`Firing::run`] wants: one per statement under way.
-    pub(crate) fn connections_needed() -> u32 {
-        FIRING_RUNNERS as u32
     }
 
     /// Fires one batch; returns how many timers fired (the rest were fenced, cancelled
     /// or moved).
-    pub async fn fire(&self, batch: &[DueTimer]) -> Result<usize, ClusterError> {
+    pub async fn fire(&mut self, batch: &[DueTimer]) -> Result<usize, ClusterError> {
         let started = std::time::Instant::now();
         let now = self.shared.unix_now();
         let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
@@ -455,23 +438,6 @@ impl Firing {
             let _ = self.shared.schedule.send(ScheduleCommand::Load(moved));
         }
         Ok(())
-    }
-}
-
-/// Fires `batch`, retrying while the database cannot be reached, until it is fired or
-/// the replica stops (the timers are still in their rows then, for whoever takes the
-/// partitions over).
-async fn fire_until_done(
-    firing: Arc<Firing>,
-    batch: Vec<DueTimer>,
-    mut stopping: watch::Receiver<bool>,
-) {
-    while let Err(error) = firing.fire(&batch).await {
-        warn!(timers = batch.len(), %error, "firing failed; retrying");
-        tokio::select! {
-            () = tokio::time::sleep(RETRY_DELAY) => {}
-            () = super::shared::until_stopped(&mut stopping) => return,
-        }
     }
 }
 

@@ -131,7 +131,7 @@ impl Replica {
         .in_span(span.clone())
         .with_memory(config.memory.clone());
         let firing = firing::Firing::new(
-            Connections::open(database, firing::Firing::connections_needed()).await?,
+            Connections::open(database, 1).await?,
             shared.clone(),
             metrics.clone(),
         )
