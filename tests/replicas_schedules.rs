@@ -1,5 +1,6 @@
-//! Replicated mode: cron timers, Reschedule, replacing registrations and Redrive, end to
-//! end through real `tickd` replicas sharing a real PostgreSQL.
+//! Replicated mode: cron timers, Reschedule, replacing registrations, Redrive and
+//! far-off batches (written by `COPY`), end to end through real `tickd` replicas sharing
+//! a real PostgreSQL.
 //!
 //! Each keeps the single node's contract: a cron timer fires at its calendar's whole
 //! seconds, never early, counting its firings; a rescheduled timer fires once, at its new

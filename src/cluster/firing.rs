@@ -415,18 +415,15 @@ impl Firing {
 
     /// Loads the timers' current deadlines, where still inside the horizon.
     async fn reload_moved(&self, unmatched: &[&DueTimer]) -> Result<(), ClusterError> {
-        let namespaces: Vec<&str> = unmatched.iter().map(|timer| &*timer.namespace).collect();
-        let ids: Vec<i64> = unmatched.iter().map(|timer| timer.id as i64).collect();
-        // By (namespace, id): the primary key.
+        let unmatched: Vec<i64> = unmatched.iter().map(|timer| timer.id as i64).collect();
         let moved = self
             .connections
             .client()
             .await?
             .query(
                 "SELECT namespace, id, partition, deadline, version FROM tickd_timers
-                 WHERE (namespace, id) IN (SELECT * FROM unnest($1::TEXT[], $2::INT8[]))
-                   AND deadline <= $3",
-                &[&namespaces, &ids, &(self.shared.horizon_end() as i64)],
+                 WHERE id = ANY($1) AND deadline <= $2",
+                &[&unmatched, &(self.shared.horizon_end() as i64)],
             )
             .await
             .map_err(ClusterError::query("reloading moved timers"))?;

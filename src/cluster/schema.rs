@@ -105,35 +105,13 @@ const MIGRATIONS: &[&str] = &[
     SELECT namespace FROM tickd_timers
     UNION SELECT namespace FROM tickd_expirations WHERE acked_at IS NULL;
     ",
-    // 6: one index fewer for each timer written. The primary key becomes (namespace, id),
-    // which the namespace index was: every statement that finds a timer by id also names
-    // its namespace (the API's calls, the firing), and the listings of a namespace page
-    // through it as before. Only a listing across all namespaces has no index in id order
-    // now; it counts the whole table anyway. Each registration was writing four index
-    // entries with the heap row (three for a timer without a key), about a fifth of its
-    // database time and of its WAL.
-    r"
-    ALTER TABLE tickd_timers DROP CONSTRAINT tickd_timers_pkey, ADD PRIMARY KEY (namespace, id);
-    DROP INDEX tickd_timers_by_namespace;
-    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The
 /// partition count is fixed by whichever replica created the schema; returns it.
 pub async fn migrate(client: &mut Client, partitions: u32) -> Result<u32, ClusterError> {
-    migrate_to(client, partitions, MIGRATIONS.len()).await
-}
-
-/// [`migrate`], stopping at schema version `last`: what an earlier release left, for the
-/// tests of an upgrade.
-#[doc(hidden)]
-pub async fn migrate_to(
-    client: &mut Client,
-    partitions: u32,
-    last: usize,
-) -> Result<u32, ClusterError> {
     ensure_migrations_table(client).await?;
-    for (index, migration) in MIGRATIONS.iter().enumerate().take(last) {
+    for (index, migration) in MIGRATIONS.iter().enumerate() {
         let version = index as i32 + 1;
         apply(client, version, migration).await?;
     }
