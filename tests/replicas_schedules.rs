@@ -1,6 +1,5 @@
 //! Replicated mode: cron timers, Reschedule, replacing registrations, Redrive and
-//! far-off batches (written by `COPY`), end to end through real `tickd` replicas sharing
-//! a real PostgreSQL.
+//! far-off batches, end to end through real `tickd` replicas sharing a real PostgreSQL.
 //!
 //! Each keeps the single node's contract: a cron timer fires at its calendar's whole
 //! seconds, never early, counting its firings; a rescheduled timer fires once, at its new
@@ -408,10 +407,9 @@ async fn a_redriven_dead_expiration_is_delivered_again() {
     assert_eq!(left, 0);
 }
 
-/// A batch of keyless timers due beyond the announcement window (twice the load horizon)
-/// goes to the database by `COPY` rather than by `INSERT`: each is stored whole (listed
-/// with its payload) and, once its deadline enters the horizon, loaded by the owner's
-/// scan and fired once.
+/// A batch of keyless timers due beyond the announcement window (twice the load horizon),
+/// so announced to no one: each is stored whole (listed with its payload) and, once its
+/// deadline enters the horizon, loaded by the owner's scan and fired once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_far_off_batch_is_stored_whole_and_fires_once() {
     if skip_postgres("a_far_off_batch_is_stored_whole_and_fires_once") {

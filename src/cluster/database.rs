@@ -368,18 +368,6 @@ impl StoreClient {
         let statement = self.statement(sql).await?;
         self.client.execute(&statement, parameters).await
     }
-
-    /// Starts `COPY ... FROM STDIN`: the rows go through the sink, and the statement
-    /// commits (in autocommit) when the sink is finished. Statements queued on the
-    /// connection meanwhile wait for it: tokio-postgres sends nothing else until the copy
-    /// ends.
-    pub(crate) async fn copy_in(
-        &self,
-        sql: &str,
-    ) -> Result<tokio_postgres::CopyInSink<bytes::Bytes>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.copy_in(&statement).await
-    }
 }
 
 impl std::ops::Deref for StoreClient {

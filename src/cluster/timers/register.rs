@@ -7,7 +7,7 @@
 //! the same key meet each other as they would on one node.
 
 use rustc_hash::FxHashSet;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 
 use super::inserts::InsertRequest;
 use super::{
@@ -25,20 +25,6 @@ pub(super) const INSERTED_COLUMNS: &str =
 /// The rows of [`INSERTED_COLUMNS`] built from `$1` to `$10`, one array each.
 pub(super) const INSERTED_ROWS: &str = "SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], \
      $4::INT4[], $5::INT8[], $6::BYTEA[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[])";
-
-/// The types of [`INSERTED_COLUMNS`], for a binary `COPY`.
-pub(super) const INSERTED_TYPES: [Type; 10] = [
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-    Type::INT4,
-    Type::INT8,
-    Type::BYTEA,
-    Type::INT8,
-    Type::INT8,
-    Type::TEXT,
-    Type::TEXT,
-];
 
 /// The announcement limit follows the ten columns.
 pub(super) const ANNOUNCE_LIMIT: usize = 11;
@@ -88,28 +74,6 @@ impl<'a> TimerColumns<'a> {
             crons: calendars().map(|c| c.map(|c| c.expression())).collect(),
             time_zones: calendars().map(|c| c.map(|c| c.time_zone())).collect(),
         }
-    }
-
-    /// How many timers the columns hold.
-    pub(super) fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    /// Timer `i`'s values in [`INSERTED_COLUMNS`]' order, as [`INSERTED_TYPES`] (a row
-    /// of a `COPY`).
-    pub(super) fn row(&self, i: usize) -> [&(dyn ToSql + Sync); 10] {
-        [
-            &self.ids[i],
-            &self.namespaces[i],
-            &self.keys[i],
-            &self.partitions[i],
-            &self.deadlines[i],
-            &self.payloads[i],
-            &self.repeats[i],
-            &self.ttls[i],
-            &self.crons[i],
-            &self.time_zones[i],
-        ]
     }
 
     /// `$1` to `$10`, then the announcement limit (`$11`).
