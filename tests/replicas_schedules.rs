@@ -1,5 +1,5 @@
-//! Replicated mode: cron timers, Reschedule, replacing registrations and Redrive, end to
-//! end through real `tickd` replicas sharing a real PostgreSQL.
+//! Replicated mode: cron timers, Reschedule, replacing registrations, Redrive and
+//! far-off batches, end to end through real `tickd` replicas sharing a real PostgreSQL.
 //!
 //! Each keeps the single node's contract: a cron timer fires at its calendar's whole
 //! seconds, never early, counting its firings; a rescheduled timer fires once, at its new
@@ -405,4 +405,41 @@ async fn a_redriven_dead_expiration_is_delivered_again() {
         .unwrap_or_else(|error| panic!("{}", explain(&error)))
         .get(0);
     assert_eq!(left, 0);
+}
+
+/// A batch of keyless timers due beyond the announcement window (twice the load horizon),
+/// so announced to no one: each is stored whole (listed with its payload) and, once its
+/// deadline enters the horizon, loaded by the owner's scan and fired once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_far_off_batch_is_stored_whole_and_fires_once() {
+    if skip_postgres("a_far_off_batch_is_stored_whole_and_fires_once") {
+        return;
+    }
+    const NAMESPACE: &str = "far-off";
+    let set = ReplicaSet::start(&["r1"], &[]).await;
+    let mut client = set.client("r1");
+    let mut stream = subscribe(&mut client, NAMESPACE, 30_000, 100).await;
+    let far_ms = 2 * LOAD_HORIZON.as_millis() as u64 + 2_000;
+    let ids = register_all(&mut client, specs(NAMESPACE, 40, far_ms)).await;
+    let listed = list_pending(&mut client, NAMESPACE).await;
+    assert_eq!(listed.len(), ids.len());
+    for (index, id) in ids.iter().enumerate() {
+        let timer = &listed[id];
+        assert_eq!(&timer.payload[..], format!("payload-{index}").as_bytes());
+    }
+    let sentinel = register(&mut client, spec(NAMESPACE, far_ms + 1_000, b"")).await;
+
+    let fired = until_sentinel(&mut client, &mut stream, NAMESPACE, &sentinel.id).await;
+    let mut fired_ids: Vec<String> = fired.iter().map(timer_id).collect();
+    fired_ids.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(fired_ids, expected, "each fires once");
+    for expiration in &fired {
+        let id = timer_id(expiration);
+        assert_eq!(
+            expiration.timer.as_ref().expect("timer").payload,
+            listed[&id].payload
+        );
+    }
 }
