@@ -81,10 +81,13 @@ impl IdIndex {
         debug_assert_ne!(packed, EMPTY, "a handle never packs to the empty slot");
         let (number, slot) = page_and_slot(id);
         if !self.pages.contains_key(&number) {
-            if number < self.newest_page || self.scattered.get(id).is_some() {
+            if number < self.newest_page {
                 self.scattered.insert(id, handle);
                 return;
             }
+            // Pages only ever start newer than the newest, and the map holds ids of older
+            // pages only: an id of a page not yet started cannot be in it.
+            debug_assert!(self.scattered.get(id).is_none());
             // The page that was the newest may have thinned out while it was: it goes now.
             let previous = self.newest_page;
             self.newest_page = number;

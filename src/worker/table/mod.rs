@@ -541,23 +541,24 @@ impl TimerState for TimerTable {
         // After this batch's expirations, so that delivery holds what they need first.
         self.namespaces
             .sweep(now.monotonic, |name| fired.push(Handoff::Forgotten(name)));
-        self.continue_snapshot();
+        // The firings' records go to the store before a snapshot chunk is encoded: their
+        // fsync then runs while the worker encodes.
         if let Some(journal) = &mut self.journal {
             journal.flush();
         }
+        self.continue_snapshot(now.monotonic);
     }
 
     fn next_expiration(&self) -> Option<u64> {
-        // A snapshot in progress asks to be woken at once for its next chunk, or, while
-        // the disk catches up with the chunks sent, a moment later.
-        let snapshot = self
-            .journal
-            .as_ref()
-            .filter(|journal| journal.snapshot_in_progress())
-            .map(|journal| match journal.snapshot_backlogged() {
-                false => 0,
-                true => self.last_woken.saturating_add(SNAPSHOT_BACKLOG_RETRY_NANOS),
-            });
+        // A snapshot in progress asks to be woken for its next chunk when it is due, or,
+        // while the disk catches up with the chunks sent, a moment later.
+        let snapshot = self.journal.as_ref().and_then(|journal| {
+            let due = journal.next_chunk_at()?;
+            Some(match journal.snapshot_backlogged() {
+                false => due,
+                true => due.max(self.last_woken.saturating_add(SNAPSHOT_BACKLOG_RETRY_NANOS)),
+            })
+        });
         [
             self.wheel.next_wakeup(),
             self.namespaces.next_sweep(),

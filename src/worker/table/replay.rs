@@ -144,13 +144,13 @@ impl TimerTable {
         }
     }
 
-    /// Streams the next chunk of a snapshot in progress, if any: up to a chunk of timers
-    /// from the storage position where the last chunk ended.
-    pub(super) fn continue_snapshot(&mut self) {
+    /// Streams the next chunk of a snapshot in progress, if any is due at `now`: up to a
+    /// chunk of timers from the storage position where the last chunk ended.
+    pub(super) fn continue_snapshot(&mut self, now: u64) {
         let Some(journal) = &self.journal else {
             return;
         };
-        let Some(start) = journal.snapshot_cursor() else {
+        let Some(start) = journal.snapshot_cursor(now) else {
             return;
         };
         if journal.snapshot_backlogged() {
@@ -174,6 +174,6 @@ impl TimerTable {
         let more =
             resume_at.filter(|&position| self.wheel.positions_from(position).next().is_some());
         let journal = self.journal.as_mut().expect("checked above");
-        journal.write_snapshot_chunk(timers, more);
+        journal.write_snapshot_chunk(timers, more, now);
     }
 }
