@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::daemon::Daemon;
+use common::data_dir::*;
 use common::metrics::scrape;
 use common::tmpfs::Tmpfs;
 use common::*;
@@ -46,19 +47,6 @@ async fn connect(daemon: &Daemon) -> TimersClient<Channel> {
         .await
         .expect("connect");
     TimersClient::new(channel)
-}
-
-/// Bytes of every file in the data directory, as `du --apparent-size` counts them.
-fn directory_bytes(dir: &Path) -> u64 {
-    // Files come and go during a compaction: one gone between listing and measuring is
-    // simply not counted.
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.metadata().ok())
-        .filter(|metadata| metadata.is_file())
-        .map(|metadata| metadata.len())
-        .sum()
 }
 
 /// The largest the directory is seen, sampled on a thread of its own while the test runs,

@@ -8,9 +8,10 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::data_dir::*;
 use common::*;
 use tickd::store::SyncMode;
 use tonic::transport::Channel;
@@ -60,30 +61,6 @@ fn durable_view(timer: &Timer) -> DurableView {
         timer.ttl,
         timer.fired_count,
     )
-}
-
-/// The log segments of a data directory, oldest first.
-fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("data dir")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
-        .collect();
-    segments.sort();
-    segments
-}
-
-/// Total bytes of the files in `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok()?.metadata().ok())
-                .filter(|metadata| metadata.is_file())
-                .map(|metadata| metadata.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -507,7 +484,7 @@ async fn snapshots_keep_the_data_dir_bounded_under_churn() {
             result.unwrap();
         }
         history_bytes += (ids.len() * 30) as u64;
-        let size = dir_bytes(&data);
+        let size = directory_bytes(&data);
         largest = largest.max(size);
         assert!(
             size < BOUND,
@@ -569,7 +546,12 @@ async fn sync_none_writes_nothing_and_restarts_empty() {
     assert_eq!(pending_count(&mut client, "mem").await, 10);
     let stopped = stop(server, client).await;
     assert_eq!(stopped.pending_timers, 10);
-    assert_eq!(dir_bytes(&data), 0, "nothing written to {}", data.display());
+    assert_eq!(
+        directory_bytes(&data),
+        0,
+        "nothing written to {}",
+        data.display()
+    );
 
     let (server, mut client) = start_on(&data, SyncMode::None).await;
     assert_eq!(

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::daemon::{tickd_command, Daemon};
+use common::data_dir::*;
 use common::*;
 use tickd::metrics::Metrics;
 use tickd::store::frame::{self, FILE_HEADER, HEADER_BYTES};
@@ -35,17 +36,6 @@ fn snapshot_dir(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             (name, std::fs::read(&path).unwrap())
         })
         .collect()
-}
-
-/// The log segments of a data directory, oldest first.
-fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
-        .collect();
-    segments.sort();
-    segments
 }
 
 /// Where the frames of an intact format-2 file start.

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::data_dir::*;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::Channel;
@@ -30,20 +31,6 @@ fn rss_bytes() -> u64 {
         .and_then(|kb| kb.parse::<u64>().ok())
         .expect("VmRSS")
         * 1024
-}
-
-fn dir_bytes(path: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|entry| match entry.metadata() {
-            Ok(metadata) if metadata.is_dir() => dir_bytes(&entry.path()),
-            Ok(metadata) => metadata.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 #[derive(Default)]
@@ -201,7 +188,7 @@ async fn churn_for_minutes_with_flat_memory() {
             eprintln!(
                 "soak t={elapsed}s rss={}MiB data_dir={}MiB fireable={} received={} cancelled={}",
                 rss >> 20,
-                dir_bytes(&data_dir) >> 20,
+                directory_bytes(&data_dir) >> 20,
                 counts.fireable.load(Ordering::Relaxed),
                 counts.received.load(Ordering::Relaxed),
                 counts.cancelled.load(Ordering::Relaxed),
@@ -225,7 +212,7 @@ async fn churn_for_minutes_with_flat_memory() {
     }
 
     let received = counts.received.load(Ordering::Relaxed);
-    let data_bytes = dir_bytes(&data_dir);
+    let data_bytes = directory_bytes(&data_dir);
     eprintln!(
         "soak done: secs={secs} fireable={fireable} received={received} cancelled={} \
          redelivered={} errors={} data_dir={}MiB",

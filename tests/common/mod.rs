@@ -3,6 +3,7 @@
 //! - [`server`]: a real tickd server in process on 127.0.0.1:0 ([`TestServer`]);
 //! - [`rpc`]: the gRPC calls the tests make again and again, in short forms;
 //! - [`cgroup`]: a memory cgroup to run `tickd` in, as a container with a memory limit;
+//! - [`data_dir`]: a data directory's segments and size, seen from outside;
 //! - [`daemon`]: `tickd` processes launched from the built binary, their logs captured;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
 //! - [`replica_set`]: a few `tickd` replicas on one such server: started, killed, paused,
@@ -25,6 +26,7 @@
 
 pub(crate) mod cgroup;
 pub(crate) mod daemon;
+pub(crate) mod data_dir;
 pub(crate) mod metrics;
 pub(crate) mod pg_proxy;
 pub(crate) mod pki;
