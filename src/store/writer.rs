@@ -288,9 +288,14 @@ impl Writer {
             let failed = self.snapshot.take().map(SnapshotWriter::join);
             return failed.map_or(Ok(()), |outcome| outcome.map(drop));
         }
+        self.grew_snapshot(bytes);
+        Ok(())
+    }
+
+    /// Counts bytes of the snapshot being written as on disk.
+    fn grew_snapshot(&mut self, bytes: u64) {
         self.snapshot_bytes += bytes;
         self.grew(bytes);
-        Ok(())
     }
 
     /// Counts bytes written besides appends (file headers, snapshots).
@@ -308,8 +313,7 @@ impl Writer {
         let last_frames: Vec<u8> = self.unsettled.values().flatten().copied().collect();
         let bytes = last_frames.len() as u64;
         snapshot.seal(last_frames);
-        self.snapshot_bytes += bytes;
-        self.grew(bytes);
+        self.grew_snapshot(bytes);
     }
 
     fn is_sealing(&self) -> bool {
