@@ -291,4 +291,24 @@ mod tests {
             "{names:?}"
         );
     }
+
+    /// A replaced file larger than one step shrinks step by step and is then gone, its
+    /// bytes counted as given back.
+    #[test]
+    fn a_large_replaced_file_is_removed_in_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = super::super::segment_path(dir.path(), 1);
+        let length = 2 * super::REMOVE_STEP_BYTES + 12_345;
+        std::fs::File::create(&old)
+            .unwrap()
+            .set_len(length)
+            .unwrap();
+        let kept = super::super::segment_path(dir.path(), 2);
+        std::fs::write(&kept, b"kept").unwrap();
+        assert_eq!(
+            super::remove_older_than(dir.path(), 2).unwrap(),
+            (1, length)
+        );
+        assert_eq!(files(dir.path()), vec![format!("{:020}.log", 2)]);
+    }
 }

@@ -15,7 +15,7 @@ use crate::store::{Batch, OnDurable, StoreHandle};
 
 /// Timers written per snapshot chunk: small enough that the worker never pauses long
 /// (about a tenth of a millisecond here), so that firing is not held back behind it.
-const SNAPSHOT_CHUNK_TIMERS: usize = 1_024;
+pub(crate) const SNAPSHOT_CHUNK_TIMERS: usize = 1_024;
 /// A snapshot chunk also ends once its timers' keys and payloads reach this many bytes.
 pub(crate) const SNAPSHOT_CHUNK_BYTES: usize = 256 << 10;
 /// The worker writes one snapshot chunk per this many nanoseconds at most: a snapshot
@@ -24,7 +24,7 @@ pub(crate) const SNAPSHOT_CHUNK_BYTES: usize = 256 << 10;
 /// million timers took 200 ms of the worker and the disk; firings and the log's fsyncs
 /// queued behind it came 10 to 25 ms late. Paced, the log grows by what is written in the
 /// meantime, which the next snapshot's threshold absorbs.
-const SNAPSHOT_CHUNK_INTERVAL_NANOS: u64 = 1_000_000;
+pub(crate) const SNAPSHOT_CHUNK_INTERVAL_NANOS: u64 = 1_000_000;
 /// Snapshot bytes queued for the store thread at most (see `snapshot_backlogged`).
 const SNAPSHOT_BACKLOG_BYTES: usize = 4 << 20;
 
@@ -135,6 +135,12 @@ impl Journal {
         batch.hold(&self.memory);
         self.bytes_since_snapshot += batch.encoded_bytes();
         self.store.append(batch);
+    }
+
+    /// Live timers the snapshot in progress (or the last one) has written so far.
+    #[cfg(test)]
+    pub(crate) fn snapshot_timers_written(&self) -> u64 {
+        self.current_snapshot_timers
     }
 
     pub(crate) fn snapshot_in_progress(&self) -> bool {

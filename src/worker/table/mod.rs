@@ -10,6 +10,8 @@ mod id_index;
 mod memory;
 mod record;
 mod replay;
+#[cfg(test)]
+mod snapshot_pacing_tests;
 mod view;
 
 use std::sync::Arc;
@@ -528,6 +530,7 @@ impl TimerState for TimerTable {
 
     fn fire_due(&mut self, now: Now, fired: &mut Vec<Handoff>) {
         self.last_woken = now.monotonic;
+        let handed_over_before = fired.len();
         let mut expired = Vec::new();
         self.wheel.advance(now.monotonic, &mut expired);
         fired.reserve(expired.len());
@@ -541,12 +544,16 @@ impl TimerState for TimerTable {
         // After this batch's expirations, so that delivery holds what they need first.
         self.namespaces
             .sweep(now.monotonic, |name| fired.push(Handoff::Forgotten(name)));
-        // The firings' records go to the store before a snapshot chunk is encoded: their
-        // fsync then runs while the worker encodes.
         if let Some(journal) = &mut self.journal {
             journal.flush();
         }
-        self.continue_snapshot(now.monotonic);
+        // A snapshot chunk waits for a round that handed nothing over: the worker comes
+        // straight back for it (`next_expiration`), once these firings are on their way to
+        // delivery. Encoded first, it held them back by its length, and their hand-off
+        // could miss the group commit that carried their records.
+        if fired.len() == handed_over_before {
+            self.continue_snapshot(now.monotonic);
+        }
     }
 
     fn next_expiration(&self) -> Option<u64> {

@@ -1,0 +1,139 @@
+//! A snapshot goes at a bounded pace, driven by hand-set times: one chunk per
+//! `SNAPSHOT_CHUNK_INTERVAL_NANOS` at most, never in a round that fired timers, and the
+//! worker is asked back exactly when the next chunk is due.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::{TableConfig, TimerTable};
+use crate::domain::{Due, NewTimer};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreHandle, SyncMode};
+use crate::worker::clock::Now;
+use crate::worker::command::Command;
+use crate::worker::journal::{Journal, SNAPSHOT_CHUNK_INTERVAL_NANOS, SNAPSHOT_CHUNK_TIMERS};
+use crate::worker::TimerState;
+
+const MILLI: u64 = 1_000_000;
+
+fn at(monotonic: u64) -> Now {
+    Now {
+        monotonic,
+        unix: 1_700_000_000_000_000_000 + monotonic,
+    }
+}
+
+fn timer(number: usize, delay: Duration) -> NewTimer {
+    NewTimer {
+        namespace: "pacing".into(),
+        key: Some(format!("timer-{number}")),
+        due: Due::After(delay),
+        payload: Default::default(),
+        repeat: None,
+        ttl: None,
+        calendar: None,
+        replace: false,
+    }
+}
+
+/// A table journaling to a fresh store that snapshots after any write at all.
+fn journaled_table(dir: &std::path::Path) -> (TimerTable, Store, StoreHandle) {
+    let (store, handle, _) = Store::open(dir, SyncMode::Always, Metrics::new(), 0, |_| {}).unwrap();
+    let mut table = TimerTable::new(
+        TableConfig {
+            tick: Duration::from_millis(1),
+            max_pending: 100_000,
+            max_pending_per_namespace: 0,
+            max_namespaces: 0,
+        },
+        Metrics::new(),
+    );
+    table.attach_journal(Journal::new(handle.clone(), 1, 0));
+    (table, store, handle)
+}
+
+fn register(table: &mut TimerTable, timers: Vec<NewTimer>, now: Now) {
+    let (reply, _answer) = oneshot::channel();
+    table.apply(Command::Register { timers, reply }, now);
+    table.end_batch();
+}
+
+fn written(table: &TimerTable) -> u64 {
+    table.journal.as_ref().unwrap().snapshot_timers_written()
+}
+
+fn in_progress(table: &TimerTable) -> bool {
+    table.journal.as_ref().unwrap().snapshot_in_progress()
+}
+
+#[test]
+fn a_snapshot_writes_one_chunk_per_interval_and_asks_back_when_the_next_is_due() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut table, store, handle) = journaled_table(dir.path());
+    let count = 2 * SNAPSHOT_CHUNK_TIMERS + 100;
+    let t0 = 10 * MILLI;
+    let timers = (0..count).map(|n| timer(n, Duration::from_secs(3600)));
+    register(&mut table, timers.collect(), at(t0));
+    assert!(
+        in_progress(&table),
+        "the batch's log bytes start a snapshot"
+    );
+    assert_eq!(
+        table.next_expiration(),
+        Some(0),
+        "the first chunk is due at once"
+    );
+
+    let mut fired = Vec::new();
+    table.fire_due(at(t0), &mut fired);
+    assert_eq!(written(&table), SNAPSHOT_CHUNK_TIMERS as u64);
+    let next = t0 + SNAPSHOT_CHUNK_INTERVAL_NANOS;
+    assert_eq!(table.next_expiration(), Some(next));
+
+    // Woken early (say by a command), the worker writes nothing more.
+    table.fire_due(at(next - 1), &mut fired);
+    assert_eq!(written(&table), SNAPSHOT_CHUNK_TIMERS as u64);
+
+    table.fire_due(at(next), &mut fired);
+    assert_eq!(written(&table), 2 * SNAPSHOT_CHUNK_TIMERS as u64);
+    table.fire_due(at(next + SNAPSHOT_CHUNK_INTERVAL_NANOS), &mut fired);
+    assert_eq!(written(&table), count as u64);
+    assert!(!in_progress(&table), "the last chunk ends the snapshot");
+    assert!(fired.is_empty());
+    drop(table);
+    drop(handle);
+    store.join();
+}
+
+#[test]
+fn a_round_that_fires_timers_leaves_the_chunk_to_the_next_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut table, store, handle) = journaled_table(dir.path());
+    let t0 = 10 * MILLI;
+    let timers = (0..10).map(|n| timer(n, Duration::from_millis(5)));
+    register(&mut table, timers.collect(), at(t0));
+    assert!(in_progress(&table));
+
+    let due = t0 + 5 * MILLI;
+    let mut fired = Vec::new();
+    table.fire_due(at(due), &mut fired);
+    assert_eq!(fired.len(), 10, "the timers fire");
+    assert_eq!(written(&table), 0, "no chunk in the round that fired");
+    assert_eq!(
+        table.next_expiration(),
+        Some(0),
+        "the chunk is still due at once"
+    );
+
+    let mut fired = Vec::new();
+    table.fire_due(at(due), &mut fired);
+    assert!(fired.is_empty());
+    assert!(
+        !in_progress(&table),
+        "the next round writes it (the whole snapshot here)"
+    );
+    drop(table);
+    drop(handle);
+    store.join();
+}
