@@ -10,7 +10,9 @@
 //! response gave. After the last deadline plus `--grace-ms` (or once everything arrived) it
 //! prints `e2e rate=.. registered=.. fired_per_s=.. p50_late_ms=.. p99_late_ms=..
 //! max_late_ms=.. lost=.. duplicated=.. errors=.. background=..`, where lost = registered ids never
-//! received and duplicated = ids received more than once.
+//! received and duplicated = ids received more than once. With `--late-windows-ms`, it also
+//! prints to stderr where in the run the late deliveries fall (one line per window of
+//! deadlines holding any), which is how a tail that comes back once a `--delay-ms` shows.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +62,14 @@ pub(crate) struct E2eArgs {
     /// the pending set the measured timers wait and fire beside.
     #[arg(long, default_value_t = 0)]
     background: u64,
+    /// Also print, to stderr, one `e2e_late_window` line per window of this many
+    /// milliseconds of deadlines (counted from the first) in which a delivery came later
+    /// than `--late-over-ms`: when the late ones fall (0: no such lines).
+    #[arg(long, default_value_t = 0)]
+    late_windows_ms: u64,
+    /// What counts as late for `--late-windows-ms`.
+    #[arg(long, default_value_t = 6)]
+    late_over_ms: u64,
 }
 
 /// Ids acknowledged per Ack call at most, and how long an acker gathers ids before sending.
@@ -140,6 +150,8 @@ pub(crate) fn run(args: E2eArgs) {
         register_in_flight,
         payload_bytes,
         background,
+        late_windows_ms,
+        late_over_ms,
     } = args;
     client.run(|channels| async move {
         register_background(&channels, background, payload_bytes).await?;
@@ -283,6 +295,9 @@ pub(crate) fn run(args: E2eArgs) {
                 }
             }
         }
+        if late_windows_ms > 0 {
+            print_late_windows(deadlines.values(), late_windows_ms, late_over_ms);
+        }
         lateness.sort_unstable();
         let delivered = lateness.len() as f64;
         let span = (last_receipt - first_receipt).max(1) as f64 / 1e9;
@@ -313,6 +328,34 @@ pub(crate) fn run(args: E2eArgs) {
             late_ms(1.0),
         ))
     });
+}
+
+/// The `--late-windows-ms` lines: `e2e_late_window start_ms=.. late=.. max_late_ms=..` for
+/// each window of deadlines, `window_ms` long, that holds deliveries later than `over_ms`
+/// (`late` of them). `entries`: each timer's (deadline, deliveries, first receipt).
+fn print_late_windows<'a>(
+    entries: impl Iterator<Item = &'a (i64, u32, i64)> + Clone,
+    window_ms: u64,
+    over_ms: u64,
+) {
+    let first = entries.clone().map(|entry| entry.0).min().unwrap_or(0);
+    let (window, over) = (window_ms as i64 * 1_000_000, over_ms as i64 * 1_000_000);
+    let mut windows = std::collections::BTreeMap::<i64, (u64, i64)>::new();
+    for (deadline, count, at) in entries {
+        let late = at - deadline;
+        if *count > 0 && late > over {
+            let entry = windows.entry((deadline - first) / window).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.max(late);
+        }
+    }
+    for (index, (late, max_late)) in windows {
+        eprintln!(
+            "e2e_late_window start_ms={} late={late} max_late_ms={:.3}",
+            index * window_ms as i64,
+            max_late as f64 / 1e6
+        );
+    }
 }
 
 /// Opens one sharing subscription and spawns its receiver (which stamps receipts) and its
