@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::daemon::{clock_ticks_per_second, cpu_ticks, tickd_command, Daemon};
 use common::metrics::{scrape, scrape_until, Scrape};
+use common::proc_status::*;
 use common::raw_codec::RawCodec;
 use common::tooling::{polyglot_python, repo, skip_polyglot};
 use common::*;
@@ -26,16 +27,6 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{health_check_response::ServingStatus, HealthCheckRequest};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// A field of /proc/PID/status, in KiB (VmRSS: now; VmHWM: the peak so far).
-fn memory_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
 
 /// Scrapes until `series` reaches `at_least` (an event the server reports), and checks
 /// that it did.
@@ -91,7 +82,7 @@ async fn daemon_in_memory() -> (Daemon, tonic::transport::Channel, u64) {
     let mut command = tickd_command();
     command.args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"]);
     let daemon = Daemon::start(command);
-    let rss_before = memory_kib(daemon.pid(), "VmRSS");
+    let rss_before = status_bytes(daemon.pid(), "VmRSS") / 1024;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
         .unwrap()
         .connect()
@@ -149,7 +140,7 @@ async fn idle_connections_by_the_thousand_never_keep_a_client_out() {
     println!(
         "hostile case=idle_connections held=19990 health_check_ms={} cpu_share={core_share:.3} rss_mib={}",
         answered_in.as_millis(),
-        memory_kib(daemon.pid(), "VmRSS") / 1024
+        status_bytes(daemon.pid(), "VmRSS") / 1024 / 1024
     );
     assert!(
         core_share < 0.5,
@@ -252,7 +243,7 @@ async fn an_oversized_request_is_refused_from_its_header() {
     };
     let refusal = client.new_timeout(huge).await.unwrap_err();
     assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
-    let peak_growth = memory_kib(daemon.pid(), "VmHWM").saturating_sub(rss_before);
+    let peak_growth = (status_bytes(daemon.pid(), "VmHWM") / 1024).saturating_sub(rss_before);
     println!(
         "hostile case=oversized_request peak_rss_growth_mib={}",
         peak_growth / 1024
@@ -345,7 +336,7 @@ async fn thousands_of_subscribe_streams_on_one_connection_are_refused_past_the_l
             }
         }
     }
-    let peak_growth = memory_kib(daemon.pid(), "VmHWM").saturating_sub(rss_before);
+    let peak_growth = (status_bytes(daemon.pid(), "VmHWM") / 1024).saturating_sub(rss_before);
     println!(
         "hostile case=subscribe_streams accepted={} refused={refused} peak_rss_growth_mib={}",
         accepted.len(),

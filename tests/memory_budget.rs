@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::cgroup::MemoryCgroup;
 use common::daemon::{tickd_command, Daemon};
 use common::metrics::scrape;
+use common::proc_status::*;
 use common::wait::eventually;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
@@ -53,17 +54,6 @@ fn payload(index: usize) -> Vec<u8> {
     let mut payload = vec![(index % 251) as u8; PAYLOAD];
     payload[..8].copy_from_slice(&(index as u64).to_le_bytes());
     payload
-}
-
-/// A field of `/proc/<pid>/status`, in bytes (`VmRSS`, `VmHWM`).
-fn status_bytes(pid: u32, field: &str) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.split_whitespace().next()?.parse::<u64>().ok())
-        .map(|kib| kib * 1024)
-        .unwrap_or_else(|| panic!("no {field} in the status of {pid}"))
 }
 
 /// Registers 64 KiB timers due in an hour until one is refused: the ids acknowledged, and
@@ -432,14 +422,20 @@ async fn batches_until_refused(mut client: TimersClient<Channel>, batch: usize) 
                 return (acknowledged, refusal.message().to_owned());
             }
         };
+        // Items are answered one by one: one after a refused item may still fit (the
+        // other callers' requests release memory meanwhile), and it counts.
+        let mut refused = None;
         for result in results {
             match result.result.expect("a result per item") {
                 new_timeout_result::Result::Registered(_) => acknowledged += 1,
                 new_timeout_result::Result::Error(error) => {
                     assert_eq!(error.code, Code::ResourceExhausted as i32, "{error:?}");
-                    return (acknowledged, error.message);
+                    refused.get_or_insert(error.message);
                 }
             }
+        }
+        if let Some(message) = refused {
+            return (acknowledged, message);
         }
     }
     panic!("never refused");

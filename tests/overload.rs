@@ -8,26 +8,12 @@ mod common;
 use std::time::Duration;
 
 use common::metrics::*;
+use common::proc_status::*;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::Channel;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
-
-/// Resident set size of this process (the server runs in it), in bytes.
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|kb| kb.parse().ok())
-        .expect("VmRSS value");
-    kb * 1024
-}
 
 async fn channels(server: &TestServer, count: usize) -> Vec<Channel> {
     let mut channels = Vec::with_capacity(count);

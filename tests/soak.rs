@@ -17,21 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::data_dir::*;
+use common::proc_status::*;
 use common::*;
 use tickd::proto::timers_client::TimersClient;
 use tonic::transport::Channel;
-
-/// Resident set size of this process (the server runs in it), in bytes.
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
-}
 
 #[derive(Default)]
 struct Counts {

@@ -213,17 +213,19 @@ const REMOVE_STEP_PAUSE: Duration = Duration::from_millis(1);
 /// filesystem journal work, and the log's next fsync waits for the journal; freeing a
 /// segment of 200 MB at once held it for 10 to 20 ms, and every firing behind it. The
 /// file is already obsolete (recovery starts from the newer snapshot and deletes what is
-/// left of it), so a crash half way through loses nothing.
+/// left of it), so a crash half way through loses nothing. The shrinking is only a
+/// courtesy to the log: a file that cannot be opened for writing (say, made read-only by
+/// hand) is simply unlinked, and only the unlink's failure is an error.
 fn remove_gradually(path: &Path, mut length: u64) -> Result<(), StoreError> {
     if length > REMOVE_STEP_BYTES {
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(io_error(path))?;
-        while length > REMOVE_STEP_BYTES {
-            length -= REMOVE_STEP_BYTES;
-            file.set_len(length).map_err(io_error(path))?;
-            std::thread::sleep(REMOVE_STEP_PAUSE);
+        if let Ok(file) = fs::OpenOptions::new().write(true).open(path) {
+            while length > REMOVE_STEP_BYTES {
+                length -= REMOVE_STEP_BYTES;
+                if file.set_len(length).is_err() {
+                    break;
+                }
+                std::thread::sleep(REMOVE_STEP_PAUSE);
+            }
         }
     }
     fs::remove_file(path).map_err(io_error(path))

@@ -25,6 +25,10 @@ pub(crate) const SNAPSHOT_CHUNK_BYTES: usize = 256 << 10;
 /// queued behind it came 10 to 25 ms late. Paced, the log grows by what is written in the
 /// meantime, which the next snapshot's threshold absorbs.
 pub(crate) const SNAPSHOT_CHUNK_INTERVAL_NANOS: u64 = 1_000_000;
+/// Rounds in a row a due chunk may wait for one that hands no expirations over: a worker
+/// that fires something in every round (deadlines already past, rounds longer than a
+/// tick) must still finish its snapshot.
+pub(crate) const MAX_CHUNK_DEFERRALS: u32 = 4;
 /// Snapshot bytes queued for the store thread at most (see `snapshot_backlogged`).
 const SNAPSHOT_BACKLOG_BYTES: usize = 4 << 20;
 
@@ -42,6 +46,8 @@ pub(crate) struct Journal {
     /// The monotonic time before which the next chunk waits (see
     /// [`SNAPSHOT_CHUNK_INTERVAL_NANOS`]).
     next_chunk_at: u64,
+    /// Rounds the chunk due has waited so far (see [`MAX_CHUNK_DEFERRALS`]).
+    chunk_deferrals: u32,
     /// Timers removed (cancelled, fired for good) since the last snapshot began, and the
     /// timers the last snapshot held and the one being written holds: whether compacting
     /// early frees enough to be worth it (see [`disk_budget::DiskBudget::wants_compaction`]).
@@ -68,6 +74,7 @@ impl Journal {
             current_snapshot_bytes: 0,
             snapshot_cursor: None,
             next_chunk_at: 0,
+            chunk_deferrals: 0,
             removed_since_snapshot: 0,
             last_snapshot_timers: 0,
             current_snapshot_timers: 0,
@@ -180,6 +187,8 @@ impl Journal {
         self.removed_since_snapshot = 0;
         self.current_snapshot_timers = 0;
         self.snapshot_cursor = Some(0);
+        self.next_chunk_at = 0;
+        self.chunk_deferrals = 0;
     }
 
     /// Where the next snapshot chunk starts, if a snapshot is in progress and the chunk is
@@ -193,8 +202,12 @@ impl Journal {
         self.snapshot_cursor.map(|_| self.next_chunk_at)
     }
 
-    pub(crate) fn snapshot_chunk_size(&self) -> usize {
-        SNAPSHOT_CHUNK_TIMERS
+    /// Whether the chunk due may wait for the next round: true, counted, until it has
+    /// waited [`MAX_CHUNK_DEFERRALS`] rounds.
+    pub(crate) fn defer_chunk(&mut self) -> bool {
+        let defer = self.chunk_deferrals < MAX_CHUNK_DEFERRALS;
+        self.chunk_deferrals += u32::from(defer);
+        defer
     }
 
     /// Whether the next snapshot chunk should wait: the chunks sent already hold
@@ -213,6 +226,7 @@ impl Journal {
         now: u64,
     ) {
         self.next_chunk_at = now.saturating_add(SNAPSHOT_CHUNK_INTERVAL_NANOS);
+        self.chunk_deferrals = 0;
         let mut chunk = Batch::default();
         for timer in &timers {
             chunk.record_registered(timer);

@@ -9,6 +9,7 @@
 //! - [`replica_set`]: a few `tickd` replicas on one such server: started, killed, paused,
 //!   restarted, called, consumed from, and the ledger of what their clients were told;
 //! - [`pg_proxy`]: a TCP proxy that can cut one replica off from PostgreSQL;
+//! - [`proc_status`]: a process's memory, from `/proc/<pid>/status`;
 //! - [`pki`]: a throwaway CA and the certificates it signs;
 //! - [`metrics`]: scraping and parsing `/metrics`;
 //! - [`raw_codec`]: sending bytes no generated client would;
@@ -31,6 +32,7 @@ pub(crate) mod metrics;
 pub(crate) mod pg_proxy;
 pub(crate) mod pki;
 pub(crate) mod postgres;
+pub(crate) mod proc_status;
 pub(crate) mod raw_codec;
 pub(crate) mod replica_set;
 pub(crate) mod rng;

@@ -547,13 +547,11 @@ impl TimerState for TimerTable {
         if let Some(journal) = &mut self.journal {
             journal.flush();
         }
-        // A snapshot chunk waits for a round that handed nothing over: the worker comes
+        // A snapshot chunk prefers a round that hands nothing over: the worker comes
         // straight back for it (`next_expiration`), once these firings are on their way to
         // delivery. Encoded first, it held them back by its length, and their hand-off
         // could miss the group commit that carried their records.
-        if fired.len() == handed_over_before {
-            self.continue_snapshot(now.monotonic);
-        }
+        self.continue_snapshot(now.monotonic, fired.len() > handed_over_before);
     }
 
     fn next_expiration(&self) -> Option<u64> {
@@ -563,7 +561,8 @@ impl TimerState for TimerTable {
             let due = journal.next_chunk_at()?;
             Some(match journal.snapshot_backlogged() {
                 false => due,
-                true => due.max(self.last_woken.saturating_add(SNAPSHOT_BACKLOG_RETRY_NANOS)),
+                // Never earlier than `due`: the last chunk went at or before `last_woken`.
+                true => self.last_woken.saturating_add(SNAPSHOT_BACKLOG_RETRY_NANOS),
             })
         });
         [

@@ -9,7 +9,7 @@ use crate::domain::Calendar;
 use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::Handle;
 use crate::worker::clock::Now;
-use crate::worker::journal::SNAPSHOT_CHUNK_BYTES;
+use crate::worker::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
 use crate::worker::namespaces::Admission;
 
 impl TimerTable {
@@ -145,18 +145,20 @@ impl TimerTable {
     }
 
     /// Streams the next chunk of a snapshot in progress, if any is due at `now`: up to a
-    /// chunk of timers from the storage position where the last chunk ended.
-    pub(super) fn continue_snapshot(&mut self, now: u64) {
-        let Some(journal) = &self.journal else {
+    /// chunk of timers from the storage position where the last chunk ended. In a round
+    /// that `handed_over` expirations, the chunk waits for the next round, a few times in
+    /// a row at most (see [`crate::worker::journal::Journal::defer_chunk`]).
+    pub(super) fn continue_snapshot(&mut self, now: u64, handed_over: bool) {
+        let Some(journal) = &mut self.journal else {
             return;
         };
         let Some(start) = journal.snapshot_cursor(now) else {
             return;
         };
-        if journal.snapshot_backlogged() {
+        if journal.snapshot_backlogged() || (handed_over && journal.defer_chunk()) {
             return;
         }
-        let size = journal.snapshot_chunk_size();
+        let size = SNAPSHOT_CHUNK_TIMERS;
         let mut timers = Vec::with_capacity(size);
         let mut bytes = 0;
         let mut resume_at = None;

@@ -12,7 +12,9 @@ use crate::metrics::Metrics;
 use crate::store::{Store, StoreHandle, SyncMode};
 use crate::worker::clock::Now;
 use crate::worker::command::Command;
-use crate::worker::journal::{Journal, SNAPSHOT_CHUNK_INTERVAL_NANOS, SNAPSHOT_CHUNK_TIMERS};
+use crate::worker::journal::{
+    Journal, MAX_CHUNK_DEFERRALS, SNAPSHOT_CHUNK_INTERVAL_NANOS, SNAPSHOT_CHUNK_TIMERS,
+};
 use crate::worker::TimerState;
 
 const MILLI: u64 = 1_000_000;
@@ -133,6 +135,32 @@ fn a_round_that_fires_timers_leaves_the_chunk_to_the_next_round() {
         !in_progress(&table),
         "the next round writes it (the whole snapshot here)"
     );
+    drop(table);
+    drop(handle);
+    store.join();
+}
+
+#[test]
+fn a_worker_that_fires_in_every_round_still_finishes_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut table, store, handle) = journaled_table(dir.path());
+    let t0 = 10 * MILLI;
+    let rounds = MAX_CHUNK_DEFERRALS as u64 + 1;
+    let timers = (1..=rounds + 1).map(|n| timer(n as usize, Duration::from_millis(n)));
+    register(&mut table, timers.collect(), at(t0));
+    assert!(in_progress(&table));
+
+    for round in 1..=rounds {
+        let mut fired = Vec::new();
+        table.fire_due(at(t0 + round * MILLI), &mut fired);
+        assert!(!fired.is_empty(), "round {round} fires a timer");
+        let deferred = round <= MAX_CHUNK_DEFERRALS as u64;
+        assert_eq!(
+            in_progress(&table),
+            deferred,
+            "round {round}: the chunk waits {MAX_CHUNK_DEFERRALS} rounds, then goes anyway"
+        );
+    }
     drop(table);
     drop(handle);
     store.join();
