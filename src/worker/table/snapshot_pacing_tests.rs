@@ -61,6 +61,13 @@ fn register(table: &mut TimerTable, timers: Vec<NewTimer>, now: Now) {
     table.end_batch();
 }
 
+/// Lets the store finish what the table sent it.
+fn stop(table: TimerTable, store: Store, handle: StoreHandle) {
+    drop(table);
+    drop(handle);
+    store.join();
+}
+
 fn written(table: &TimerTable) -> u64 {
     table.journal.as_ref().unwrap().snapshot_timers_written()
 }
@@ -103,9 +110,7 @@ fn a_snapshot_writes_one_chunk_per_interval_and_asks_back_when_the_next_is_due()
     assert_eq!(written(&table), count as u64);
     assert!(!in_progress(&table), "the last chunk ends the snapshot");
     assert!(fired.is_empty());
-    drop(table);
-    drop(handle);
-    store.join();
+    stop(table, store, handle);
 }
 
 #[test]
@@ -135,9 +140,7 @@ fn a_round_that_fires_timers_leaves_the_chunk_to_the_next_round() {
         !in_progress(&table),
         "the next round writes it (the whole snapshot here)"
     );
-    drop(table);
-    drop(handle);
-    store.join();
+    stop(table, store, handle);
 }
 
 #[test]
@@ -161,7 +164,5 @@ fn a_worker_that_fires_in_every_round_still_finishes_its_snapshot() {
             "round {round}: the chunk waits {MAX_CHUNK_DEFERRALS} rounds, then goes anyway"
         );
     }
-    drop(table);
-    drop(handle);
-    store.join();
+    stop(table, store, handle);
 }
