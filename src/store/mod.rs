@@ -125,6 +125,8 @@ pub struct StoreHandle {
     failed: Arc<AtomicBool>,
     /// Bytes of snapshot chunks sent and not yet written.
     snapshot_backlog: Arc<AtomicUsize>,
+    /// See [`Writer::compacting`].
+    compacting: Arc<AtomicBool>,
     budget: Arc<DiskBudget>,
     buffers: FrameBuffers,
 }
@@ -161,7 +163,14 @@ impl StoreHandle {
     }
 
     pub(crate) fn begin_snapshot(&self) {
+        self.compacting.store(true, Ordering::Release);
         let _ = self.sender.send(Request::BeginSnapshot);
+    }
+
+    /// True from [`Self::begin_snapshot`] until the store has sealed that snapshot and
+    /// deleted what it replaces (or abandoned it): no next snapshot should start before.
+    pub(crate) fn is_compacting(&self) -> bool {
+        self.compacting.load(Ordering::Acquire)
     }
 
     pub(crate) fn snapshot_chunk(&self, frames: Vec<u8>) {
@@ -223,6 +232,7 @@ impl Store {
             budget.clone(),
         )?;
         let buffers = writer.buffers.clone();
+        let compacting = writer.compacting.clone();
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tickd-store".into())
@@ -236,6 +246,7 @@ impl Store {
             sender,
             failed,
             snapshot_backlog: Arc::default(),
+            compacting,
             budget,
             buffers,
         };

@@ -313,4 +313,22 @@ mod tests {
         );
         assert_eq!(files(dir.path()), vec![format!("{:020}.log", 2)]);
     }
+
+    /// A snapshot counts as compacting from the moment it is asked for until the store
+    /// has sealed it and deleted what it replaces.
+    #[test]
+    fn a_snapshot_is_compacting_until_the_store_is_done_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, handle, _) =
+            Store::open(dir.path(), SyncMode::Always, Metrics::new(), 0, |_| {}).unwrap();
+        let compacting = handle.compacting.clone();
+        assert!(!handle.is_compacting());
+        handle.begin_snapshot();
+        assert!(handle.is_compacting(), "set as it is asked for");
+        handle.snapshot_chunk(chunk_of(0..10));
+        handle.end_snapshot();
+        drop(handle);
+        store.join();
+        assert!(!compacting.load(std::sync::atomic::Ordering::Acquire));
+    }
 }

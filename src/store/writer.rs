@@ -59,6 +59,11 @@ pub(super) struct Writer {
     budget: Arc<DiskBudget>,
     /// Where written-out append buffers go back to the worker.
     pub(super) buffers: FrameBuffers,
+    /// True from a snapshot's start until its thread is reaped (sealed and the files it
+    /// replaces deleted, or abandoned): the worker starts no snapshot meanwhile, since
+    /// the next one's start would wait here, holding every group commit, for the
+    /// removal to end. The worker sets it too, when it asks for a snapshot.
+    pub(super) compacting: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -93,6 +98,7 @@ impl Writer {
             snapshot_bytes: 0,
             budget,
             buffers: FrameBuffers::default(),
+            compacting: Arc::default(),
         })
     }
 
@@ -270,6 +276,8 @@ impl Writer {
         self.written_bytes = frame::FILE_HEADER.len() as u64;
         self.acknowledged_bytes = self.written_bytes;
         self.snapshot = Some(SnapshotWriter::start(&self.dir, self.segment_sequence)?);
+        // Reaping the previous snapshot above cleared what the worker set for this one.
+        self.compacting.store(true, Ordering::Release);
         // The new segment's header and the snapshot's.
         self.snapshot_bytes = frame::FILE_HEADER.len() as u64;
         self.grew(2 * frame::FILE_HEADER.len() as u64);
@@ -327,6 +335,7 @@ impl Writer {
     fn abandon_snapshot(&mut self) {
         if let Some(snapshot) = self.snapshot.take_if(|snapshot| !snapshot.is_sealing()) {
             let _ = snapshot.join();
+            self.compacting.store(false, Ordering::Release);
             self.on_disk = self.on_disk.saturating_sub(self.snapshot_bytes);
             self.snapshot_bytes = 0;
             self.budget.set_on_disk(self.on_disk, 0);
@@ -343,6 +352,7 @@ impl Writer {
             return Ok(());
         };
         let sealed = snapshot.join();
+        self.compacting.store(false, Ordering::Release);
         self.snapshot_bytes = 0;
         let sealed = sealed?;
         self.on_disk = self.on_disk.saturating_sub(sealed.removed_bytes);

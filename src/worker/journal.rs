@@ -170,7 +170,10 @@ impl Journal {
                 self.last_snapshot_timers,
             )
         };
+        // The last snapshot's seal must be over, the files it replaces gone (see
+        // `StoreHandle::is_compacting`): a batch after that starts the next one.
         if self.snapshot_in_progress()
+            || self.store.is_compacting()
             || (self.bytes_since_snapshot < threshold && !for_disk_budget())
         {
             return;

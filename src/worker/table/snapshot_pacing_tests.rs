@@ -166,3 +166,20 @@ fn a_worker_that_fires_in_every_round_still_finishes_its_snapshot() {
     }
     stop(table, store, handle);
 }
+
+#[test]
+fn no_snapshot_starts_while_the_last_one_is_still_compacting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut table, store, handle) = journaled_table(dir.path());
+    // A snapshot the store has begun and not yet sealed, nor deleted what it replaces.
+    handle.begin_snapshot();
+    assert!(handle.is_compacting());
+    let timers = (0..10).map(|n| timer(n, Duration::from_secs(3600)));
+    register(&mut table, timers.collect(), at(10 * MILLI));
+    assert!(
+        !in_progress(&table),
+        "past the threshold, but the last snapshot is not done"
+    );
+    handle.end_snapshot();
+    stop(table, store, handle);
+}
