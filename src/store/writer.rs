@@ -260,8 +260,8 @@ impl Writer {
     }
 
     fn begin_snapshot(&mut self) -> Result<(), StoreError> {
-        // One snapshot at a time: the last one's seal must be done (the worker rarely
-        // starts the next so soon).
+        // One snapshot at a time: the last one's seal must be done. The worker waits for
+        // `compacting` to clear before it asks, so there is normally none left here.
         self.abandon_snapshot();
         self.reap_sealed_snapshot(true)?;
         // Recovery only forgives a torn record at the end of the newest segment, so the

@@ -39,9 +39,12 @@ fn timer(number: usize, delay: Duration) -> NewTimer {
     }
 }
 
-/// A table journaling to a fresh store that snapshots after any write at all.
-fn journaled_table(dir: &std::path::Path) -> (TimerTable, Store, StoreHandle) {
-    let (store, handle, _) = Store::open(dir, SyncMode::Always, Metrics::new(), 0, |_| {}).unwrap();
+/// A table journaling to a fresh store (in the directory returned) that snapshots after
+/// any write at all.
+fn journaled_table() -> (TimerTable, Store, StoreHandle, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, handle, _) =
+        Store::open(dir.path(), SyncMode::Always, Metrics::new(), 0, |_| {}).unwrap();
     let mut table = TimerTable::new(
         TableConfig {
             tick: Duration::from_millis(1),
@@ -52,7 +55,7 @@ fn journaled_table(dir: &std::path::Path) -> (TimerTable, Store, StoreHandle) {
         Metrics::new(),
     );
     table.attach_journal(Journal::new(handle.clone(), 1, 0));
-    (table, store, handle)
+    (table, store, handle, dir)
 }
 
 fn register(table: &mut TimerTable, timers: Vec<NewTimer>, now: Now) {
@@ -78,8 +81,7 @@ fn in_progress(table: &TimerTable) -> bool {
 
 #[test]
 fn a_snapshot_writes_one_chunk_per_interval_and_asks_back_when_the_next_is_due() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut table, store, handle) = journaled_table(dir.path());
+    let (mut table, store, handle, _dir) = journaled_table();
     let count = 2 * SNAPSHOT_CHUNK_TIMERS + 100;
     let t0 = 10 * MILLI;
     let timers = (0..count).map(|n| timer(n, Duration::from_secs(3600)));
@@ -115,8 +117,7 @@ fn a_snapshot_writes_one_chunk_per_interval_and_asks_back_when_the_next_is_due()
 
 #[test]
 fn a_round_that_fires_timers_leaves_the_chunk_to_the_next_round() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut table, store, handle) = journaled_table(dir.path());
+    let (mut table, store, handle, _dir) = journaled_table();
     let t0 = 10 * MILLI;
     let timers = (0..10).map(|n| timer(n, Duration::from_millis(5)));
     register(&mut table, timers.collect(), at(t0));
@@ -145,8 +146,7 @@ fn a_round_that_fires_timers_leaves_the_chunk_to_the_next_round() {
 
 #[test]
 fn a_worker_that_fires_in_every_round_still_finishes_its_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut table, store, handle) = journaled_table(dir.path());
+    let (mut table, store, handle, _dir) = journaled_table();
     let t0 = 10 * MILLI;
     let rounds = MAX_CHUNK_DEFERRALS as u64 + 1;
     let timers = (1..=rounds + 1).map(|n| timer(n as usize, Duration::from_millis(n)));
@@ -169,8 +169,7 @@ fn a_worker_that_fires_in_every_round_still_finishes_its_snapshot() {
 
 #[test]
 fn no_snapshot_starts_while_the_last_one_is_still_compacting() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut table, store, handle) = journaled_table(dir.path());
+    let (mut table, store, handle, _dir) = journaled_table();
     // A snapshot the store has begun and not yet sealed, nor deleted what it replaces.
     handle.begin_snapshot();
     assert!(handle.is_compacting());
