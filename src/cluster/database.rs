@@ -158,7 +158,7 @@ impl Database {
         let mut firing = self.clone();
         firing
             .config
-            .options(format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
+            .options(&format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
         firing.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
         firing
     }
