@@ -30,7 +30,7 @@ use common::replica_set::ledger::{
     registered_at_least, FirstDeliveries, SharedLedger,
 };
 use common::replica_set::partitions::assert_epochs_increased;
-use common::replica_set::parts::{firing_connections, replica_parts};
+use common::replica_set::parts::{connections, replica_parts};
 use common::replica_set::{noticed_lost_leases, ReplicaSet, Settings, LEASE_TTL, PATIENCE};
 use common::tooling::skip_postgres;
 
@@ -328,9 +328,8 @@ async fn a_firing_without_the_current_lease_changes_nothing() {
         .await;
     // This replica was granted partition 1 at epoch 1.
     shared.owned.insert(1, 1);
-    // On the connection a replica fires on: its generic plan must fence as well.
     let mut firing = Firing::new(
-        firing_connections(&postgres).await,
+        connections(&postgres).await,
         shared,
         tickd::metrics::Metrics::new(),
     );

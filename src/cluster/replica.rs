@@ -130,9 +130,8 @@ impl Replica {
         )
         .in_span(span.clone())
         .with_memory(config.memory.clone());
-        // The firing statement's connection keeps its plan (see `Database::for_firing`).
         let firing = firing::Firing::new(
-            Connections::open(&database.for_firing(), 1).await?,
+            Connections::open(database, 1).await?,
             shared.clone(),
             metrics.clone(),
         )

@@ -43,11 +43,3 @@ pub(crate) async fn connections(postgres: &Postgres) -> tickd::cluster::Connecti
         .await
         .expect("connecting")
 }
-
-/// The firing statement's connection, as a replica opens it (`Database::for_firing`:
-/// generic plans, prepared again every quarter second).
-pub(crate) async fn firing_connections(postgres: &Postgres) -> tickd::cluster::Connections {
-    tickd::cluster::Connections::open(&postgres.database().for_firing(), 1)
-        .await
-        .expect("connecting")
-}
