@@ -91,7 +91,8 @@ load1() {
 }
 
 # start_postgres: a fresh PostgreSQL cluster on a free port of 127.0.0.1, durable settings
-# (fsync and synchronous_commit on, as in production); sets PG_PORT. Debian's packages;
+# (fsync and synchronous_commit on, as in production), plus the server options in
+# PG_OPTIONS if set; sets PG_PORT. Debian's packages;
 # run as the `postgres` user when we are root (postgres refuses to run as root).
 start_postgres() {
     local bin dir as_postgres=()
@@ -110,7 +111,7 @@ start_postgres() {
     "${as_postgres[@]}" "$bin/initdb" -A trust -U postgres -D "$dir/data" >"$dir/initdb.log" 2>&1
     PG_PORT=$(free_port)
     "${as_postgres[@]}" "$bin/postgres" -D "$dir/data" -h 127.0.0.1 -p "$PG_PORT" -k "$dir" \
-        -c max_connections=300 -c shared_buffers=1GB >"$dir/postgres.log" 2>&1 &
+        -c max_connections=300 -c shared_buffers=1GB ${PG_OPTIONS:-} >"$dir/postgres.log" 2>&1 &
     BENCH_PIDS+=("$!")
     local i
     for i in $(seq 200); do

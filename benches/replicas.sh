@@ -7,11 +7,16 @@
 #   replicas_cost      n=.. table_bytes_per_timer=.. wal_bytes_per_timer=..
 #   replicas_failover  lease_ttl=.. takeover_s=..  SIGKILL of one of 3 replicas until every
 #                                                  partition it held is owned by another
+#   replicas_statement n=.. calls=.. plan_ms_per_call=.. exec_ms_per_call=.. rows_per_call=..
+#                      statement=..                with STATEMENTS=1: the database's five
+#                                                  costliest statements during the e2e run
+#                                                  (pg_stat_statements, planning tracked)
 # A fresh database serves each replica count. PostgreSQL runs with its durable defaults.
 #
 # Environment: SECS (10), CONC (64), BATCH (100), RATE (5000), DELAY_MS (1000),
 # SUBSCRIBERS (6), LEASE_TTL (10s), PARTITIONS (64), COUNTS (replica counts: "1 2 3";
-# the failover runs with 3), REFERENCE (1: also the single-node reference; 0: not).
+# the failover runs with 3), REFERENCE (1: also the single-node reference; 0: not),
+# STATEMENTS (0; 1: the replicas_statement lines, at a small cost to every statement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/lib.sh
@@ -28,6 +33,10 @@ LEASE_TTL=${LEASE_TTL:-10s}
 PARTITIONS=${PARTITIONS:-64}
 COUNTS=${COUNTS:-1 2 3}
 REFERENCE=${REFERENCE:-1}
+STATEMENTS=${STATEMENTS:-0}
+if [ "$STATEMENTS" = 1 ]; then
+    PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
+fi
 
 cargo build --release --bin tickd-bench --bin tickd >&2
 echo "# $(nproc) cores, load average $(load1)" >&2
@@ -58,6 +67,17 @@ wal_lsn() {
     psql_value "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
 }
 
+# statements N: one replicas_statement line for each of the five statements that took the
+# most database time (planning and execution) since the last reset, in $DATABASE.
+statements() {
+    psql_value "SELECT format('replicas_statement n=$1 calls=%s plan_ms_per_call=%s exec_ms_per_call=%s rows_per_call=%s statement=\"%s\"',
+                   calls, round((total_plan_time / calls)::numeric, 3),
+                   round((mean_exec_time)::numeric, 3), round(rows::numeric / calls, 1),
+                   left(regexp_replace(query, '\s+', ' ', 'g'), 48))
+                FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                ORDER BY total_plan_time + total_exec_time DESC LIMIT 5" "$DATABASE"
+}
+
 for n in $COUNTS; do
     start_cluster "$n"
     wal_before=$(wal_lsn)
@@ -67,6 +87,10 @@ for n in $COUNTS; do
     echo "replicas_register n=$n ${line#* }"
     timers=$(psql_value "SELECT count(*) FROM tickd_timers" "$DATABASE")
     table_bytes=$(psql_value "SELECT pg_total_relation_size('tickd_timers')" "$DATABASE")
+    if [ "$STATEMENTS" = 1 ]; then
+        psql_value "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" "$DATABASE" >/dev/null
+        psql_value "SELECT pg_stat_statements_reset()" "$DATABASE" >/dev/null
+    fi
     wal_before_e2e=$(wal_lsn)
     line=$("$BIN/tickd-bench" e2e --addr "$ADDRS" --connections 6 --rate "$RATE" \
         --secs "$SECS" --delay-ms "$DELAY_MS" --subscribers "$SUBSCRIBERS")
@@ -76,6 +100,7 @@ for n in $COUNTS; do
     echo "replicas_cost n=$n table_bytes_per_timer=$(ratio "$table_bytes" "$timers")" \
         "register_wal_bytes_per_timer=$(ratio $((wal_after - wal_before)) "$timers")" \
         "lifecycle_wal_bytes_per_timer=$(ratio $((wal_after_e2e - wal_before_e2e)) "$registered")"
+    [ "$STATEMENTS" != 1 ] || statements "$n"
     if [ "$n" = 3 ]; then
         victim=${REPLICA_PIDS[2]}
         held=$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner = 'r3'" "$DATABASE")
