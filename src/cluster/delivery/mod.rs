@@ -342,8 +342,10 @@ impl ClusterDeliveries {
 /// Why a subscriber's or observer's task goes on.
 #[derive(Debug, PartialEq, Eq)]
 enum Woke {
-    /// Time to look at the database again.
+    /// Woken: something may be there to look at.
     ToLook,
+    /// The poll interval passed without a wake-up.
+    Polled,
     /// The client went away.
     StreamClosed,
     /// The replica is stopping or draining.
@@ -362,7 +364,7 @@ async fn next_look(
             tokio::time::sleep(GATHER).await;
             Woke::ToLook
         }
-        () = tokio::time::sleep(POLL_INTERVAL) => Woke::ToLook,
+        () = tokio::time::sleep(POLL_INTERVAL) => Woke::Polled,
         () = sender.closed() => Woke::StreamClosed,
         () = crate::cluster::shared::until_stopped(stopping) => Woke::Stopping,
     }

@@ -36,7 +36,7 @@ struct Observer {
 
 impl Observer {
     async fn run(mut self, mut stopping: watch::Receiver<bool>) {
-        let notify = self.deliveries.wakeups.of(&self.namespace);
+        let wakeup = self.deliveries.wakeups.of(&self.namespace);
         if let Err(error) = self.announce().await {
             warn!(namespace = %self.namespace, %error, "starting an observer failed");
             return;
@@ -49,7 +49,7 @@ impl Observer {
             }
         };
         loop {
-            let woken = notify.notified();
+            let woken = wakeup.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             let copied = match self.announce().await {
@@ -60,8 +60,9 @@ impl Observer {
                 Ok(last) => after = last,
                 Err(error) => warn!(namespace = %self.namespace, %error, "observing failed"),
             }
-            if next_look(woken, &self.sender, &mut stopping).await != Woke::ToLook {
-                break;
+            match next_look(woken, &self.sender, &mut stopping).await {
+                Woke::ToLook | Woke::Polled => {}
+                Woke::StreamClosed | Woke::Stopping => break,
             }
         }
         self.leave().await;

@@ -13,7 +13,7 @@ use tracing::{debug, warn, Instrument};
 use super::charged::{send_charged, ChargedStream};
 use super::direct::{Membership, Slot};
 use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
-use crate::cluster::notifications::FIRED_CHANNEL;
+use crate::cluster::notifications::{NamespaceWakeup, FIRED_CHANNEL};
 use crate::cluster::ClusterError;
 use crate::domain::{Delivered, DeliveryStream, SubscribeOptions};
 
@@ -84,18 +84,33 @@ struct Subscriber {
     deliveries: ClusterDeliveries,
 }
 
+/// What a subscriber's next look at the database does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// Claims whatever there is (the first look, and each poll).
+    Always,
+    /// Claims only if this wake-up is its turn.
+    IfMyTurn,
+    /// Has claimed in this look: out of room, it passes the turn on.
+    Claimed,
+}
+
 impl Subscriber {
     async fn run(self, mut stopping: watch::Receiver<bool>) {
-        let notify = self.deliveries.wakeups.of(&self.namespace);
+        let wakeup = self.deliveries.wakeups.of(&self.namespace);
+        // The first look and every poll claim whatever there is; a wake-up is one
+        // subscriber's turn (see `NamespaceWakeup`).
+        let mut look = Look::Always;
         loop {
-            let woken = notify.notified();
+            let woken = wakeup.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if let Err(error) = self.claim_while_room().await {
+            if let Err(error) = self.claim_while_room(&wakeup, look).await {
                 warn!(subscriber = %self.name, %error, "claiming expirations failed");
             }
-            match next_look(woken, &self.sender, &mut stopping).await {
-                Woke::ToLook => {}
+            look = match next_look(woken, &self.sender, &mut stopping).await {
+                Woke::ToLook => Look::IfMyTurn,
+                Woke::Polled => Look::Always,
                 Woke::StreamClosed => break,
                 // The replica is draining: the claims stay, so acks of deliveries the
                 // client already has still succeed; the rest return at their deadline.
@@ -108,7 +123,11 @@ impl Subscriber {
         self.hand_back().await;
     }
 
-    async fn claim_while_room(&self) -> Result<(), ClusterError> {
+    async fn claim_while_room(
+        &self,
+        wakeup: &NamespaceWakeup,
+        mut look: Look,
+    ) -> Result<(), ClusterError> {
         loop {
             // The unacknowledged limit is applied by the claim itself. At its memory
             // budget the replica claims nothing: the expirations wait in the database.
@@ -119,8 +138,17 @@ impl Subscriber {
             let room = slot.reserve_for_claim(self.sender.capacity());
             if room == 0 {
                 slot.wants_room();
+                if look == Look::Claimed {
+                    // Out of room with rows perhaps left: the next subscriber's turn.
+                    wakeup.wake();
+                }
                 return Ok(());
             }
+            if look == Look::IfMyTurn && !wakeup.take_turn() {
+                slot.settle_reservation(room, &[]);
+                return Ok(());
+            }
+            look = Look::Claimed;
             let started = std::time::Instant::now();
             let claimed = match self.claim(room).await {
                 Ok(claimed) => claimed,
@@ -151,8 +179,10 @@ impl Subscriber {
             }
             slot.settle_reservation(room, &sent);
             if exhausted && slot.is_full() {
-                // Cut short by `max_unacked` rather than by what there was to claim.
+                // Cut short by `max_unacked` rather than by what there was to claim: the
+                // next subscriber's turn.
                 slot.wants_room();
+                wakeup.wake();
             }
             if self.auto_ack && !sent.is_empty() {
                 // Settled once handed to the stream, as on one node; what could not be
