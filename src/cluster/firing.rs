@@ -34,6 +34,10 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Timers fired in one transaction at most (beyond it, the rest wait for the next one).
 const MAX_BATCH: usize = 10_000;
 
+/// Batches of up to this many timers go through the generic plan, when there is one
+/// (see [`Firing::with_generic_plans`]); larger ones are planned at each run.
+const GENERIC_PLAN_MAX_TIMERS: usize = 32;
+
 /// In one statement (so one round trip and one commit): locks the partitions of the
 /// batch that this replica still holds (`$6`, `$7`: partitions and the epochs it was
 /// granted; `$8`: this replica) `FOR SHARE`; of the due timers (`$1`..`$4`, `$9`) in those
@@ -178,6 +182,9 @@ WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
 
 pub struct Firing {
     connections: Connections,
+    /// The connection small batches fire on, keeping one plan of the statement (none:
+    /// every batch goes through `connections`).
+    generic_plans: Option<Connections>,
     shared: Shared,
     metrics: Arc<Metrics>,
     /// `--max-buffered-total`.
@@ -194,12 +201,22 @@ impl Firing {
         let delivery = DeliveryConfig::default();
         Self {
             connections,
+            generic_plans: None,
             shared,
             metrics,
             buffered_total: delivery.buffered_total as i64,
             max_attempts: delivery.max_attempts as i32,
             direct: None,
         }
+    }
+
+    /// Fires batches of up to [`GENERIC_PLAN_MAX_TIMERS`] on `connections`, opened from
+    /// `Database::with_generic_plans` (which says why): the statement is then planned a
+    /// few times a second instead of at every batch. Larger batches, and everything but
+    /// the firing statement, stay on the connections given to [`Firing::new`].
+    pub fn with_generic_plans(mut self, connections: Connections) -> Self {
+        self.generic_plans = Some(connections);
+        self
     }
 
     /// Hands expirations to this replica's subscribers as they fire (see
@@ -310,13 +327,17 @@ impl Firing {
         let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
         let ids: Vec<i64> = batch.iter().map(|timer| timer.id as i64).collect();
         let deadlines: Vec<i64> = batch.iter().map(|t| t.deadline_unix as i64).collect();
+        let connections = match &self.generic_plans {
+            Some(generic) if batch.len() <= GENERIC_PLAN_MAX_TIMERS => generic,
+            _ => &self.connections,
+        };
         let late: Vec<bool> = batch.iter().map(|timer| timer.late).collect();
         let timer_partitions: Vec<i32> = batch.iter().map(|t| t.partition as i32).collect();
         let (versions, next_deadlines): (Vec<Option<i64>>, Vec<Option<i64>>) = match calendar {
             Some(calendar) => calendar.iter().map(|&(v, next)| (Some(v), next)).unzip(),
             None => batch.iter().map(|_| (None, None)).unzip(),
         };
-        self.connections
+        connections
             .client()
             .await?
             .query(

@@ -135,6 +135,7 @@ impl Replica {
             shared.clone(),
             metrics.clone(),
         )
+        .with_generic_plans(Connections::open(&database.with_generic_plans(), 1).await?)
         .with_delivery(&config.delivery)
         .with_direct_delivery(deliveries.direct_delivery());
         tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));

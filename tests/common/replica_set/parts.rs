@@ -43,3 +43,11 @@ pub(crate) async fn connections(postgres: &Postgres) -> tickd::cluster::Connecti
         .await
         .expect("connecting")
 }
+
+/// A connection set as a replica fires small batches on (`Database::with_generic_plans`:
+/// one plan per statement, prepared again every quarter second).
+pub(crate) async fn generic_plan_connections(postgres: &Postgres) -> tickd::cluster::Connections {
+    tickd::cluster::Connections::open(&postgres.database().with_generic_plans(), 1)
+        .await
+        .expect("connecting")
+}
