@@ -213,3 +213,56 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
     assert_eq!(left, vec![9]);
     drop(worker.stop());
 }
+
+/// The plan a replica keeps of the ack statement (generic, made once every quarter second
+/// whatever the table holds) finds each delivery by its `seq`, even when it is made on an
+/// empty `tickd_expirations`, as it is in steady state. Had the planner been able to prove
+/// the partial indexes' predicates from the statement, this plan would walk the whole
+/// index of unacknowledged (or of claimed) rows for every batch: it did, before the
+/// statement was written to prevent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_ack_plan_probes_each_delivery_by_seq() {
+    if skip_postgres("the_kept_ack_plan_probes_each_delivery_by_seq") {
+        return;
+    }
+    let postgres = Postgres::start().await;
+    let mut setup = postgres.connect().await;
+    tickd::cluster::schema::migrate(&mut setup, 4)
+        .await
+        .expect("migrating the schema");
+    let client = postgres
+        .database()
+        .with_generic_plans()
+        .connect()
+        .await
+        .expect("connecting as a replica's ack connection does");
+    client
+        .batch_execute(&format!(
+            "PREPARE ack(TEXT[], INT8[], INT4[]) AS {}",
+            tickd::cluster::delivery::ACK_STATEMENT
+        ))
+        .await
+        .unwrap_or_else(|error| panic!("{}", explain(&error)));
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN (COSTS OFF) EXECUTE ack('{a,a}', '{5,7}', '{1,1}')",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{}", explain(&error)))
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect();
+    let plan = plan.join("\n");
+    for walked in ["tickd_expirations_unacked", "tickd_expirations_by_claimer"] {
+        assert!(
+            !plan.contains(walked),
+            "the kept plan scans {walked}:\n{plan}"
+        );
+    }
+    assert_eq!(
+        plan.matches("Index Cond: (seq = ").count(),
+        2,
+        "the update and the delete each probe by seq:\n{plan}"
+    );
+}

@@ -157,16 +157,16 @@ impl Database {
     /// Only small batches: nested loops cost the square of a batch where the statement
     /// joins its own steps, so a large batch took longer through the generic plan than
     /// planning it afresh saved (3.48 ms against 2.52 + 1.07 ms for sixty timers), and a
-    /// slower batch makes the next one larger. Claims and acks keep a fresh plan per run:
-    /// their generic plans walked the whole index of unacknowledged expirations at every
-    /// run, whatever the statistics.
+    /// slower batch makes the next one larger. Acks run on such a connection too, their
+    /// statement written so that its plan probes by `seq` at any size (see
+    /// `delivery::acks`); claims keep a fresh plan per run.
     pub fn with_generic_plans(&self) -> Self {
-        let mut firing = self.clone();
-        firing
+        let mut generic = self.clone();
+        generic
             .config
             .options(&format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
-        firing.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
-        firing
+        generic.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
+        generic
     }
 
     pub(crate) fn ssl_mode(&self) -> SslMode {

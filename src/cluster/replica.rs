@@ -129,7 +129,8 @@ impl Replica {
             subscriptions_ending,
         )
         .in_span(span.clone())
-        .with_memory(config.memory.clone());
+        .with_memory(config.memory.clone())
+        .with_ack_connections(Connections::open(&database.with_generic_plans(), 1).await?);
         let firing = firing::Firing::new(
             Connections::open(database, 1).await?,
             shared.clone(),
