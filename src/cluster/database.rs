@@ -164,7 +164,7 @@ impl Database {
         let mut generic = self.clone();
         generic
             .config
-            .options(&format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
+            .options(format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
         generic.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
         generic
     }
