@@ -327,15 +327,15 @@ impl Firing {
         let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
         let ids: Vec<i64> = batch.iter().map(|timer| timer.id as i64).collect();
         let deadlines: Vec<i64> = batch.iter().map(|t| t.deadline_unix as i64).collect();
-        let connections = match &self.generic_plans {
-            Some(generic) if batch.len() <= GENERIC_PLAN_MAX_TIMERS => generic,
-            _ => &self.connections,
-        };
         let late: Vec<bool> = batch.iter().map(|timer| timer.late).collect();
         let timer_partitions: Vec<i32> = batch.iter().map(|t| t.partition as i32).collect();
         let (versions, next_deadlines): (Vec<Option<i64>>, Vec<Option<i64>>) = match calendar {
             Some(calendar) => calendar.iter().map(|&(v, next)| (Some(v), next)).unzip(),
             None => batch.iter().map(|_| (None, None)).unzip(),
+        };
+        let connections = match &self.generic_plans {
+            Some(generic) if batch.len() <= GENERIC_PLAN_MAX_TIMERS => generic,
+            _ => &self.connections,
         };
         connections
             .client()
