@@ -232,7 +232,7 @@ async fn the_kept_ack_plan_probes_each_delivery_by_seq() {
         .expect("migrating the schema");
     let client = postgres
         .database()
-        .with_generic_plans()
+        .with_probe_plans()
         .connect()
         .await
         .expect("connecting as a replica's ack connection does");

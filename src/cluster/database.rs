@@ -57,10 +57,14 @@ pub(crate) type Connection =
 const SESSION_OPTIONS: &str = "-c statement_timeout=60000 \
      -c idle_in_transaction_session_timeout=60000 -c plan_cache_mode=force_custom_plan";
 
-/// What [`Database::with_generic_plans`]'s connections are given on top: one plan per prepared
-/// statement, made of index probes whatever the statistics say.
+/// What [`Database::with_generic_plans`]'s connections are given on top: one plan per
+/// prepared statement, reaching tables by index whatever the statistics say.
 const GENERIC_PLAN_OPTIONS: &str = "-c plan_cache_mode=force_generic_plan \
-     -c enable_seqscan=off -c enable_hashjoin=off -c enable_mergejoin=off";
+     -c enable_seqscan=off -c enable_mergejoin=off";
+
+/// And [`Database::with_probe_plans`]' on top of those: no hash joins either, so that a
+/// table is reached only by probes from the other side of a join.
+const PROBE_PLAN_OPTIONS: &str = "-c enable_hashjoin=off";
 
 /// How long [`Database::with_generic_plans`]'s connections keep a statement (and so its plan)
 /// before preparing it again.
@@ -137,29 +141,29 @@ impl Database {
         })
     }
 
-    /// The same database, for the connection that fires small batches: the server plans
-    /// each prepared statement once, and the statement is prepared again every
+    /// The same database, for the connection that runs the firing statement: the server
+    /// plans each prepared statement once, and the statement is prepared again every
     /// [`GENERIC_PLAN_LIFETIME`].
     ///
     /// Why: planning the firing statement (nine CTEs, four joins on `tickd_timers`) takes
-    /// more of the database than running a small batch through it: 1.13 ms of planning
-    /// against 0.97 ms of execution a call, and half a core of the database for planning
-    /// alone, with three replicas at 5,000 timers/s (`pg_stat_statements` with
-    /// `track_planning`; a replica fires every few milliseconds, ten timers at a time).
-    /// A generic plan is sized from the tables as they are when it is made, though: one
-    /// made while `tickd_timers` was nearly empty scans all of it for every batch
-    /// (measured: a full index scan as the outer side), and growth alone does not make the
-    /// server plan again. Hence the two guards: planning with sequential scans, hash and
-    /// merge joins off leaves only per-timer index probes once the table holds anything,
-    /// and no plan outlives a quarter of a second, so the one made on a nearly empty table
-    /// is gone before the table is large.
+    /// more of the database than running a batch through it: 1.13 ms of planning against
+    /// 0.97 ms of execution a call, and half a core of the database for planning alone,
+    /// with three replicas at 5,000 timers/s (`pg_stat_statements` with `track_planning`;
+    /// a replica fires every few milliseconds, ten timers at a time). A generic plan is
+    /// sized from the tables as they are when it is made, though: one made while
+    /// `tickd_timers` was nearly empty scans all of it for every batch (measured: a full
+    /// index scan as the outer side), and growth alone does not make the server plan
+    /// again. Hence the two guards: with sequential scans and merge joins off, the tables
+    /// are reached by index probes once they hold anything, and no plan outlives a
+    /// quarter of a second, so the one made on a nearly empty table is gone before the
+    /// table is large.
     ///
-    /// Only small batches: nested loops cost the square of a batch where the statement
-    /// joins its own steps, so a large batch took longer through the generic plan than
-    /// planning it afresh saved (3.48 ms against 2.52 + 1.07 ms for sixty timers), and a
-    /// slower batch makes the next one larger. Acks run on such a connection too, their
-    /// statement written so that its plan probes by `seq` at any size (see
-    /// `delivery::acks`); claims keep a fresh plan per run.
+    /// Hash joins stay on: the statement joins its own steps (what it deleted with what
+    /// it recorded), and as nested loops those cost the square of a batch, which made
+    /// large batches slower than planning them afresh (3.48 ms against 2.52 + 1.07 ms for
+    /// sixty timers, with hash joins off). `EXPLAIN EXECUTE` of the plan kept, on an empty
+    /// table and on one of 500,000 timers: probes of `tickd_timers` by index, hash joins
+    /// between the statement's steps.
     pub fn with_generic_plans(&self) -> Self {
         let mut generic = self.clone();
         generic
@@ -167,6 +171,20 @@ impl Database {
             .options(format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
         generic.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
         generic
+    }
+
+    /// [`Database::with_generic_plans`] with hash joins off as well, for the ack
+    /// connection: the ack statement's only join is of the deliveries asked with their
+    /// rows, and a kept plan must reach the rows by a probe per delivery. With hash joins
+    /// on, the plan made on an empty `tickd_expirations` hashed all of it for every batch
+    /// (`EXPLAIN EXECUTE`; see `delivery::acks` for the rest). Claims keep a fresh plan
+    /// per run.
+    pub fn with_probe_plans(&self) -> Self {
+        let mut probes = self.with_generic_plans();
+        probes.config.options(format!(
+            "{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS} {PROBE_PLAN_OPTIONS}"
+        ));
+        probes
     }
 
     pub(crate) fn ssl_mode(&self) -> SslMode {
@@ -483,6 +501,12 @@ mod tests {
             "{options}"
         );
         assert!(options.contains("enable_seqscan=off"), "{options}");
+        assert!(!options.contains("enable_hashjoin=off"), "{options}");
+        let probes = database.with_probe_plans();
+        assert_eq!(probes.generic_plan_lifetime, Some(GENERIC_PLAN_LIFETIME));
+        let options = probes.config.get_options().unwrap_or_default();
+        assert!(options.contains("force_generic_plan"), "{options}");
+        assert!(options.contains("enable_hashjoin=off"), "{options}");
         assert!(options.contains("statement_timeout=60000"), "{options}");
     }
 

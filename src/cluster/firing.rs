@@ -34,10 +34,6 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Timers fired in one transaction at most (beyond it, the rest wait for the next one).
 const MAX_BATCH: usize = 10_000;
 
-/// Batches of up to this many timers go through the generic plan, when there is one
-/// (see [`Firing::with_generic_plans`]); larger ones are planned at each run.
-const GENERIC_PLAN_MAX_TIMERS: usize = 32;
-
 /// In one statement (so one round trip and one commit): locks the partitions of the
 /// batch that this replica still holds (`$6`, `$7`: partitions and the epochs it was
 /// granted; `$8`: this replica) `FOR SHARE`; of the due timers (`$1`..`$4`, `$9`) in those
@@ -182,8 +178,8 @@ WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
 
 pub struct Firing {
     connections: Connections,
-    /// The connection small batches fire on, keeping one plan of the statement (none:
-    /// every batch goes through `connections`).
+    /// The connection the firing statement runs on, keeping one plan of it (none: it runs
+    /// on `connections`, planned at each run).
     generic_plans: Option<Connections>,
     shared: Shared,
     metrics: Arc<Metrics>,
@@ -210,10 +206,10 @@ impl Firing {
         }
     }
 
-    /// Fires batches of up to [`GENERIC_PLAN_MAX_TIMERS`] on `connections`, opened from
-    /// `Database::with_generic_plans` (which says why): the statement is then planned a
-    /// few times a second instead of at every batch. Larger batches, and everything but
-    /// the firing statement, stay on the connections given to [`Firing::new`].
+    /// Runs the firing statement on `connections`, opened from
+    /// `Database::with_generic_plans` (which says why): it is then planned a few times a
+    /// second instead of at every batch. The other statements (the lease check and the
+    /// reload of timers that moved) stay on the connections given to [`Firing::new`].
     pub fn with_generic_plans(mut self, connections: Connections) -> Self {
         self.generic_plans = Some(connections);
         self
@@ -333,10 +329,7 @@ impl Firing {
             Some(calendar) => calendar.iter().map(|&(v, next)| (Some(v), next)).unzip(),
             None => batch.iter().map(|_| (None, None)).unzip(),
         };
-        let connections = match &self.generic_plans {
-            Some(generic) if batch.len() <= GENERIC_PLAN_MAX_TIMERS => generic,
-            _ => &self.connections,
-        };
+        let connections = self.generic_plans.as_ref().unwrap_or(&self.connections);
         connections
             .client()
             .await?

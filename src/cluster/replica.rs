@@ -130,7 +130,7 @@ impl Replica {
         )
         .in_span(span.clone())
         .with_memory(config.memory.clone())
-        .with_ack_connections(Connections::open(&database.with_generic_plans(), 1).await?);
+        .with_ack_connections(Connections::open(&database.with_probe_plans(), 1).await?);
         let firing = firing::Firing::new(
             Connections::open(database, 1).await?,
             shared.clone(),

@@ -22,7 +22,7 @@ use crate::domain::TimerError;
 /// those of the rows updated or deleted, so a claim that changed while the statement
 /// waited for its row is judged as it is now. Returns `seq, attempts` of each settled.
 ///
-/// It runs on a connection that keeps one plan of it (`Database::with_generic_plans`),
+/// It runs on a connection that keeps one plan of it (`Database::with_probe_plans`),
 /// and that plan must find each row by its `seq` whatever the table held when it was
 /// made. Hence `(... IS NULL) IS TRUE` where `... IS NULL` would do: the planner does not
 /// see through it, so it cannot prove the predicates of the partial indexes on

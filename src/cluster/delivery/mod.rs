@@ -171,7 +171,7 @@ impl ClusterDeliveries {
         }
     }
 
-    /// Settles acks on `connections`, opened from `Database::with_generic_plans`: the ack
+    /// Settles acks on `connections`, opened from `Database::with_probe_plans`: the ack
     /// statement is then planned a few times a second instead of at every batch, where its
     /// planning took 70% of its database time (0.34 ms against 0.10-0.14 ms of execution
     /// a call, three replicas at 5,000 timers/s). `acks::ACK` says why its plan holds at

@@ -44,7 +44,7 @@ pub(crate) async fn connections(postgres: &Postgres) -> tickd::cluster::Connecti
         .expect("connecting")
 }
 
-/// A connection set as a replica fires small batches on (`Database::with_generic_plans`:
+/// A connection set as a replica runs the firing statement on (`Database::with_generic_plans`:
 /// one plan per statement, prepared again every quarter second).
 pub(crate) async fn generic_plan_connections(postgres: &Postgres) -> tickd::cluster::Connections {
     tickd::cluster::Connections::open(&postgres.database().with_generic_plans(), 1)
