@@ -151,6 +151,11 @@ SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,
        NULL, NULL
 FROM unscheduled";
 
+/// The firing statement's text, for the test that checks the plan a replica keeps of it
+/// (`tests/replica_plans.rs`): not part of the crate's interface.
+#[doc(hidden)]
+pub const FIRE_STATEMENT: &str = FIRE;
+
 /// The column of [`FIRE`]'s rows where a fired timer's expiration begins, as
 /// `EXPIRATION_COLUMNS` (its payload only when claimed for a subscriber here), followed
 /// by the subscriber it was claimed for (NULL: none) and how long the shortest lease of

@@ -113,7 +113,7 @@ fn redrive_statement() -> String {
 }
 
 /// The ack statement's text, for the test that checks the plan a replica keeps of it
-/// (`tests/replica_delivery.rs`): not part of the crate's interface.
+/// (`tests/replica_plans.rs`): not part of the crate's interface.
 #[doc(hidden)]
 pub const ACK_STATEMENT: &str = acks::ACK;
 
