@@ -165,12 +165,7 @@ impl Database {
     /// table and on one of 500,000 timers: probes of `tickd_timers` by index, hash joins
     /// between the statement's steps.
     pub fn with_generic_plans(&self) -> Self {
-        let mut generic = self.clone();
-        generic
-            .config
-            .options(format!("{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS}"));
-        generic.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
-        generic
+        self.keeping_plans("")
     }
 
     /// [`Database::with_generic_plans`] with hash joins off as well, for the ack
@@ -180,11 +175,18 @@ impl Database {
     /// (`EXPLAIN EXECUTE`; see `delivery::acks` for the rest). Claims keep a fresh plan
     /// per run.
     pub fn with_probe_plans(&self) -> Self {
-        let mut probes = self.with_generic_plans();
-        probes.config.options(format!(
-            "{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS} {PROBE_PLAN_OPTIONS}"
+        self.keeping_plans(PROBE_PLAN_OPTIONS)
+    }
+
+    /// The same database, keeping one generic plan per prepared statement for
+    /// [`GENERIC_PLAN_LIFETIME`], with `extra_options` on top of the generic ones.
+    fn keeping_plans(&self, extra_options: &str) -> Self {
+        let mut keeping = self.clone();
+        keeping.config.options(format!(
+            "{SESSION_OPTIONS} {GENERIC_PLAN_OPTIONS} {extra_options}"
         ));
-        probes
+        keeping.generic_plan_lifetime = Some(GENERIC_PLAN_LIFETIME);
+        keeping
     }
 
     pub(crate) fn ssl_mode(&self) -> SslMode {
