@@ -124,8 +124,8 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
 }
 
 /// Dead expirations (attempts used up, no live claim) are kept per namespace up to
-/// `--max-dead`, the newest, and Pending counts what it lists; live ones and other
-/// namespaces' are not touched. Acknowledged ones are deleted once their retention for
+/// `--max-dead`, the newest, and Pending counts what it lists, before the trim has marked
+/// them dead as after; live ones and other namespaces' are not touched. Acknowledged ones are deleted once their retention for
 /// observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_acknowledged_expirations_are_trimmed() {
@@ -185,6 +185,15 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
         .map(|row| row.get(0))
         .collect();
     assert_eq!(left, vec![4, 5, 6, 7]);
+    // What died unmarked is marked dead now, so that delivery's walks skip it; the one
+    // still being delivered is not.
+    let marked: Vec<(i64, bool)> = postgres
+        .query("SELECT timer_id, dead FROM tickd_expirations ORDER BY seq")
+        .await
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(marked, vec![(4, true), (5, true), (6, true), (7, false)]);
     assert_eq!(deliveries.trim_dead_once().await.expect("trimming"), 0);
 
     // Acknowledged ones stay for observers for a while (30 s), then go.

@@ -50,9 +50,11 @@ const MAX_BATCH: usize = 10_000;
 ///
 /// `--max-buffered-total` (`$12`) is applied as on one node: the expirations fired and
 /// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is delivery's
-/// `BUFFERED`) are counted (up to `$12`, so
-/// the count costs no more than the bound), and those of this batch beyond the room left
-/// are recorded dead at once, with attempts `$14` ([`OVERFLOWED_ATTEMPTS`]). The count is
+/// `BUFFERED`) are counted, up to `$12`, through the index of rows neither acknowledged
+/// nor marked dead (so the count walks what is in flight, and the dead that died since
+/// the trim last marked them, not the dead list), and those of this batch beyond the room
+/// left are recorded dead at once, marked so, with attempts `$14`
+/// ([`OVERFLOWED_ATTEMPTS`]). The count is
 /// of the rows committed when the statement starts: replicas firing at the same moment
 /// see the same room, so the total can be passed by what they fire in that moment.
 const FIRE: &str = "
@@ -112,7 +114,7 @@ fired AS (SELECT * FROM once UNION ALL SELECT * FROM again UNION ALL SELECT * FR
 buffered AS (
     SELECT count(*) AS held FROM (
         SELECT 1 FROM tickd_expirations
-        WHERE acked_at IS NULL AND (attempts < $13 OR claim_until >= clock_timestamp())
+        WHERE acked_at IS NULL AND NOT dead AND (attempts < $13 OR claim_until >= clock_timestamp())
         LIMIT $12) unsettled
 ),
 placed AS (
@@ -122,13 +124,14 @@ placed AS (
 recorded AS (
     INSERT INTO tickd_expirations
         (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos,
-         fired_count, late, cron, time_zone, attempts, claimed_by, claim_until)
+         fired_count, late, cron, time_zone, attempts, claimed_by, claim_until, dead)
     SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count,
            late, cron, time_zone,
            CASE WHEN NOT room THEN $14 WHEN claimer IS NOT NULL THEN 1 ELSE 0 END,
            CASE WHEN room THEN claimer END,
            CASE WHEN room AND claimer IS NOT NULL
-                THEN clock_timestamp() + claim_millis * INTERVAL '1 millisecond' END
+                THEN clock_timestamp() + claim_millis * INTERVAL '1 millisecond' END,
+           NOT room
     FROM placed
     RETURNING seq, timer_id, namespace, attempts, claimed_by
 ),

@@ -64,14 +64,16 @@ WHERE namespace = ANY($1) AND seen_at >= now() - $2::INT8 * INTERVAL '1 millisec
 const ADMISSION_SETTINGS: &str = "SET LOCAL lock_timeout = '5s'; \
      SET LOCAL idle_in_transaction_session_timeout = '10s'";
 
-/// Deletes the rows of namespaces holding no timer and no unacknowledged expiration, not
-/// seen for `$1` milliseconds.
+/// Deletes the rows of namespaces holding no timer and no unacknowledged expiration (live
+/// or dead: each through its own index), not seen for `$1` milliseconds.
 const FORGET: &str = "
 DELETE FROM tickd_namespaces n
 WHERE n.seen_at < clock_timestamp() - $1::INT8 * INTERVAL '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM tickd_timers t WHERE t.namespace = n.namespace)
   AND NOT EXISTS (SELECT 1 FROM tickd_expirations e
-                  WHERE e.namespace = n.namespace AND e.acked_at IS NULL)";
+                  WHERE e.namespace = n.namespace AND e.acked_at IS NULL AND NOT e.dead)
+  AND NOT EXISTS (SELECT 1 FROM tickd_expirations e
+                  WHERE e.namespace = n.namespace AND e.dead)";
 
 /// The admission transaction's connection.
 struct Admissions {

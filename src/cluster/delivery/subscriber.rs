@@ -21,8 +21,8 @@ use crate::domain::{Delivered, DeliveryStream, SubscribeOptions};
 /// and not acknowledged in time. Oldest first, skipping rows another claim is taking; at
 /// most `$3` (room in the stream), and no more than take subscriber `$4` to `$6`
 /// unacknowledged claims.
-const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
-     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL
+pub(super) const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
+     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL AND NOT dead
        AND (claim_until IS NULL OR claim_until < clock_timestamp())
      ORDER BY seq
      LIMIT GREATEST(0, LEAST($3, $6 - (

@@ -1,5 +1,6 @@
-//! What keeps `tickd_expirations` bounded: every replica deletes, on a period, the
-//! acknowledged rows past their retention, lapsed observers, each namespace's dead rows
+//! What keeps `tickd_expirations` bounded: every replica marks, on a period, the
+//! expirations that died since the last (see `DEAD`), and deletes the acknowledged rows
+//! past their retention, lapsed observers, each namespace's dead rows
 //! beyond `--max-dead` and the oldest dead rows across namespaces beyond
 //! `--max-dead-total` (counted in `tickd_expirations_dead_dropped_total`, as on one node),
 //! and forgets the namespaces that hold nothing (see `cluster::namespaces`). The deletes
@@ -10,11 +11,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::{ClusterDeliveries, DEAD};
+use super::{ClusterDeliveries, DEAD, MARK_DEAD};
 use crate::cluster::ClusterError;
 
 /// How often acknowledged expirations past their retention, and the oldest dead ones
-/// beyond `--max-dead` per namespace, are deleted.
+/// beyond `--max-dead` per namespace, are deleted, and the newly dead marked.
 const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How long an acknowledged expiration stays for observers to copy.
@@ -73,11 +74,16 @@ impl ClusterDeliveries {
             .map_err(ClusterError::query("deleting acknowledged expirations"))
     }
 
-    /// Deletes each namespace's dead expirations beyond the newest `dead_capacity`, then
-    /// the oldest across namespaces beyond `dead_total`; returns how many (and counts
-    /// them as dropped).
+    /// Marks the expirations that died since the last period as dead (see [`MARK_DEAD`]),
+    /// then deletes each namespace's dead expirations beyond the newest `dead_capacity`,
+    /// then the oldest across namespaces beyond `dead_total`; returns how many it deleted
+    /// (and counts them as dropped).
     pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
         let client = self.connections.client().await?;
+        client
+            .execute(MARK_DEAD, &[&(self.config.max_attempts as i32)])
+            .await
+            .map_err(ClusterError::query("marking dead expirations"))?;
         let per_namespace = client
             .execute(
                 &format!(
