@@ -11,6 +11,24 @@ mod common;
 use common::postgres::{explain, Postgres};
 use common::tooling::skip_postgres;
 
+/// A database at the latest schema, and a connection to it for setting tables up.
+async fn migrated() -> (Postgres, tokio_postgres::Client) {
+    let postgres = Postgres::start().await;
+    let mut setup = postgres.connect().await;
+    tickd::cluster::schema::migrate(&mut setup, 4)
+        .await
+        .expect("migrating the schema");
+    (postgres, setup)
+}
+
+/// Runs `sql` on `client`; a failure panics with the database's message.
+async fn run(client: &tokio_postgres::Client, sql: &str) {
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|error| panic!("{}", explain(&error)));
+}
+
 /// `EXPLAIN (COSTS OFF, ...)` of `execute` on `client` with the `more` options, one line
 /// per plan node or condition.
 async fn plan_of(client: &tokio_postgres::Client, more: &str, execute: &str) -> String {
@@ -70,11 +88,7 @@ async fn the_kept_firing_plan_probes_for_each_due_timer() {
     if skip_postgres("the_kept_firing_plan_probes_for_each_due_timer") {
         return;
     }
-    let postgres = Postgres::start().await;
-    let mut setup = postgres.connect().await;
-    tickd::cluster::schema::migrate(&mut setup, 4)
-        .await
-        .expect("migrating the schema");
+    let (postgres, setup) = migrated().await;
     let client = postgres
         .database()
         .with_generic_plans()
@@ -96,19 +110,10 @@ async fn the_kept_firing_plan_probes_for_each_due_timer() {
         ),
     ] {
         if let Some(fill) = fill {
-            setup
-                .batch_execute(&fill)
-                .await
-                .unwrap_or_else(|error| panic!("{}", explain(&error)));
-            client
-                .batch_execute("DEALLOCATE fire")
-                .await
-                .unwrap_or_else(|error| panic!("{}", explain(&error)));
+            run(&setup, &fill).await;
+            run(&client, "DEALLOCATE fire").await;
         }
-        client
-            .batch_execute(&prepare)
-            .await
-            .unwrap_or_else(|error| panic!("{}", explain(&error)));
+        run(&client, &prepare).await;
         let plan = plan_of(&client, "", FIRE_TWO).await;
         assert!(
             !plan.contains("Seq Scan"),
@@ -147,24 +152,21 @@ async fn the_kept_ack_plan_probes_each_delivery_by_seq() {
     if skip_postgres("the_kept_ack_plan_probes_each_delivery_by_seq") {
         return;
     }
-    let postgres = Postgres::start().await;
-    let mut setup = postgres.connect().await;
-    tickd::cluster::schema::migrate(&mut setup, 4)
-        .await
-        .expect("migrating the schema");
+    let (postgres, _setup) = migrated().await;
     let client = postgres
         .database()
         .with_probe_plans()
         .connect()
         .await
         .expect("connecting as a replica's ack connection does");
-    client
-        .batch_execute(&format!(
+    run(
+        &client,
+        &format!(
             "PREPARE ack(TEXT[], INT8[], INT4[]) AS {}",
             tickd::cluster::delivery::ACK_STATEMENT
-        ))
-        .await
-        .unwrap_or_else(|error| panic!("{}", explain(&error)));
+        ),
+    )
+    .await;
     let plan = plan_of(&client, "", "EXECUTE ack('{a,a}', '{5,7}', '{1,1}')").await;
     for walked in [
         "tickd_expirations_live",
@@ -229,13 +231,10 @@ async fn delivery_walks_what_is_in_flight_not_the_dead_list() {
         return;
     }
     const IN_FLIGHT: u64 = 30;
-    let postgres = Postgres::start().await;
-    let mut setup = postgres.connect().await;
-    tickd::cluster::schema::migrate(&mut setup, 4)
-        .await
-        .expect("migrating the schema");
-    setup
-        .batch_execute(&format!(
+    let (postgres, setup) = migrated().await;
+    run(
+        &setup,
+        &format!(
             "INSERT INTO tickd_expirations
                  (namespace, timer_id, payload, deadline, fired_at, fired_count, late, attempts,
                   dead)
@@ -252,9 +251,9 @@ async fn delivery_walks_what_is_in_flight_not_the_dead_list() {
              WHERE partition IN (0, 1);
              INSERT INTO tickd_timers (id, namespace, partition, deadline, payload)
              VALUES (5, 'ns', 0, 100, '\\x00'), (7, 'ns', 1, 200, '\\x00');"
-        ))
-        .await
-        .unwrap_or_else(|error| panic!("{}", explain(&error)));
+        ),
+    )
+    .await;
 
     let firing = postgres
         .database()
@@ -262,21 +261,20 @@ async fn delivery_walks_what_is_in_flight_not_the_dead_list() {
         .connect()
         .await
         .expect("connecting as a replica's firing connection does");
-    firing
-        .batch_execute(&format!(
-            "PREPARE fire AS {}",
-            tickd::cluster::firing::FIRE_STATEMENT
-        ))
-        .await
-        .unwrap_or_else(|error| panic!("{}", explain(&error)));
+    run(
+        &firing,
+        &format!("PREPARE fire AS {}", tickd::cluster::firing::FIRE_STATEMENT),
+    )
+    .await;
     let claims = postgres.connect().await;
-    claims
-        .batch_execute(&format!(
+    run(
+        &claims,
+        &format!(
             "PREPARE claimable(TEXT, INT4, INT8, TEXT, INT8, INT8) AS {}",
             tickd::cluster::delivery::CLAIMABLE_STATEMENT
-        ))
-        .await
-        .unwrap_or_else(|error| panic!("{}", explain(&error)));
+        ),
+    )
+    .await;
 
     for (statement, client, execute) in [
         ("the firing statement", &firing, FIRE_TWO),
@@ -287,15 +285,9 @@ async fn delivery_walks_what_is_in_flight_not_the_dead_list() {
         ),
     ] {
         // Run for real (EXPLAIN ANALYZE), then undone.
-        client
-            .batch_execute("BEGIN")
-            .await
-            .unwrap_or_else(|error| panic!("{}", explain(&error)));
+        run(client, "BEGIN").await;
         let plan = plan_of(client, ", ANALYZE, TIMING OFF, SUMMARY OFF", execute).await;
-        client
-            .batch_execute("ROLLBACK")
-            .await
-            .unwrap_or_else(|error| panic!("{}", explain(&error)));
+        run(client, "ROLLBACK").await;
         let scans = walked_by_scans_of(&plan, "tickd_expirations");
         assert!(
             !scans.is_empty(),
