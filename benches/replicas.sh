@@ -16,7 +16,9 @@
 # Environment: SECS (10), CONC (64), BATCH (100), RATE (5000), DELAY_MS (1000),
 # SUBSCRIBERS (6), LEASE_TTL (10s), PARTITIONS (64), COUNTS (replica counts: "1 2 3";
 # the failover runs with 3), REFERENCE (1: also the single-node reference; 0: not),
-# STATEMENTS (0; 1: the replicas_statement lines, at a small cost to every statement).
+# STATEMENTS (0; 1: the replicas_statement lines, at a small cost to every statement),
+# DEAD (0; N: before the e2e run, N dead expirations in ten other namespaces, as a full
+# buffer records them: a dead list at the default --max-dead-total of 100,000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/lib.sh
@@ -34,6 +36,7 @@ PARTITIONS=${PARTITIONS:-64}
 COUNTS=${COUNTS:-1 2 3}
 REFERENCE=${REFERENCE:-1}
 STATEMENTS=${STATEMENTS:-0}
+DEAD=${DEAD:-0}
 if [ "$STATEMENTS" = 1 ]; then
     PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 fi
@@ -61,6 +64,20 @@ start_cluster() {
 
 stop_cluster() {
     stop_processes "${REPLICA_PIDS[@]}"
+}
+
+# dead_list N: N dead expirations in $DATABASE, as a full buffer records them (attempts
+# 65535; marked dead where the schema has the mark, as the firing statement marks them).
+dead_list() {
+    psql_value "INSERT INTO tickd_expirations
+                    (namespace, timer_id, payload, deadline, fired_at, fired_count, late, attempts)
+                SELECT 'dead-' || (n % 10), n, '', n, n, 1, false, 65535
+                FROM generate_series(1, $1) n" "$DATABASE" >/dev/null
+    if [ "$(psql_value "SELECT count(*) FROM information_schema.columns
+                        WHERE table_name = 'tickd_expirations' AND column_name = 'dead'" "$DATABASE")" = 1 ]; then
+        psql_value "UPDATE tickd_expirations SET dead = true WHERE attempts = 65535" "$DATABASE" >/dev/null
+    fi
+    psql_value "ANALYZE tickd_expirations" "$DATABASE" >/dev/null
 }
 
 wal_lsn() {
@@ -91,6 +108,7 @@ for n in $COUNTS; do
         psql_value "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" "$DATABASE" >/dev/null
         psql_value "SELECT pg_stat_statements_reset()" "$DATABASE" >/dev/null
     fi
+    [ "$DEAD" = 0 ] || dead_list "$DEAD"
     wal_before_e2e=$(wal_lsn)
     line=$("$BIN/tickd-bench" e2e --addr "$ADDRS" --connections 6 --rate "$RATE" \
         --secs "$SECS" --delay-ms "$DELAY_MS" --subscribers "$SUBSCRIBERS")
