@@ -125,7 +125,8 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
 
 /// Dead expirations (attempts used up, no live claim) are kept per namespace up to
 /// `--max-dead`, the newest, and Pending counts what it lists, before the trim has marked
-/// them dead as after; live ones and other namespaces' are not touched. Acknowledged ones are deleted once their retention for
+/// them dead as after; live ones and other namespaces' are not touched, and a marked row
+/// with attempts left again is unmarked. Acknowledged ones are deleted once their retention for
 /// observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_acknowledged_expirations_are_trimmed() {
@@ -194,7 +195,24 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
         .map(|row| (row.get(0), row.get(1)))
         .collect();
     assert_eq!(marked, vec![(4, true), (5, true), (6, true), (7, false)]);
+    // A row marked dead with attempts left again (as an older replica's Redrive leaves
+    // it, or a raised --max-attempts) loses the mark, and is claimable again.
+    postgres
+        .query(
+            "INSERT INTO tickd_expirations
+                 (namespace, timer_id, payload, deadline, fired_at, fired_count, late, attempts,
+                  dead)
+             VALUES ('c', 0, '', 0, 0, 1, false, 0, true)",
+        )
+        .await;
     assert_eq!(deliveries.trim_dead_once().await.expect("trimming"), 0);
+    let revived: Vec<bool> = postgres
+        .query("SELECT dead FROM tickd_expirations WHERE namespace = 'c'")
+        .await
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(revived, vec![false]);
 
     // Acknowledged ones stay for observers for a while (30 s), then go.
     postgres

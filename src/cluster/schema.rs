@@ -108,12 +108,10 @@ const MIGRATIONS: &[&str] = &[
     // 6: dead expirations marked as such (see `delivery::DEAD`), so that what delivery
     // walks for every firing and claim (the rows neither acknowledged nor dead) does not
     // grow with the dead list: with 100,000 dead rows in the index of unacknowledged
-    // ones, the firing statement's count of buffered expirations took 36-196 ms.
-    // Expirations recorded dead for want of room are marked here; those out of attempts
-    // by the next trim, which knows `--max-attempts`.
+    // ones, the firing statement's count of buffered expirations took 36-196 ms. The
+    // dead rows already there are marked by the next trim, which knows `--max-attempts`.
     r"
     ALTER TABLE tickd_expirations ADD COLUMN dead BOOL NOT NULL DEFAULT false;
-    UPDATE tickd_expirations SET dead = true WHERE acked_at IS NULL AND attempts >= 65535;
     CREATE INDEX tickd_expirations_live ON tickd_expirations (namespace, seq)
         WHERE acked_at IS NULL AND NOT dead;
     CREATE INDEX tickd_expirations_dead ON tickd_expirations (namespace, seq) WHERE dead;

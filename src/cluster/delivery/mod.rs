@@ -68,26 +68,29 @@ const EXPIRATION_COLUMNS: &str =
     "seq, attempts, namespace, timer_id, key, payload, deadline, fired_at, \
      repeat_nanos, ttl_nanos, fired_count, late, cron, time_zone";
 
-/// A dead expiration: marked dead (recorded dead for want of room, or found dead by the
-/// trim), or not yet marked but dead all the same: out of attempts (`$1`:
-/// `--max-attempts`), never acknowledged, and not under a live claim (its last attempt's
-/// ack deadline has passed).
+/// A dead expiration: out of attempts (`$1`: `--max-attempts`) or marked dead, never
+/// acknowledged, and not under a live claim (its last attempt's ack deadline has passed).
+/// Two halves, one per index: the rows marked dead (when a full buffer records them, and
+/// by the trim, see [`MARK_DEAD`]), and those out of attempts not yet marked.
 ///
 /// Why the mark: delivery walks the rows neither acknowledged nor dead for every firing
 /// (the `--max-buffered-total` count) and every claim, through an index of exactly those
 /// (`tickd_expirations_live`). Were dead rows in it, a full dead list would be walked each
-/// time (100,000 dead rows: 36-196 ms per firing statement, measured). The mark is kept
-/// as on one node, where dead is a state: raising `--max-attempts` later does not bring
-/// marked expirations back; Redrive does, and clears it.
-const DEAD: &str = "(dead OR (acked_at IS NULL AND NOT dead AND attempts >= $1 \
-     AND (claim_until IS NULL OR claim_until < clock_timestamp())))";
+/// time (100,000 dead rows: 36-196 ms per firing statement, measured).
+const DEAD: &str = "((dead AND acked_at IS NULL \
+       AND (claim_until IS NULL OR claim_until < clock_timestamp())) \
+     OR (acked_at IS NULL AND NOT dead AND attempts >= $1 \
+       AND (claim_until IS NULL OR claim_until < clock_timestamp())))";
 
-/// Marks the expirations found dead ([`DEAD`]'s second half) as dead; `$1`:
-/// `--max-attempts`. Run by the trim, so the rows delivery walks hold the newly dead only
-/// until its next period.
-const MARK_DEAD: &str = "UPDATE tickd_expirations SET dead = true
-     WHERE acked_at IS NULL AND NOT dead AND attempts >= $1
-       AND (claim_until IS NULL OR claim_until < clock_timestamp())";
+/// Brings the marks up to date (`$1`: `--max-attempts`): marks the rows that ran out of
+/// attempts since, and clears the mark of rows that have attempts left again (a raised
+/// `--max-attempts` brings dead expirations back, as it always did here; an older
+/// replica's Redrive resets the attempts without knowing the mark). Run by the trim, so
+/// the rows delivery walks hold the newly dead only until its next period.
+const MARK_DEAD: &str = "UPDATE tickd_expirations SET dead = NOT dead
+     WHERE (acked_at IS NULL AND NOT dead AND attempts >= $1
+            AND (claim_until IS NULL OR claim_until < clock_timestamp()))
+        OR (dead AND attempts < $1)";
 
 /// The attempts of an expiration recorded dead as it fired, for want of room under
 /// `--max-buffered-total` (see `firing`): more than any `--max-attempts` a delivery id

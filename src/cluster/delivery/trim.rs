@@ -74,16 +74,21 @@ impl ClusterDeliveries {
             .map_err(ClusterError::query("deleting acknowledged expirations"))
     }
 
-    /// Marks the expirations that died since the last period as dead (see [`MARK_DEAD`]),
-    /// then deletes each namespace's dead expirations beyond the newest `dead_capacity`,
-    /// then the oldest across namespaces beyond `dead_total`; returns how many it deleted
-    /// (and counts them as dropped).
+    /// Brings the dead marks up to date (see [`MARK_DEAD`]), then deletes each
+    /// namespace's dead expirations beyond the newest `dead_capacity`, then the oldest
+    /// across namespaces beyond `dead_total`; returns how many it deleted (and counts them
+    /// as dropped).
     pub async fn trim_dead_once(&self) -> Result<u64, ClusterError> {
         let client = self.connections.client().await?;
-        client
+        // Marks only speed delivery up (DEAD holds with or without them): a failed pass
+        // (say, a deadlock with another replica's delete of the same rows) must not keep
+        // the deletes below from bounding the table.
+        if let Err(error) = client
             .execute(MARK_DEAD, &[&(self.config.max_attempts as i32)])
             .await
-            .map_err(ClusterError::query("marking dead expirations"))?;
+        {
+            warn!(error = %error, "marking dead expirations failed; the next trim tries again");
+        }
         let per_namespace = client
             .execute(
                 &format!(
