@@ -95,7 +95,10 @@ async fn the_kept_firing_plan_probes_for_each_due_timer() {
         .connect()
         .await
         .expect("connecting as a replica's firing connection does");
-    let prepare = format!("PREPARE fire AS {}", tickd::cluster::firing::FIRE_STATEMENT);
+    let prepare = format!(
+        "PREPARE fire AS {}",
+        tickd::cluster::firing::fire_statement()
+    );
     // The statistics may be older than the table: a plan made again after the table
     // grew must probe even when the last ANALYZE saw it empty.
     for (tables, fill) in [
@@ -263,7 +266,10 @@ async fn delivery_walks_what_is_in_flight_not_the_dead_list() {
         .expect("connecting as a replica's firing connection does");
     run(
         &firing,
-        &format!("PREPARE fire AS {}", tickd::cluster::firing::FIRE_STATEMENT),
+        &format!(
+            "PREPARE fire AS {}",
+            tickd::cluster::firing::fire_statement()
+        ),
     )
     .await;
     let claims = postgres.connect().await;

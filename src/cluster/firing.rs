@@ -14,7 +14,7 @@
 //! If the database cannot be reached the batch is retried until it can: the timers are
 //! still in their rows, so nothing is lost, only late.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use super::schedule::{DueTimer, ScheduleCommand};
 use super::timers::stored_calendar;
 use super::{ClusterError, Connections, Shared};
-use crate::cluster::delivery::{Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
+use crate::cluster::delivery::{self, Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
 
@@ -49,15 +49,17 @@ const MAX_BATCH: usize = 10_000;
 /// still `$10`, so the firing and its re-arm commit together.
 ///
 /// `--max-buffered-total` (`$12`) is applied as on one node: the expirations fired and
-/// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is delivery's
-/// `BUFFERED`) are counted, up to `$12`, through the index of rows neither acknowledged
+/// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is
+/// `delivery::buffered`) are counted, up to `$12`, through the index of rows neither acknowledged
 /// nor marked dead (so the count walks what is in flight, and the dead that died since
 /// the trim last marked them, not the dead list), and those of this batch beyond the room
 /// left are recorded dead at once, marked so, with attempts `$14`
-/// ([`OVERFLOWED_ATTEMPTS`]). The count is
-/// of the rows committed when the statement starts: replicas firing at the same moment
-/// see the same room, so the total can be passed by what they fire in that moment.
-const FIRE: &str = "
+/// ([`OVERFLOWED_ATTEMPTS`]). The count is of the rows committed when the statement
+/// starts: replicas firing at the same moment see the same room, so the total can be
+/// passed by what they fire in that moment.
+static FIRE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "
 WITH held AS (
     SELECT p.partition, p.lease_until FROM tickd_partitions p
     JOIN unnest($6::INT4[], $7::INT8[]) AS mine(partition, epoch)
@@ -114,7 +116,7 @@ fired AS (SELECT * FROM once UNION ALL SELECT * FROM again UNION ALL SELECT * FR
 buffered AS (
     SELECT count(*) AS held FROM (
         SELECT 1 FROM tickd_expirations
-        WHERE acked_at IS NULL AND NOT dead AND (attempts < $13 OR claim_until >= clock_timestamp())
+        WHERE {buffered}
         LIMIT $12) unsettled
 ),
 placed AS (
@@ -152,12 +154,17 @@ UNION ALL
 SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL
-FROM unscheduled";
+FROM unscheduled",
+        buffered = delivery::buffered("$13")
+    )
+});
 
 /// The firing statement's text, for the test that checks the plan a replica keeps of it
 /// (`tests/replica_plans.rs`): not part of the crate's interface.
 #[doc(hidden)]
-pub const FIRE_STATEMENT: &str = FIRE;
+pub fn fire_statement() -> &'static str {
+    &FIRE
+}
 
 /// The column of [`FIRE`]'s rows where a fired timer's expiration begins, as
 /// `EXPIRATION_COLUMNS` (its payload only when claimed for a subscriber here), followed
@@ -342,7 +349,7 @@ impl Firing {
             .client()
             .await?
             .query(
-                FIRE,
+                FIRE.as_str(),
                 &[
                     &namespaces,
                     &ids,

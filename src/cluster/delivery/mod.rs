@@ -97,10 +97,16 @@ const MARK_DEAD: &str = "UPDATE tickd_expirations SET dead = NOT dead
 /// can carry, so it is dead whatever that is, and never claimed.
 pub(crate) const OVERFLOWED_ATTEMPTS: i32 = u16::MAX as i32;
 
-/// Expirations fired and neither acknowledged nor dead (`$1`: `--max-attempts`): waiting
-/// for a subscriber or in flight to one, what `--max-buffered-total` bounds.
-const BUFFERED: &str =
-    "acked_at IS NULL AND NOT dead AND (attempts < $1 OR claim_until >= clock_timestamp())";
+/// Expirations fired and neither acknowledged nor dead (`max_attempts`: the parameter
+/// holding `--max-attempts`): waiting for a subscriber or in flight to one, what
+/// `--max-buffered-total` bounds. Shared by Redrive and the firing statement, which both
+/// count them; `NOT dead` lets the count walk `tickd_expirations_live` (see [`DEAD`]).
+pub(crate) fn buffered(max_attempts: &str) -> String {
+    format!(
+        "acked_at IS NULL AND NOT dead \
+         AND (attempts < {max_attempts} OR claim_until >= clock_timestamp())"
+    )
+}
 
 /// Sends the dead expirations of namespace `$2` back to delivery, those named by `$3`
 /// (seqs) with `$4` (the attempt their delivery id names), or all of them when `$3` is
@@ -109,10 +115,11 @@ const BUFFERED: &str =
 /// from none, and every replica's subscribers of the namespace are woken to claim them.
 /// Returns the delivery ids' parts of those redriven.
 fn redrive_statement() -> String {
+    let buffered = buffered("$1");
     format!(
         "WITH buffered AS (
             SELECT count(*) AS held FROM (
-                SELECT 1 FROM tickd_expirations WHERE {BUFFERED} LIMIT $6) unsettled
+                SELECT 1 FROM tickd_expirations WHERE {buffered} LIMIT $6) unsettled
         ),
         chosen AS (
             SELECT e.seq, e.attempts FROM tickd_expirations e
