@@ -42,26 +42,39 @@ async fn plan_of(client: &tokio_postgres::Client, more: &str, execute: &str) -> 
         .join("\n")
 }
 
+/// The scan nodes of `table` in `plan`: each node's line, and its details (the lines
+/// after it, up to the next node).
+fn scan_nodes<'a>(plan: &'a str, table: &str) -> Vec<(&'a str, Vec<&'a str>)> {
+    let lines: Vec<&str> = plan.lines().collect();
+    let on_table = format!(" on {table} ");
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.contains("Scan") && format!("{line} ").contains(&on_table))
+        .map(|(at, line)| {
+            let details = lines[at + 1..]
+                .iter()
+                .take_while(|detail| !detail.contains("->"))
+                .copied()
+                .collect();
+            (line.trim(), details)
+        })
+        .collect()
+}
+
 /// The scans of `table` in `plan`, each with the index condition that bounds it (None: the
 /// scan reads the whole index or table).
 fn scans_of(plan: &str, table: &str) -> Vec<(String, Option<String>)> {
-    let lines: Vec<&str> = plan.lines().collect();
-    let on_table = format!(" on {table} ");
-    let mut scans = Vec::new();
-    for (at, line) in lines.iter().enumerate() {
-        let scan = line.contains("Scan") && format!("{line} ").contains(&on_table);
-        if !scan {
-            continue;
-        }
-        // The node's own details follow it, up to the next node.
-        let condition = lines[at + 1..]
-            .iter()
-            .take_while(|detail| !detail.contains("->"))
-            .find(|detail| detail.contains("Index Cond:") || detail.contains("Recheck Cond:"))
-            .map(|detail| detail.trim().to_owned());
-        scans.push((line.trim().to_owned(), condition));
-    }
-    scans
+    scan_nodes(plan, table)
+        .into_iter()
+        .map(|(scan, details)| {
+            let condition = details
+                .iter()
+                .find(|detail| detail.contains("Index Cond:") || detail.contains("Recheck Cond:"))
+                .map(|detail| detail.trim().to_owned());
+            (scan.to_owned(), condition)
+        })
+        .collect()
 }
 
 /// 20,000 timers in four partitions.
@@ -191,7 +204,6 @@ async fn the_kept_ack_plan_probes_each_delivery_by_seq() {
 /// How many rows each scan of `table` in an `EXPLAIN ANALYZE` walked: the rows it
 /// returned plus those its filter removed.
 fn walked_by_scans_of(plan: &str, table: &str) -> Vec<(String, u64)> {
-    let lines: Vec<&str> = plan.lines().collect();
     let number_after = |line: &str, label: &str| -> u64 {
         line.split(label)
             .nth(1)
@@ -203,23 +215,16 @@ fn walked_by_scans_of(plan: &str, table: &str) -> Vec<(String, u64)> {
             })
             .unwrap_or(0)
     };
-    let mut scans = Vec::new();
-    for (at, line) in lines.iter().enumerate() {
-        let scan = line.contains("Scan") && line.contains(&format!(" on {table}"));
-        if !scan {
-            continue;
-        }
-        let removed: u64 = lines[at + 1..]
-            .iter()
-            .take_while(|detail| !detail.contains("->"))
-            .map(|detail| number_after(detail, "Rows Removed by Filter: "))
-            .sum();
-        scans.push((
-            line.trim().to_owned(),
-            number_after(line, "rows=") + removed,
-        ));
-    }
-    scans
+    scan_nodes(plan, table)
+        .into_iter()
+        .map(|(scan, details)| {
+            let removed: u64 = details
+                .iter()
+                .map(|detail| number_after(detail, "Rows Removed by Filter: "))
+                .sum();
+            (scan.to_owned(), number_after(scan, "rows=") + removed)
+        })
+        .collect()
 }
 
 /// A long dead list is not walked by delivery. With 20,000 dead expirations (marked, as
