@@ -11,12 +11,17 @@
 #                      statement=..                with STATEMENTS=1: the database's five
 #                                                  costliest statements during the e2e run
 #                                                  (pg_stat_statements, planning tracked)
+#   replicas_backend   n=.. backends=.. cores=.. cpu_us_per_timer=.. statement=..
+#                                                  with BACKENDS=1: the database's CPU in
+#                                                  the e2e run's middle, by what its
+#                                                  connections run (/proc/PID/stat)
 # A fresh database serves each replica count. PostgreSQL runs with its durable defaults.
 #
 # Environment: SECS (10), CONC (64), BATCH (100), RATE (5000), DELAY_MS (1000),
 # SUBSCRIBERS (6), LEASE_TTL (10s), PARTITIONS (64), COUNTS (replica counts: "1 2 3";
 # the failover runs with 3), REFERENCE (1: also the single-node reference; 0: not),
 # STATEMENTS (0; 1: the replicas_statement lines, at a small cost to every statement),
+# BACKENDS (0; 1: the replicas_backend lines),
 # DEAD (0; N: before the e2e run, N dead expirations in ten other namespaces, as a full
 # buffer records them: a dead list at the default --max-dead-total of 100,000).
 set -euo pipefail
@@ -36,6 +41,7 @@ PARTITIONS=${PARTITIONS:-64}
 COUNTS=${COUNTS:-1 2 3}
 REFERENCE=${REFERENCE:-1}
 STATEMENTS=${STATEMENTS:-0}
+BACKENDS=${BACKENDS:-0}
 DEAD=${DEAD:-0}
 if [ "$STATEMENTS" = 1 ]; then
     PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
@@ -95,6 +101,36 @@ statements() {
                 ORDER BY total_plan_time + total_exec_time DESC LIMIT 5" "$DATABASE"
 }
 
+# backend_cpu: "pid cpu-ticks" of each server process of $DATABASE.
+backend_cpu() {
+    local pid
+    for pid in $(pgrep -f "postgres: .* $DATABASE " || true); do
+        awk -v pid="$pid" '{ sub(/.*\) /, ""); split($0, f, " "); print pid, f[12] + f[13] }' \
+            "/proc/$pid/stat" 2>/dev/null || true
+    done | sort
+}
+
+# backends N SECONDS: while the e2e run is under way, the CPU each kind of connection
+# took over SECONDS in its middle, as replicas_backend lines. Connections keep to one
+# job (firing, registering, acks, listening, claims), so the statement a connection ran
+# last names what its CPU went to.
+backends() {
+    local before after
+    sleep 2
+    before=$(backend_cpu)
+    sleep "$2"
+    after=$(backend_cpu)
+    psql_value "SELECT pid, left(regexp_replace(query, '\s+', ' ', 'g'), 40)
+                FROM pg_stat_activity WHERE datname = current_database()
+                AND pid <> pg_backend_pid()" "$DATABASE" | sed 's/|/ /' | sort |
+        join <(join <(echo "$before") <(echo "$after") | awk '{ print $1, $3 - $2 }') - |
+        awk -v n="$1" -v secs="$2" -v rate="$RATE" -v hz="$(getconf CLK_TCK)" '
+            { ticks = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); cpu[$0] += ticks; count[$0]++ }
+            END { for (q in cpu) printf "replicas_backend n=%s backends=%d cores=%.2f cpu_us_per_timer=%.1f statement=\"%s\"\n",
+                      n, count[q], cpu[q] / hz / secs, cpu[q] / hz / (secs * rate) * 1e6, q }' |
+        sort -t= -k4 -rn
+}
+
 for n in $COUNTS; do
     start_cluster "$n"
     wal_before=$(wal_lsn)
@@ -110,6 +146,12 @@ for n in $COUNTS; do
     fi
     [ "$DEAD" = 0 ] || dead_list "$DEAD"
     wal_before_e2e=$(wal_lsn)
+    sampled="$BENCH_WORK/backends"
+    if [ "$BACKENDS" = 1 ]; then
+        # The run's middle: after the first timers fire (DELAY_MS), before the last.
+        backends "$n" $((SECS > 6 ? SECS - 4 : 2)) >"$sampled" &
+        sampler=$!
+    fi
     line=$("$BIN/tickd-bench" e2e --addr "$ADDRS" --connections 6 --rate "$RATE" \
         --secs "$SECS" --delay-ms "$DELAY_MS" --subscribers "$SUBSCRIBERS")
     wal_after_e2e=$(wal_lsn)
@@ -119,6 +161,10 @@ for n in $COUNTS; do
         "register_wal_bytes_per_timer=$(ratio $((wal_after - wal_before)) "$timers")" \
         "lifecycle_wal_bytes_per_timer=$(ratio $((wal_after_e2e - wal_before_e2e)) "$registered")"
     [ "$STATEMENTS" != 1 ] || statements "$n"
+    if [ "$BACKENDS" = 1 ]; then
+        wait "$sampler"
+        cat "$sampled"
+    fi
     if [ "$n" = 3 ]; then
         victim=${REPLICA_PIDS[2]}
         held=$(psql_value "SELECT count(*) FROM tickd_partitions WHERE owner = 'r3'" "$DATABASE")
