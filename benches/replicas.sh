@@ -12,9 +12,10 @@
 #                                                  costliest statements during the e2e run
 #                                                  (pg_stat_statements, planning tracked)
 #   replicas_backend   n=.. backends=.. cores=.. cpu_us_per_timer=.. statement=..
-#                                                  with BACKENDS=1: the database's CPU in
-#                                                  the e2e run's middle, by what its
-#                                                  connections run (/proc/PID/stat)
+#                                                  with BACKENDS=1: the CPU of the database
+#                                                  connections open through the middle of
+#                                                  the e2e run, by what they run
+#                                                  (/proc/PID/stat; autovacuum not counted)
 # A fresh database serves each replica count. PostgreSQL runs with its durable defaults.
 #
 # Environment: SECS (10), CONC (64), BATCH (100), RATE (5000), DELAY_MS (1000),
@@ -101,34 +102,38 @@ statements() {
                 ORDER BY total_plan_time + total_exec_time DESC LIMIT 5" "$DATABASE"
 }
 
-# backend_cpu: "pid cpu-ticks" of each server process of $DATABASE.
+# backend_cpu: "pid cpu-ticks" of each server process of $DATABASE, sorted for join.
 backend_cpu() {
     local pid
     for pid in $(pgrep -f "postgres: .* $DATABASE " || true); do
         awk -v pid="$pid" '{ sub(/.*\) /, ""); split($0, f, " "); print pid, f[12] + f[13] }' \
             "/proc/$pid/stat" 2>/dev/null || true
-    done | sort
+    done | LC_ALL=C sort -k1,1
 }
 
 # backends N SECONDS: while the e2e run is under way, the CPU each kind of connection
-# took over SECONDS in its middle, as replicas_backend lines. Connections keep to one
-# job (firing, registering, acks, listening, claims), so the statement a connection ran
-# last names what its CPU went to.
+# took over SECONDS, from its first firings on, as replicas_backend lines. Connections
+# keep to one job (firing, registering, acks, listening, claims), so the statement a
+# connection ran last names what its CPU went to.
 backends() {
     local before after
-    sleep 2
+    sleep $((DELAY_MS / 1000 + 1))
     before=$(backend_cpu)
     sleep "$2"
     after=$(backend_cpu)
+    if [ -z "$before" ]; then
+        echo "# no server process of $DATABASE found (pgrep -f 'postgres: .* $DATABASE ')" >&2
+        return 1
+    fi
     psql_value "SELECT pid, left(regexp_replace(query, '\s+', ' ', 'g'), 40)
                 FROM pg_stat_activity WHERE datname = current_database()
-                AND pid <> pg_backend_pid()" "$DATABASE" | sed 's/|/ /' | sort |
-        join <(join <(echo "$before") <(echo "$after") | awk '{ print $1, $3 - $2 }') - |
+                AND pid <> pg_backend_pid()" "$DATABASE" | sed 's/|/ /' | LC_ALL=C sort -k1,1 |
+        LC_ALL=C join <(LC_ALL=C join <(echo "$before") <(echo "$after") | awk '{ print $1, $3 - $2 }') - |
         awk -v n="$1" -v secs="$2" -v rate="$RATE" -v hz="$(getconf CLK_TCK)" '
             { ticks = $2; $1 = ""; $2 = ""; sub(/^ +/, ""); cpu[$0] += ticks; count[$0]++ }
             END { for (q in cpu) printf "replicas_backend n=%s backends=%d cores=%.2f cpu_us_per_timer=%.1f statement=\"%s\"\n",
                       n, count[q], cpu[q] / hz / secs, cpu[q] / hz / (secs * rate) * 1e6, q }' |
-        sort -t= -k4 -rn
+        LC_ALL=C sort -t= -k4 -rn
 }
 
 for n in $COUNTS; do
@@ -148,7 +153,7 @@ for n in $COUNTS; do
     wal_before_e2e=$(wal_lsn)
     sampled="$BENCH_WORK/backends"
     if [ "$BACKENDS" = 1 ]; then
-        # The run's middle: after the first timers fire (DELAY_MS), before the last.
+        # From the first firings (DELAY_MS) on, ending before the last.
         backends "$n" $((SECS > 6 ? SECS - 4 : 2)) >"$sampled" &
         sampler=$!
     fi
@@ -162,7 +167,7 @@ for n in $COUNTS; do
         "lifecycle_wal_bytes_per_timer=$(ratio $((wal_after_e2e - wal_before_e2e)) "$registered")"
     [ "$STATEMENTS" != 1 ] || statements "$n"
     if [ "$BACKENDS" = 1 ]; then
-        wait "$sampler"
+        wait "$sampler" || echo "# sampling the database's CPU failed" >&2
         cat "$sampled"
     fi
     if [ "$n" = 3 ]; then

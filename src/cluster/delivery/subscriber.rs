@@ -19,8 +19,8 @@ use crate::domain::{Delivered, DeliveryStream, SubscribeOptions};
 
 /// Claimable rows of namespace `$1` with attempts left (`$2`): never claimed, or claimed
 /// and not acknowledged in time. Oldest first, skipping rows another claim is taking; at
-/// most `$3` (room in the stream), and no more than take subscriber `$4` to `$6`
-/// unacknowledged claims.
+/// most `$3` (the room reserved for the claim, see `Slot::reserve_for_claim`), and no
+/// more than take subscriber `$4` to `$6` unacknowledged claims.
 pub(super) const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
      WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL AND NOT dead
        AND (claim_until IS NULL OR claim_until < clock_timestamp())
