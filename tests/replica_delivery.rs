@@ -126,8 +126,8 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
 /// Dead expirations (attempts used up, no live claim) are kept per namespace up to
 /// `--max-dead`, the newest, and Pending counts what it lists, before the trim has marked
 /// them dead as after; live ones and other namespaces' are not touched, and a marked row
-/// with attempts left again is unmarked. Acknowledged ones are deleted once their retention for
-/// observers is over.
+/// with attempts left again is unmarked. Acknowledged ones are deleted once their
+/// retention for observers is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_and_acknowledged_expirations_are_trimmed() {
     if skip_postgres("dead_and_acknowledged_expirations_are_trimmed") {

@@ -50,10 +50,10 @@ const MAX_BATCH: usize = 10_000;
 ///
 /// `--max-buffered-total` (`$12`) is applied as on one node: the expirations fired and
 /// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is
-/// `delivery::buffered`) are counted, up to `$12`, through the index of rows neither acknowledged
-/// nor marked dead (so the count walks what is in flight, and the dead that died since
-/// the trim last marked them, not the dead list), and those of this batch beyond the room
-/// left are recorded dead at once, marked so, with attempts `$14`
+/// `delivery::buffered`) are counted, up to `$12`, through the index of rows neither
+/// acknowledged nor marked dead (so the count walks what is in flight, and the dead that
+/// died since the trim last marked them, not the dead list), and those of this batch
+/// beyond the room left are recorded dead at once, marked so, with attempts `$14`
 /// ([`OVERFLOWED_ATTEMPTS`]). The count is of the rows committed when the statement
 /// starts: replicas firing at the same moment see the same room, so the total can be
 /// passed by what they fire in that moment.

@@ -125,10 +125,9 @@ impl Slot {
     /// notification, then a claim statement), which set the p99 lateness.
     pub(super) fn reserve_for_claim(&self, wanted: usize) -> usize {
         let mut held = self.lock();
-        let free = self.max_unacked.saturating_sub(held.reserved);
         let share = match held.direct_room(self.max_unacked) {
             room if self.direct && room > 0 => room.div_ceil(2),
-            _ => free,
+            _ => self.max_unacked.saturating_sub(held.reserved),
         };
         let granted = wanted.min(share);
         held.reserved += granted;

@@ -29,6 +29,16 @@
 //! it left unclaimed), on acks made on this replica (a subscriber only if it was out of
 //! room), and otherwise every [`POLL_INTERVAL`], which bounds how late a redelivery is.
 
+/// The SQL condition of an expiration not under a live claim: never claimed, or its ack
+/// deadline passed. One definition for what claims take and what counts as dead, which
+/// must agree: a row is claimable again exactly when, out of attempts, it would be dead.
+/// A macro, so that the statements built from it stay `&str` constants (`concat!`).
+macro_rules! claim_lapsed {
+    () => {
+        "(claim_until IS NULL OR claim_until < clock_timestamp())"
+    };
+}
+
 mod acks;
 mod charged;
 mod direct;
@@ -77,20 +87,25 @@ const EXPIRATION_COLUMNS: &str =
 /// (the `--max-buffered-total` count) and every claim, through an index of exactly those
 /// (`tickd_expirations_live`). Were dead rows in it, a full dead list would be walked each
 /// time (100,000 dead rows: 36-196 ms per firing statement, measured).
-const DEAD: &str = "((dead AND acked_at IS NULL \
-       AND (claim_until IS NULL OR claim_until < clock_timestamp())) \
-     OR (acked_at IS NULL AND NOT dead AND attempts >= $1 \
-       AND (claim_until IS NULL OR claim_until < clock_timestamp())))";
+const DEAD: &str = concat!(
+    "((dead AND acked_at IS NULL AND ",
+    claim_lapsed!(),
+    ") OR (acked_at IS NULL AND NOT dead AND attempts >= $1 AND ",
+    claim_lapsed!(),
+    "))"
+);
 
 /// Brings the marks up to date (`$1`: `--max-attempts`): marks the rows that ran out of
 /// attempts since, and clears the mark of rows that have attempts left again (a raised
 /// `--max-attempts` brings dead expirations back, as it always did here; an older
 /// replica's Redrive resets the attempts without knowing the mark). Run by the trim, so
 /// the rows delivery walks hold the newly dead only until its next period.
-const MARK_DEAD: &str = "UPDATE tickd_expirations SET dead = NOT dead
-     WHERE (acked_at IS NULL AND NOT dead AND attempts >= $1
-            AND (claim_until IS NULL OR claim_until < clock_timestamp()))
-        OR (dead AND attempts < $1)";
+const MARK_DEAD: &str = concat!(
+    "UPDATE tickd_expirations SET dead = NOT dead
+     WHERE (acked_at IS NULL AND NOT dead AND attempts >= $1 AND ",
+    claim_lapsed!(),
+    ") OR (dead AND attempts < $1)"
+);
 
 /// The attempts of an expiration recorded dead as it fired, for want of room under
 /// `--max-buffered-total` (see `firing`): more than any `--max-attempts` a delivery id

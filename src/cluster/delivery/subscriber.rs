@@ -21,14 +21,17 @@ use crate::domain::{Delivered, DeliveryStream, SubscribeOptions};
 /// and not acknowledged in time. Oldest first, skipping rows another claim is taking; at
 /// most `$3` (the room reserved for the claim, see `Slot::reserve_for_claim`), and no
 /// more than take subscriber `$4` to `$6` unacknowledged claims.
-pub(super) const CLAIMABLE: &str = "SELECT seq FROM tickd_expirations
-     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL AND NOT dead
-       AND (claim_until IS NULL OR claim_until < clock_timestamp())
+pub(super) const CLAIMABLE: &str = concat!(
+    "SELECT seq FROM tickd_expirations
+     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL AND NOT dead AND ",
+    claim_lapsed!(),
+    "
      ORDER BY seq
      LIMIT GREATEST(0, LEAST($3, $6 - (
          SELECT count(*) FROM tickd_expirations
          WHERE claimed_by = $4 AND claim_until > clock_timestamp())))
-     FOR UPDATE SKIP LOCKED";
+     FOR UPDATE SKIP LOCKED"
+);
 
 impl ClusterDeliveries {
     /// Starts the task that claims expirations for one subscriber; its stream.
