@@ -86,6 +86,10 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
         .expect("acking on r2")
         .into_inner();
     assert_eq!(acked.acknowledged, 1, "{acked:?}");
+    let mut delivery_ids: BTreeSet<String> = [&first, &second]
+        .iter()
+        .map(|delivery| delivery.delivery_id.clone())
+        .collect();
     let acked_id = first.timer.expect("timer").id;
     // Everything else is never acknowledged: each remaining timer is delivered five times.
     let mut attempts: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
@@ -95,6 +99,11 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
         .insert(1);
     while attempts.len() < 2 || attempts.values().any(|seen| seen.len() < 5) {
         let delivery = next_in_time(&mut deliveries).await;
+        assert!(
+            delivery_ids.insert(delivery.delivery_id.clone()),
+            "delivery id {} handed out twice",
+            delivery.delivery_id
+        );
         let id = delivery.timer.expect("timer").id;
         assert_ne!(id, acked_id, "an acknowledged expiration came back");
         attempts.entry(id).or_default().insert(delivery.attempt);
@@ -121,6 +130,84 @@ async fn deliveries_are_acked_redelivered_and_buried_across_replicas() {
         }
     })
     .await;
+
+    // Redriven, their attempts start again at 1, under delivery ids never seen before: a
+    // late ack of an earlier attempt settles nothing.
+    let redriven = on_r1
+        .redrive(tickd::proto::RedriveRequest {
+            namespace: SEMANTICS.into(),
+            delivery_ids: Vec::new(),
+        })
+        .await
+        .expect("redrive")
+        .into_inner();
+    assert_eq!(redriven.redriven, 2, "{redriven:?}");
+    let mut again = Vec::new();
+    for _ in 0..2 {
+        let delivery = next_in_time(&mut deliveries).await;
+        assert_eq!(delivery.attempt, 1);
+        assert!(
+            !delivery_ids.contains(&delivery.delivery_id),
+            "redriven under an earlier delivery id {}",
+            delivery.delivery_id
+        );
+        again.push(delivery.delivery_id);
+    }
+    let stale: Vec<String> = delivery_ids.into_iter().collect();
+    let late = ack_on(&mut on_r2, SEMANTICS, stale.clone()).await;
+    assert_eq!(
+        (late.acknowledged, late.unknown.len()),
+        (0, stale.len()),
+        "{late:?}"
+    );
+    let acked = ack_on(&mut on_r2, SEMANTICS, again).await;
+    assert_eq!(acked.acknowledged, 2, "{acked:?}");
+}
+
+async fn ack_on(
+    client: &mut tickd::proto::timers_client::TimersClient<tonic::transport::Channel>,
+    namespace: &str,
+    delivery_ids: Vec<String>,
+) -> tickd::proto::AckResponse {
+    client
+        .ack(tickd::proto::AckRequest {
+            namespace: namespace.into(),
+            delivery_ids,
+        })
+        .await
+        .expect("ack")
+        .into_inner()
+}
+
+/// A replica that dies holding a delivery: its subscriber's claim lapses, and the
+/// expiration comes back through another replica as attempt 2 under a new delivery id;
+/// the ack the first subscriber sends late, through the survivor, settles nothing, and
+/// the new one's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_holding_a_delivery_leaves_its_attempt_counted() {
+    if skip_postgres("a_replica_killed_holding_a_delivery_leaves_its_attempt_counted") {
+        return;
+    }
+    const NAMESPACE: &str = "takeover";
+    const ACK_WINDOW_MS: u64 = 2_000;
+    let mut set = ReplicaSet::start(&["r1", "r2"], &[]).await;
+    let mut on_r1 = set.client("r1");
+    let mut on_r2 = set.client("r2");
+    let mut first_stream = subscribe(&mut on_r1, NAMESPACE, ACK_WINDOW_MS, 10).await;
+    let timer = register(&mut on_r2, spec(NAMESPACE, 100, b"held")).await;
+    let first = next_in_time(&mut first_stream).await;
+    assert_eq!((timer_id(&first), first.attempt), (timer.id.clone(), 1));
+    set.kill("r1");
+    drop(first_stream);
+
+    let mut second_stream = subscribe(&mut on_r2, NAMESPACE, ACK_WINDOW_MS, 10).await;
+    let second = next_in_time(&mut second_stream).await;
+    assert_eq!((timer_id(&second), second.attempt), (timer.id, 2));
+    assert_ne!(second.delivery_id, first.delivery_id);
+    let late = ack_on(&mut on_r2, NAMESPACE, vec![first.delivery_id.clone()]).await;
+    assert_eq!(late.acknowledged, 0, "{late:?}");
+    let acked = ack_on(&mut on_r2, NAMESPACE, vec![second.delivery_id]).await;
+    assert_eq!(acked.acknowledged, 1, "{acked:?}");
 }
 
 /// Dead expirations (attempts used up, no live claim) are kept per namespace up to

@@ -213,8 +213,10 @@ pub fn logged_firing_bytes(key_len: usize, payload_len: usize) -> u64 {
     (key_len + payload_len) as u64 + LOGGED_FIRING_BYTES
 }
 
-/// A logged firing's frame and map entry beyond its key and payload.
-pub const LOGGED_FIRING_BYTES: u64 = 128;
+/// A logged firing's frames and map entry beyond its key and payload: the `Fired` frame's
+/// fixed fields, the entry with its two frame vectors, and once it has been delivered its
+/// `Attempted` frame (about 20 bytes, in a 32-byte allocation).
+pub const LOGGED_FIRING_BYTES: u64 = 192;
 
 /// An expiration's `Arc`, its place in its namespace's queues and delivery maps, beyond
 /// what its timer was counted.

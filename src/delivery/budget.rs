@@ -22,13 +22,15 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    pub(super) fn new(max_held: usize, max_dead: usize) -> Self {
+    /// `first_seq`: the first burial number, which names dead expirations to Redrive and
+    /// must not repeat across boots (see [`super::ids`]).
+    pub(super) fn new(max_held: usize, max_dead: usize, first_seq: u64) -> Self {
         Self {
             held: 0,
             max_held,
             dead: BTreeMap::new(),
             max_dead,
-            next_seq: 0,
+            next_seq: first_seq,
         }
     }
 
@@ -83,7 +85,7 @@ mod tests {
 
     #[test]
     fn the_oldest_dead_across_namespaces_goes_first() {
-        let mut budget = Budget::new(2, 2);
+        let mut budget = Budget::new(2, 2, 0);
         let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
         let first = budget.bury(&a);
         let second = budget.bury(&b);

@@ -20,6 +20,7 @@
 //! namespaces in [`budget`].
 
 mod budget;
+pub(crate) mod ids;
 pub(crate) mod queue;
 mod task;
 
@@ -124,19 +125,22 @@ pub(crate) struct DeliveryHandle {
 
 impl DeliveryHandle {
     /// Starts the delivery task on the current tokio runtime. With a store, acks are
-    /// journaled before they are answered; `recovered` are expirations fired before a
-    /// restart and never settled, delivered again first, in the order they fired (so that
-    /// the bounds keep the same ones waiting as before the restart).
+    /// journaled before they are answered and attempts before deliveries leave; `boot`
+    /// is the one the store recorded (or [`ids::unlogged_boot`] without one). `recovered`
+    /// are expirations fired before a restart and never settled, each with the deliveries
+    /// it had, delivered again first, in the order they fired (so that the bounds keep the
+    /// same ones waiting as before the restart); those out of attempts are dead.
     pub(crate) fn spawn(
         config: DeliveryConfig,
         store: Option<StoreHandle>,
-        mut recovered: Vec<Expiration>,
+        boot: u64,
+        mut recovered: Vec<(Expiration, u32)>,
         metrics: Arc<Metrics>,
         live: Arc<LiveNamespaces>,
     ) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut delivery = task::Delivery::new(config, store, metrics.clone(), live);
-        recovered.sort_unstable_by_key(|expiration| {
+        let mut delivery = task::Delivery::new(config, store, boot, metrics.clone(), live);
+        recovered.sort_unstable_by_key(|(expiration, _)| {
             (
                 expiration.fired_unix,
                 expiration.deadline_unix,

@@ -7,6 +7,7 @@
 //! [`crate::namespaces`]). The worker's holds reach the task with its expirations
 //! ([`Handoff::Forgotten`]) and are let go here too.
 
+mod journal;
 mod redrive;
 
 use std::sync::Arc;
@@ -17,13 +18,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::budget::Budget;
+use super::ids::DeliveryIds;
 use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
 use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
-use crate::store::records::{record::Kind, Record, Settled};
-use crate::store::{Batch, StoreHandle};
+use crate::store::StoreHandle;
 use crate::wheel::Wheel;
 
 /// The task's state.
@@ -36,31 +37,41 @@ pub(super) struct Delivery {
     budget: Budget,
     ack_deadlines: Wheel<(Arc<str>, u64)>,
     origin: Instant,
-    next_delivery_id: u64,
+    ids: DeliveryIds,
     store: Option<StoreHandle>,
     metrics: Arc<Metrics>,
     /// After `Close`, an ack could no longer be journaled: it is refused instead.
     closed: bool,
 }
 
+/// Why an expiration out of attempts is dead.
+const OUT_OF_ATTEMPTS: &str = "max delivery attempts reached without an ack";
+
 /// How many queued requests are handled before ack deadlines are looked at again.
 const REQUEST_BATCH: usize = 256;
 
 impl Delivery {
+    /// `boot`: the data directory's boot this process recorded (see [`super::ids`]).
     pub(super) fn new(
         config: DeliveryConfig,
         store: Option<StoreHandle>,
+        boot: u64,
         metrics: Arc<Metrics>,
         live: Arc<LiveNamespaces>,
     ) -> Self {
+        let ids = DeliveryIds::new(boot);
         Self {
             live,
             config,
             namespaces: FxHashMap::default(),
-            budget: Budget::new(config.buffered_total, config.dead_total),
+            budget: Budget::new(
+                config.buffered_total,
+                config.dead_total,
+                ids.first_dead_seq(),
+            ),
             ack_deadlines: Wheel::new(1_000_000, usize::MAX),
             origin: Instant::now(),
-            next_delivery_id: 1,
+            ids,
             store,
             metrics,
             closed: false,
@@ -118,9 +129,7 @@ impl Delivery {
                 namespace,
                 ids,
                 reply,
-            } => {
-                let _ = reply.send(self.redrive(&namespace, ids));
-            }
+            } => self.redrive(&namespace, ids, reply),
             Request::Shutdown => {
                 for queue in self.namespaces.values_mut() {
                     queue.subscribers.clear();
@@ -160,7 +169,7 @@ impl Delivery {
         let mut fired = Vec::with_capacity(batch.len());
         for item in batch {
             match item {
-                Handoff::Fired(expiration) => fired.push(expiration),
+                Handoff::Fired(expiration) => fired.push((expiration, 0)),
                 Handoff::Forgotten(namespace) => {
                     self.enqueue_fired(std::mem::take(&mut fired));
                     self.live.release(&namespace);
@@ -170,14 +179,17 @@ impl Delivery {
         self.enqueue_fired(fired);
     }
 
-    pub(super) fn enqueue_fired(&mut self, batch: Vec<Expiration>) {
+    /// Takes in fired expirations, each with the deliveries it already had (0 when it just
+    /// fired; recovered ones count those made before a restart): they wait for a
+    /// subscriber, or are dead if the buffer is full or they are out of attempts.
+    pub(super) fn enqueue_fired(&mut self, batch: Vec<(Expiration, u32)>) {
         if batch.is_empty() {
             return;
         }
         let mut touched: Vec<Arc<str>> = Vec::new();
         let mut overflowed = 0u64;
         let mut dropped = Vec::new();
-        for expiration in batch {
+        for (expiration, attempts) in batch {
             let namespace = expiration.namespace.clone();
             if touched.last() != Some(&namespace) && !touched.contains(&namespace) {
                 touched.push(namespace.clone());
@@ -194,9 +206,19 @@ impl Delivery {
                 self.dispatch(&namespace);
             }
             let full = self.buffer_full(&namespace);
+            let out_of_attempts = attempts >= self.config.max_attempts;
             let queue = self.queue(&namespace);
             queue.copy_to_observers(&copy);
-            if full || over_memory_budget {
+            if out_of_attempts {
+                // Delivered that often before a restart (or a crash at each delivery).
+                let dead = Dead {
+                    id: 0,
+                    attempts,
+                    expiration,
+                    reason: OUT_OF_ATTEMPTS,
+                };
+                self.bury(&namespace, dead, &mut dropped);
+            } else if full || over_memory_budget {
                 overflowed += 1;
                 let dead = Dead {
                     id: 0,
@@ -212,7 +234,7 @@ impl Delivery {
             } else {
                 queue.waiting.push_back(Waiting {
                     expiration,
-                    attempts: 0,
+                    attempts,
                 });
                 self.budget.hold();
                 self.metrics.delivery_buffered.inc();
@@ -358,34 +380,6 @@ impl Delivery {
         );
     }
 
-    /// Records that these expirations are done with (acknowledged, or dropped for good), so a
-    /// restart does not deliver them again; then runs `after`.
-    fn journal_settled(
-        &self,
-        expirations: &[Arc<Expiration>],
-        after: Option<crate::store::OnDurable>,
-    ) {
-        let Some(store) = self.store.as_ref().filter(|_| !expirations.is_empty()) else {
-            if let Some(after) = after {
-                after();
-            }
-            return;
-        };
-        let mut batch = Batch::default();
-        for expiration in expirations {
-            batch.record(&Record {
-                kind: Some(Kind::Settled(Settled {
-                    id: expiration.id.0,
-                    fired_count: expiration.fired_count,
-                })),
-            });
-        }
-        if let Some(after) = after {
-            batch.on_durable(after);
-        }
-        store.append(batch);
-    }
-
     /// The dead expirations kept, oldest first: one namespace's, or (None) every one's.
     fn dead(&self, namespace: Option<&str>) -> DeadList {
         let mut buried: Vec<&Buried> = match namespace {
@@ -433,7 +427,7 @@ impl Delivery {
                 id: 0,
                 attempts: waiting.attempts,
                 expiration: waiting.expiration,
-                reason: "max delivery attempts reached without an ack",
+                reason: OUT_OF_ATTEMPTS,
             };
             self.budget.let_go(1);
             let mut dropped = Vec::new();
@@ -466,9 +460,15 @@ impl Delivery {
     }
 
     /// Hands waiting expirations to subscribers with room, least loaded first.
+    ///
+    /// With a log, a delivery that awaits an ack leaves only once its attempt is written
+    /// (see [`journal::Outgoing`]): a restart or crash after the subscriber has it brings it
+    /// back with the attempt counted, so one that crashes tickd at each delivery ends dead.
     fn dispatch(&mut self, namespace: &Arc<str>) {
         let now = self.now();
         let mut settled_on_send = Vec::new();
+        let mut outgoing = journal::Outgoing::default();
+        let logged = self.store.is_some();
         let Some(queue) = self.namespaces.get_mut(namespace) else {
             return;
         };
@@ -478,27 +478,32 @@ impl Delivery {
             };
             let waiting = queue.waiting.pop_front().expect("checked non-empty");
             self.metrics.delivery_buffered.dec();
+            let (delivery_id, new_boot) = self.ids.next();
+            outgoing.boot(new_boot);
             let delivered = Delivered {
-                delivery_id: self.next_delivery_id,
+                delivery_id,
                 expiration: waiting.expiration.clone(),
                 attempt: waiting.attempts + 1,
             };
             let subscriber = &mut queue.subscribers[index];
-            if subscriber.sender.try_send(delivered).is_err() {
-                // `least_loaded` saw room, so the stream has closed: its Unsubscribe is on the
-                // way and will hand back its in-flight deliveries.
-                queue.waiting.push_front(waiting);
-                self.metrics.delivery_buffered.inc();
-                queue.subscribers.remove(index);
-                continue;
+            if subscriber.auto_ack || !logged {
+                if subscriber.sender.try_send(delivered).is_err() {
+                    // `least_loaded` saw room, so the stream has closed: its Unsubscribe is
+                    // on the way and will hand back its in-flight deliveries.
+                    queue.waiting.push_front(waiting);
+                    self.metrics.delivery_buffered.inc();
+                    queue.subscribers.remove(index);
+                    continue;
+                }
+            } else {
+                // A stream that closes meanwhile drops it; its Unsubscribe takes it back.
+                outgoing.send_once_written(&subscriber.sender, delivered);
             }
             if waiting.attempts == 0 {
                 self.metrics.expirations_delivered.inc();
             } else {
                 self.metrics.expirations_redelivered.inc();
             }
-            let delivery_id = self.next_delivery_id;
-            self.next_delivery_id += 1;
             subscriber.unacked += 1;
             if subscriber.auto_ack {
                 // At most once: handed over counts as done, for good (also after a restart).
@@ -518,11 +523,13 @@ impl Delivery {
                 subscriber: subscriber.id,
                 ack_deadline,
             };
+            outgoing.attempted(&in_flight.waiting);
             queue.in_flight.insert(delivery_id, in_flight);
             self.metrics.delivery_unacked.inc();
         }
         self.budget.let_go(settled_on_send.len());
         self.journal_settled(&settled_on_send, None);
+        outgoing.send(self.store.as_ref());
     }
 }
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::domain::TimerId;
+use crate::domain::{RedriveOutcome, TimerId};
 use crate::namespaces::LiveNamespaces;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
@@ -33,7 +33,7 @@ fn delivery(adjust: impl FnOnce(&mut DeliveryConfig)) -> Delivery {
     adjust(&mut config);
     let metrics = Metrics::new();
     let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
-    Delivery::new(config, None, metrics, live)
+    Delivery::new(config, None, 0, metrics, live)
 }
 
 fn ids(list: &DeadList) -> Vec<u64> {
@@ -91,7 +91,7 @@ fn sixty_namespaces_share_one_buffer_and_the_rest_is_dead_and_listed() {
                 expiration(&format!("ns-{namespace}"), id)
             })
             .collect();
-        delivery.enqueue_fired(batch);
+        delivery.enqueue_fired(fresh(batch));
     }
     delivery.check_counts();
     assert_eq!(delivery.budget.held(), 100);
@@ -116,7 +116,7 @@ fn the_oldest_dead_across_namespaces_are_dropped_and_emptied_namespaces_forgotte
         .enumerate()
         .map(|(index, namespace)| expiration(namespace, index as u64 + 1))
         .collect();
-    delivery.enqueue_fired(batch);
+    delivery.enqueue_fired(fresh(batch));
     delivery.check_counts();
     assert_eq!(ids(&delivery.dead(None)), [3, 4, 5]);
     assert_eq!(ids(&delivery.dead(Some("a"))), [3]);
@@ -130,8 +130,8 @@ fn dead_count_is_what_is_listed_within_max_dead() {
         config.buffer_capacity = 1;
         config.dead_capacity = 3;
     });
-    delivery.enqueue_fired((1..=6).map(|id| expiration("orders", id)).collect());
-    delivery.enqueue_fired((7..=8).map(|id| expiration("other", id)).collect());
+    delivery.enqueue_fired(fresh((1..=6).map(|id| expiration("orders", id)).collect()));
+    delivery.enqueue_fired(fresh((7..=8).map(|id| expiration("other", id)).collect()));
     delivery.check_counts();
     let orders = delivery.dead(Some("orders"));
     assert_eq!((orders.count, ids(&orders)), (3, vec![4, 5, 6]));
@@ -170,7 +170,7 @@ fn redeliveries_and_dead_by_attempts_keep_the_counts_right() {
         config.max_attempts = 2;
     });
     let mut stream = delivery.subscribe_to("orders", 1, 10);
-    delivery.enqueue_fired((1..=3).map(|id| expiration("orders", id)).collect());
+    delivery.enqueue_fired(fresh((1..=3).map(|id| expiration("orders", id)).collect()));
     delivery.check_counts();
     assert_eq!(
         delivery.dead(None).count,
@@ -197,7 +197,7 @@ fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
         config.max_attempts = 1;
     });
     // Two wait in the buffer, three find it full and die; the two die unacknowledged.
-    delivery.enqueue_fired((1..=5).map(|id| expiration("orders", id)).collect());
+    delivery.enqueue_fired(fresh((1..=5).map(|id| expiration("orders", id)).collect()));
     let mut stream = delivery.subscribe_to("orders", 1, 10);
     assert_eq!(stream.try_recv().unwrap().attempt, 1);
     assert_eq!(stream.try_recv().unwrap().attempt, 1);
@@ -216,7 +216,11 @@ fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
 
     // Two named (and one that is not dead), with a subscriber to take them.
     let mut stream = delivery.subscribe_to("orders", 2, 10);
-    let outcome = delivery.redrive("orders", Some(vec![dead_id_of(1), dead_id_of(3), 999_999]));
+    let outcome = redrive(
+        &mut delivery,
+        "orders",
+        Some(vec![dead_id_of(1), dead_id_of(3), 999_999]),
+    );
     assert_eq!(outcome.redriven, 2);
     assert_eq!(outcome.not_dead, [999_999]);
     delivery.check_counts();
@@ -238,13 +242,13 @@ fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
     delivery.ack("orders", vec![first.delivery_id, second.delivery_id], reply);
     delivery.check_counts();
     let dead = delivery.dead(Some("orders")).count;
-    let outcome = delivery.redrive("orders", None);
+    let outcome = redrive(&mut delivery, "orders", None);
     delivery.check_counts();
     assert_eq!(outcome.redriven, 2, "the buffer holds two");
     assert_eq!(delivery.dead(Some("orders")).count, dead - 2);
     assert!(outcome.not_dead.is_empty());
     // A namespace with nothing dead: every id is reported.
-    let outcome = delivery.redrive("elsewhere", Some(vec![7]));
+    let outcome = redrive(&mut delivery, "elsewhere", Some(vec![7]));
     assert_eq!((outcome.redriven, outcome.not_dead), (0, vec![7]));
 }
 
@@ -261,7 +265,7 @@ fn a_firing_past_the_memory_budget_is_dead_and_each_charge_is_given_back_once_se
     let mut over = expiration("ns", 2);
     over.memory = crate::budget::MemoryReservation::forced(&budget, 600);
     over.over_memory_budget = true;
-    delivery.enqueue_fired(vec![charged, over]);
+    delivery.enqueue_fired(fresh(vec![charged, over]));
     delivery.check_counts();
     assert_eq!(
         delivery.budget.held(),
@@ -283,4 +287,19 @@ fn a_firing_past_the_memory_budget_is_dead_and_each_charge_is_given_back_once_se
     delivery.ack("ns", vec![delivered.delivery_id], reply);
     drop(delivered);
     assert_eq!(budget.used(), 600, "the settled one gave its bytes back");
+}
+
+/// Expirations that just fired: no delivery yet.
+fn fresh(batch: Vec<Expiration>) -> Vec<(Expiration, u32)> {
+    batch
+        .into_iter()
+        .map(|expiration| (expiration, 0))
+        .collect()
+}
+
+/// Redrives, as the task's handler does; without a log the answer comes at once.
+fn redrive(delivery: &mut Delivery, namespace: &str, ids: Option<Vec<u64>>) -> RedriveOutcome {
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    delivery.redrive(namespace, ids, reply);
+    answer.try_recv().expect("answered at once without a log")
 }

@@ -56,9 +56,15 @@ impl Backend {
         let (table, store, recovered) =
             tokio::task::block_in_place(|| recover(config, clock, metrics, memory))?;
         let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
+        let boot = store
+            .as_ref()
+            .map_or_else(crate::delivery::ids::unlogged_boot, |(store, _)| {
+                store.boot()
+            });
         let delivery = DeliveryHandle::spawn(
             config.delivery(),
             store_handle.clone(),
+            boot,
             recovered,
             metrics.clone(),
             // Namespaces the table creates are let go by delivery: one live set for both.
@@ -183,7 +189,14 @@ fn recover(
     clock: SystemClock,
     metrics: &Arc<Metrics>,
     (memory, limit): (&Arc<MemoryBudget>, &MemoryLimit),
-) -> Result<(TimerTable, Option<(Store, StoreHandle)>, Vec<Expiration>), ServerError> {
+) -> Result<
+    (
+        TimerTable,
+        Option<(Store, StoreHandle)>,
+        Vec<(Expiration, u32)>,
+    ),
+    ServerError,
+> {
     let mut table =
         TimerTable::new(config.table(), metrics.clone()).with_memory_budget(memory.clone());
     if config.sync == SyncMode::None {
@@ -229,17 +242,20 @@ fn recover(
         config.snapshot_after_bytes,
         store.recovered_snapshot_bytes(),
     ));
-    // Fired before the restart and never settled: they are held again until settled.
+    // Fired before the restart and never settled: they are held again until settled, with
+    // the deliveries they had.
     let recovered = unsettled
         .into_iter()
-        .filter_map(crate::worker::table::recovered_expiration)
-        .map(|mut expiration| {
+        .filter_map(|(fired, attempts)| {
+            crate::worker::table::recovered_expiration(fired).map(|found| (found, attempts))
+        })
+        .map(|(mut expiration, attempts)| {
             let key = expiration.key.as_ref().map_or(0, String::len);
             let payload = expiration.payload.len();
             let held = expiration_held_bytes(key, payload, expiration.calendar.is_some())
                 + logged_firing_bytes(key, payload);
             expiration.memory = MemoryReservation::forced(memory, held);
-            expiration
+            (expiration, attempts)
         })
         .collect();
     info!(

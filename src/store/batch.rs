@@ -1,7 +1,7 @@
 //! A batch of records appended together (group commit), with what to run once they are
-//! durable: the unit the worker's journal hands the store thread. Fired records keep a
-//! copy of their frame, which the store writes again into snapshots until the expiration
-//! is settled.
+//! durable: the unit the worker's journal hands the store thread. Fired and attempted
+//! records keep a copy of their frame, which the store writes again into snapshots until
+//! the expiration is settled.
 
 use std::sync::Arc;
 
@@ -17,6 +17,14 @@ pub struct Batch {
     /// Fired expirations in this batch, by (timer id, fired count), with their frame.
     pub(super) fired: Vec<((u64, u64), Vec<u8>)>,
     pub(super) settled: Vec<(u64, u64)>,
+    /// Attempts recorded in this batch, by (timer id, fired count), with their frame.
+    pub(super) attempted: Vec<((u64, u64), Vec<u8>)>,
+    /// A boot recorded in this batch: its frame, which every later snapshot carries.
+    pub(super) boot: Option<Vec<u8>>,
+    /// Run once the frames are written to the OS, before any fsync: what must not leave
+    /// tickd before its record would survive a crash of the process (see
+    /// [`Batch::on_written`]).
+    pub(super) on_written: Vec<OnDurable>,
     pub(super) on_durable: Vec<OnDurable>,
     /// The memory budget's hold on these frames (see [`Batch::hold`]), given back once they
     /// are written.
@@ -46,8 +54,22 @@ impl Batch {
                 frame::encode(record, &mut self.frames);
                 self.settled.push((settled.id, settled.fired_count));
             }
+            Some(Kind::Attempted(attempted)) => {
+                let frame = self.encode_kept(record);
+                let key = (attempted.id, attempted.fired_count);
+                self.attempted.push((key, frame));
+            }
+            Some(Kind::Boot(_)) => self.boot = Some(self.encode_kept(record)),
             _ => frame::encode(record, &mut self.frames),
         }
+    }
+
+    /// Appends a record's frame and returns a copy of it, for the store to keep.
+    fn encode_kept(&mut self, record: &Record) -> Vec<u8> {
+        let mut frame = Vec::new();
+        frame::encode(record, &mut frame);
+        self.frames.extend_from_slice(&frame);
+        frame
     }
 
     /// Same as recording `Kind::Registered`, encoded straight from borrowed fields.
@@ -78,6 +100,14 @@ impl Batch {
         self.on_durable.push(callback);
     }
 
+    /// Runs `callback` once the batch's frames are written to the OS, without waiting for
+    /// the fsync `--sync always` makes after: a crash of the process then keeps them (the
+    /// kernel has them), a crash of the machine may not. For records that only count
+    /// (attempts), where waiting for the disk would delay every delivery.
+    pub(crate) fn on_written(&mut self, callback: OnDurable) {
+        self.on_written.push(callback);
+    }
+
     /// Charges the frames to the memory budget until they are written: the log's buffers in
     /// flight count with what tickd holds, so that many large registrations waiting for one
     /// fsync are refused at the budget rather than piling up past it.
@@ -89,7 +119,7 @@ impl Batch {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty() && self.on_durable.is_empty()
+        self.frames.is_empty() && self.on_durable.is_empty() && self.on_written.is_empty()
     }
 
     pub(crate) fn encoded_bytes(&self) -> usize {

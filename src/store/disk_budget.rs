@@ -58,7 +58,9 @@ pub(crate) struct DiskBudget {
     queued: AtomicU64,
     /// Set by the first refusal (or a count past the limit), cleared once a compaction
     /// brought the log a reserve's worth under it: the transitions are logged once each,
-    /// registrations are refused meanwhile and compaction starts early.
+    /// registrations are refused meanwhile and compaction starts early. Held in memory
+    /// only: a restart counts the directory anew, and starts reached only if that count
+    /// is past the limit (see [`Self::set_on_disk`]).
     reached: AtomicBool,
     metrics: Arc<Metrics>,
 }
@@ -393,6 +395,26 @@ mod tests {
         budget.compacted();
         assert!(!budget.is_reached());
         assert_eq!(budget.admit(0, MIB), Ok(()));
+    }
+
+    /// What a refusal holds back (until a compaction brings the log a reserve's worth
+    /// under its limit) is not carried over a restart: the same directory counted anew
+    /// takes a record that fits.
+    #[test]
+    fn a_restart_counts_the_directory_not_the_refusal_before_it() {
+        let before = budget(64 * MIB);
+        before.set_on_disk(32 * MIB - MIB / 2, 0);
+        assert!(before.admit(0, MIB).is_err());
+        // A compaction gives back a megabyte, less than the reserve: still refusing.
+        before.set_on_disk(30 * MIB, 0);
+        before.compacted();
+        assert!(before.admit(0, MIB).is_err());
+        // The directory of 30 MiB counted at start-up: 30 + 2 fits, one byte more does not.
+        let after = budget(64 * MIB);
+        after.set_on_disk(30 * MIB, 0);
+        assert!(!after.is_reached());
+        assert_eq!(after.admit(0, 2 * MIB), Ok(()));
+        assert!(after.admit(0, 2 * MIB + 1).is_err());
     }
 
     #[test]

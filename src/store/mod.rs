@@ -193,16 +193,22 @@ impl StoreHandle {
     }
 }
 
+/// A fired expiration never settled, as recovery found it: its record, and the deliveries
+/// it had (its latest `Attempted` record; 0 if none).
+pub type RecoveredFiring = (records::Fired, u32);
+
 /// The store thread; dropping every [`StoreHandle`] lets it finish, and `join` waits.
 pub struct Store {
     thread: std::thread::JoinHandle<()>,
     recovered_snapshot_bytes: u64,
+    boot: u64,
 }
 
 impl Store {
     /// Opens (creating if needed) the data directory and replays it: `replay` sees every
     /// snapshot and log record in order. Returns the running store and the fired expirations
-    /// that were never settled, to be delivered again.
+    /// that were never settled, each with the deliveries it had, to be delivered again.
+    /// This boot is recorded (durably) before it returns: see [`Store::boot`].
     /// `max_disk`: `--max-disk` (0: none), counted against the directory.
     pub fn open(
         dir: &Path,
@@ -210,7 +216,7 @@ impl Store {
         metrics: Arc<Metrics>,
         max_disk: u64,
         replay: impl FnMut(Record),
-    ) -> Result<(Store, StoreHandle, Vec<records::Fired>), StoreError> {
+    ) -> Result<(Store, StoreHandle, Vec<RecoveredFiring>), StoreError> {
         let budget = DiskBudget::new(max_disk, metrics.clone());
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let recovered = recovery::recover(dir, replay)?;
@@ -219,14 +225,23 @@ impl Store {
         let (frames, unsettled) = recovered
             .unsettled
             .into_iter()
-            .map(|(key, (frame, fired))| ((key, frame), fired))
+            .map(|(key, firing)| ((key, firing.frames), (firing.fired, firing.attempts)))
             .unzip();
+        let boot = recovered.boot + 1;
+        let mut boot_frame = Vec::new();
+        frame::encode(
+            &Record {
+                kind: Some(records::record::Kind::Boot(boot)),
+            },
+            &mut boot_frame,
+        );
         let failed = Arc::new(AtomicBool::new(false));
         let writer = Writer::start(
             dir.to_owned(),
             next_segment,
             sync,
             frames,
+            boot_frame,
             metrics,
             failed.clone(),
             budget.clone(),
@@ -241,6 +256,7 @@ impl Store {
         let store = Store {
             thread,
             recovered_snapshot_bytes,
+            boot,
         };
         let handle = StoreHandle {
             sender,
@@ -257,6 +273,12 @@ impl Store {
     /// about as large as, which sets when it is worth taking.
     pub(crate) fn recovered_snapshot_bytes(&self) -> usize {
         usize::try_from(self.recovered_snapshot_bytes).unwrap_or(usize::MAX)
+    }
+
+    /// This boot's number: one more than the highest the directory recorded, so never one
+    /// an earlier process of this directory had.
+    pub(crate) fn boot(&self) -> u64 {
+        self.boot
     }
 
     /// False once the store thread has ended: it ends only when every handle is dropped,

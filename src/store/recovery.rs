@@ -21,6 +21,8 @@ pub(crate) struct Recovered {
     pub(crate) last_segment: u64,
     /// Fired expirations never settled, with their frames, by (timer id, fired count).
     pub(crate) unsettled: Unsettled,
+    /// The highest boot recorded (0 if none).
+    pub(crate) boot: u64,
     /// Size of the snapshot recovery started from (0 if none).
     pub(crate) snapshot_bytes: u64,
 }
@@ -46,11 +48,13 @@ pub(crate) fn recover(dir: &Path, replay: impl FnMut(Record)) -> Result<Recovere
         records = scan.records,
         snapshot = ?scan.snapshot,
         unsettled = scan.unsettled(),
+        last_boot = scan.boot,
         "store recovered"
     );
     Ok(Recovered {
         last_segment: scan.last_sequence,
         unsettled: scan.unsettled,
+        boot: scan.boot,
         snapshot_bytes: scan.snapshot_bytes,
     })
 }

@@ -61,9 +61,25 @@ pub struct Stop {
     pub bytes_after: u64,
 }
 
-/// Fired expirations never settled, by (timer id, fired count): each framed in the current
+/// Fired expirations never settled, by (timer id, fired count).
+pub(crate) type Unsettled = FxHashMap<(u64, u64), UnsettledFiring>;
+
+/// A fired expiration never settled, as the log left it: its records framed in the current
 /// format, to be copied into the next snapshot, and decoded, to be delivered again.
-pub(crate) type Unsettled = FxHashMap<(u64, u64), (Vec<u8>, Fired)>;
+pub(crate) struct UnsettledFiring {
+    pub(crate) frames: KeptFrames,
+    pub(crate) fired: Fired,
+    /// Deliveries made so far, from its latest `Attempted` record (0 if none).
+    pub(crate) attempts: u32,
+}
+
+/// The frames the store keeps of an unsettled firing, to write again into each snapshot
+/// until it is settled: its `Fired` record and its latest `Attempted` one (empty if none).
+#[derive(Default)]
+pub(crate) struct KeptFrames {
+    pub(crate) fired: Vec<u8>,
+    pub(crate) attempted: Vec<u8>,
+}
 
 /// What reading a data directory found.
 pub struct Scan {
@@ -78,6 +94,9 @@ pub struct Scan {
     /// The newest snapshot's number, if any.
     pub(crate) snapshot: Option<u64>,
     pub(crate) unsettled: Unsettled,
+    /// The highest boot recorded (0 if none: a directory from before boots were recorded,
+    /// or a new one).
+    pub(crate) boot: u64,
     pub(crate) snapshot_bytes: u64,
     /// Files the newest snapshot replaces, and partial snapshots: deleted once recovery
     /// has succeeded.
@@ -125,6 +144,7 @@ pub fn scan(dir: &Path, mut replay: impl FnMut(Record)) -> Result<Scan, StoreErr
         stop: read.stop,
         snapshot: listing.snapshot,
         unsettled: read.unsettled,
+        boot: read.boot,
         snapshot_bytes: listing.snapshot_bytes,
         superseded: listing.superseded,
         last_sequence: listing.last_sequence,
@@ -207,6 +227,7 @@ struct Reading {
     records: u64,
     stop: Option<Stop>,
     unsettled: Unsettled,
+    boot: u64,
 }
 
 /// Reads the files in order until the end or the first damage, sending their records in
@@ -220,12 +241,13 @@ fn read_files(
         records: 0,
         stop: None,
         unsettled: FxHashMap::default(),
+        boot: 0,
     };
     let mut chunk = Vec::with_capacity(RECORDS_PER_CHUNK);
     let mut chunk_bytes = 0;
     for (path, newest) in files {
         let (file, stop) = read_file(path, *newest, &mut |record, body| {
-            track_unsettled(&mut read.unsettled, &record, body);
+            track(&mut read, &record, body);
             chunk.push(record);
             chunk_bytes += body.len();
             if chunk.len() == RECORDS_PER_CHUNK || chunk_bytes >= CHUNK_BYTES {
@@ -248,18 +270,43 @@ fn read_files(
     Ok(read)
 }
 
-fn track_unsettled(unsettled: &mut Unsettled, record: &Record, body: &[u8]) {
+/// Follows what recovery needs besides the timers: the unsettled firings with their
+/// attempts, and the highest boot.
+fn track(read: &mut Reading, record: &Record, body: &[u8]) {
+    let reframed = || {
+        let mut frame = Vec::new();
+        frame::encode_body(body, &mut frame);
+        frame
+    };
     match &record.kind {
         Some(Kind::Fired(fired)) => {
             if let Some(timer) = &fired.timer {
-                let mut frame = Vec::new();
-                frame::encode_body(body, &mut frame);
-                unsettled.insert((timer.id, timer.fired_count), (frame, fired.clone()));
+                let firing = read
+                    .unsettled
+                    .entry((timer.id, timer.fired_count))
+                    .or_insert_with(|| UnsettledFiring {
+                        frames: KeptFrames::default(),
+                        fired: fired.clone(),
+                        attempts: 0,
+                    });
+                // A fuzzy snapshot may hold a firing its later segment records again: the
+                // attempts already counted stay.
+                firing.frames.fired = reframed();
+                firing.fired = fired.clone();
+            }
+        }
+        Some(Kind::Attempted(attempted)) => {
+            // One settled meanwhile (or before the snapshot) has no entry: nothing to count.
+            let key = (attempted.id, attempted.fired_count);
+            if let Some(firing) = read.unsettled.get_mut(&key) {
+                firing.attempts = attempted.attempts;
+                firing.frames.attempted = reframed();
             }
         }
         Some(Kind::Settled(settled)) => {
-            unsettled.remove(&(settled.id, settled.fired_count));
+            read.unsettled.remove(&(settled.id, settled.fired_count));
         }
+        Some(Kind::Boot(boot)) => read.boot = read.boot.max(*boot),
         _ => {}
     }
 }

@@ -19,6 +19,7 @@ use tracing::{error, info};
 
 use super::disk_budget::{self, DiskBudget};
 use super::frame_buffers::FrameBuffers;
+use super::scan::KeptFrames;
 use super::snapshot_writer::SnapshotWriter;
 use super::{
     create_segment, frame, io_error, segment_path, Batch, QueuedChunk, Request, StoreError,
@@ -30,7 +31,7 @@ use crate::metrics::Metrics;
 const PENDING_KEPT_BYTES: usize = 1 << 20;
 
 /// Fired expirations not yet settled: their frames, by (timer id, fired count).
-pub(super) type Unsettled = FxHashMap<(u64, u64), Vec<u8>>;
+pub(super) type Unsettled = FxHashMap<(u64, u64), KeptFrames>;
 
 /// The store thread's state.
 pub(super) struct Writer {
@@ -41,6 +42,9 @@ pub(super) struct Writer {
     /// The snapshot being written or sealed, on its own thread (see [`super::snapshot_writer`]).
     snapshot: Option<SnapshotWriter>,
     unsettled: Unsettled,
+    /// The frame of the latest boot record, which every snapshot carries so that the boot
+    /// count outlives the segment that recorded it.
+    boot_frame: Vec<u8>,
     unsynced: bool,
     last_sync: Instant,
     metrics: Arc<Metrics>,
@@ -67,17 +71,26 @@ pub(super) struct Writer {
 }
 
 impl Writer {
+    /// Starts segment `sequence` with `boot_frame` (this boot's record), durable before
+    /// anything else is written, so no delivery id of this boot is handed out unrecorded.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
         dir: PathBuf,
         sequence: u64,
         sync: SyncMode,
         unsettled: Unsettled,
+        boot_frame: Vec<u8>,
         metrics: Arc<Metrics>,
         failed_flag: Arc<AtomicBool>,
         budget: Arc<DiskBudget>,
     ) -> Result<Self, StoreError> {
-        let segment = create_segment(&dir, sequence)?;
-        let length = frame::FILE_HEADER.len() as u64;
+        let mut segment = create_segment(&dir, sequence)?;
+        let path = segment_path(&dir, sequence);
+        segment
+            .write_all(&boot_frame)
+            .and_then(|()| segment.sync_data())
+            .map_err(io_error(&path))?;
+        let length = (frame::FILE_HEADER.len() + boot_frame.len()) as u64;
         let on_disk = disk_budget::directory_bytes(&dir)?;
         budget.set_on_disk(on_disk, 0);
         Ok(Self {
@@ -87,6 +100,7 @@ impl Writer {
             segment_sequence: sequence,
             snapshot: None,
             unsettled,
+            boot_frame,
             unsynced: false,
             last_sync: Instant::now(),
             metrics,
@@ -185,12 +199,26 @@ impl Writer {
         match request {
             Request::Append(batch) => {
                 crate::faults::panic_if_injected("store");
-                for (key, frame) in batch.fired {
-                    self.unsettled.insert(key, frame);
+                for (key, fired) in batch.fired {
+                    let kept = KeptFrames {
+                        fired,
+                        attempted: Vec::new(),
+                    };
+                    self.unsettled.insert(key, kept);
+                }
+                // Attempts before settlements: a batch that records both settles.
+                for (key, attempted) in batch.attempted {
+                    if let Some(kept) = self.unsettled.get_mut(&key) {
+                        kept.attempted = attempted;
+                    }
                 }
                 for key in &batch.settled {
                     self.unsettled.remove(key);
                 }
+                if let Some(boot) = batch.boot {
+                    self.boot_frame = boot;
+                }
+                pending.on_written.extend(batch.on_written);
                 // The first batch of a group commit lends its buffer to it; the buffer it
                 // replaces, or the batch's copied from, goes back to the worker.
                 let mut frames = batch.frames;
@@ -236,6 +264,9 @@ impl Writer {
             // A burst's group commit must not stay allocated after it.
             pending.frames.shrink_to(PENDING_KEPT_BYTES);
             self.unsynced = true;
+        }
+        for callback in pending.on_written.drain(..) {
+            callback();
         }
         let sync_now = match self.sync {
             SyncMode::Always => self.unsynced,
@@ -318,7 +349,11 @@ impl Writer {
         let Some(snapshot) = &mut self.snapshot else {
             return;
         };
-        let last_frames: Vec<u8> = self.unsettled.values().flatten().copied().collect();
+        let mut last_frames = self.boot_frame.clone();
+        for kept in self.unsettled.values() {
+            last_frames.extend_from_slice(&kept.fired);
+            last_frames.extend_from_slice(&kept.attempted);
+        }
         let bytes = last_frames.len() as u64;
         snapshot.seal(last_frames);
         self.grew_snapshot(bytes);

@@ -128,7 +128,9 @@ pub(crate) fn buffered(max_attempts: &str) -> String {
 /// NULL, oldest first, at most `$5` ([`MAX_REDRIVE`]) and no more than
 /// `--max-buffered-total` (`$6`) has room for, as on one node: their attempts start again
 /// from none, and every replica's subscribers of the namespace are woken to claim them.
-/// Returns the delivery ids' parts of those redriven.
+/// Each takes a new seq, since a delivery id is (seq, attempt): with its old seq and its
+/// attempts counted afresh, its next delivery would have an id it had before, and a late
+/// ack from then would settle it. Returns the delivery ids' parts of those redriven.
 fn redrive_statement() -> String {
     let buffered = buffered("$1");
     format!(
@@ -147,7 +149,8 @@ fn redrive_statement() -> String {
         ),
         redriven AS (
             UPDATE tickd_expirations e
-                SET attempts = 0, dead = false, claimed_by = NULL, claim_until = NULL
+                SET seq = nextval(pg_get_serial_sequence('tickd_expirations', 'seq')),
+                    attempts = 0, dead = false, claimed_by = NULL, claim_until = NULL
             FROM chosen WHERE e.seq = chosen.seq
             RETURNING chosen.seq, chosen.attempts
         )

@@ -1,8 +1,9 @@
 //! Redrive: dead expirations go back to delivery, as if they had just fired, once the
 //! consumer that could not take them is fixed (an SQS redrive).
 //!
-//! Nothing is logged: a dead expiration was never settled in the log, so after a restart
-//! it is delivered again anyway. Redriven ones wait in the namespace's buffer like newly
+//! A dead expiration was never settled in the log; its attempts were. Redrive records them
+//! as 0 and answers once that is durable, so that a restart keeps it redriven rather than
+//! dead again. Redriven ones wait in the namespace's buffer like newly
 //! fired ones and count against its bounds; what finds no room stays dead and can be
 //! redriven later. One call sends back at most [`MAX_REDRIVE`], as the replicated
 //! backend does, so that both answer "all of them" the same way: in several calls.
@@ -10,20 +11,30 @@
 use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
+use tokio::sync::oneshot;
 
+use super::journal::attempted;
 use super::Delivery;
 use crate::delivery::queue::Waiting;
 use crate::domain::{RedriveOutcome, MAX_REDRIVE};
+use crate::store::Batch;
 
 impl Delivery {
     /// Moves the namespace's dead expirations named by `ids` (None: all of them), oldest
-    /// first, back to the head of delivery, their attempts counted afresh.
-    pub(super) fn redrive(&mut self, namespace: &str, ids: Option<Vec<u64>>) -> RedriveOutcome {
+    /// first, back to the head of delivery, their attempts counted afresh; answers `reply`
+    /// once that is in the log.
+    pub(super) fn redrive(
+        &mut self,
+        namespace: &str,
+        ids: Option<Vec<u64>>,
+        reply: oneshot::Sender<RedriveOutcome>,
+    ) {
         let Some((namespace, _)) = self.namespaces.get_key_value(namespace) else {
-            return RedriveOutcome {
+            let _ = reply.send(RedriveOutcome {
                 redriven: 0,
                 not_dead: ids.unwrap_or_default(),
-            };
+            });
+            return;
         };
         let namespace: Arc<str> = namespace.clone();
         let queue = self
@@ -49,6 +60,7 @@ impl Delivery {
         chosen.sort_unstable_by_key(|buried| buried.seq);
         let mut redriven = 0;
         let mut left = Vec::new();
+        let mut records = Batch::default();
         for buried in chosen {
             if redriven as usize >= MAX_REDRIVE || self.buffer_full(&namespace) {
                 left.push(buried);
@@ -57,6 +69,7 @@ impl Delivery {
             self.budget.unbury(buried.seq);
             self.budget.hold();
             self.metrics.delivery_buffered.inc();
+            records.record(&attempted(&buried.dead.expiration, 0));
             let queue = self.queue(&namespace);
             queue.waiting.push_back(Waiting {
                 expiration: buried.dead.expiration,
@@ -74,7 +87,19 @@ impl Delivery {
                 .sort_unstable_by_key(|buried| buried.seq);
         }
         self.metrics.delivery_dead.set(self.budget.dead() as i64);
+        // Recorded before any delivery of them is: their attempts from 0 precede them.
+        let outcome = RedriveOutcome { redriven, not_dead };
+        match self.store.as_ref().filter(|_| redriven > 0) {
+            Some(store) => {
+                records.on_durable(Box::new(move || {
+                    let _ = reply.send(outcome);
+                }));
+                store.append(records);
+            }
+            None => {
+                let _ = reply.send(outcome);
+            }
+        }
         self.dispatch(&namespace);
-        RedriveOutcome { redriven, not_dead }
     }
 }

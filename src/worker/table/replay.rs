@@ -42,7 +42,8 @@ impl TimerTable {
                 }
             }
             Some(Kind::Fired(fired)) => self.replay_fired(fired, now),
-            Some(Kind::Settled(_)) | None => {}
+            // What delivery and the store follow themselves (see `store::scan`).
+            Some(Kind::Settled(_) | Kind::Attempted(_) | Kind::Boot(_)) | None => {}
             Some(Kind::NextId(next_id)) => self.next_id = self.next_id.max(next_id),
         }
     }
