@@ -359,11 +359,71 @@ mod tests {
             })
             .expect("a cut-short obsolete segment is no damage");
         assert_eq!(
-            replayed, 99,
-            "the snapshot's records, none of the old segment's"
+            replayed,
+            99 + 1,
+            "the snapshot's records (its 99 timers and the boot it carries), none of the old \
+             segment's"
         );
         assert!(!old.exists(), "the obsolete segment is deleted");
         drop(handle);
         store.join();
+    }
+
+    /// Each open records a boot one past the highest on disk, and attempts follow an
+    /// unsettled firing, the latest recorded winning; a snapshot carries both, so the
+    /// segments that recorded them can go.
+    #[test]
+    fn boots_and_attempts_outlive_the_segments_that_recorded_them() {
+        use records::record::Kind;
+        let dir = tempfile::tempdir().unwrap();
+        let open = || Store::open(dir.path(), SyncMode::Always, Metrics::new(), 0, |_| {});
+        let attempted = |attempts| records::Record {
+            kind: Some(Kind::Attempted(records::Attempted {
+                id: 7,
+                fired_count: 1,
+                attempts,
+            })),
+        };
+        let (store, handle, unsettled) = open().unwrap();
+        assert_eq!((store.boot(), unsettled.len()), (1, 0));
+        let mut batch = Batch::default();
+        batch.record(&records::Record {
+            kind: Some(Kind::Fired(records::Fired {
+                timer: Some(records::Timer {
+                    id: 7,
+                    namespace: "ns".into(),
+                    fired_count: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+        });
+        batch.record(&attempted(3));
+        handle.append(batch);
+        drop(handle);
+        store.join();
+
+        let (store, handle, unsettled) = open().unwrap();
+        assert_eq!(store.boot(), 2);
+        assert_eq!(unsettled.len(), 1);
+        assert_eq!(unsettled[0].1, 3, "the attempts recorded");
+        // A Redrive records 0; then a snapshot replaces every segment so far.
+        let mut batch = Batch::default();
+        batch.record(&attempted(0));
+        handle.append(batch);
+        handle.begin_snapshot();
+        handle.snapshot_chunk(chunk_of(1..2));
+        handle.end_snapshot();
+        drop(handle);
+        store.join();
+        assert!(
+            !files(dir.path()).contains(&"00000000000000000001.log".to_string()),
+            "the first boot's segment was compacted away: {:?}",
+            files(dir.path())
+        );
+
+        let (store, _handle, unsettled) = open().unwrap();
+        assert_eq!(store.boot(), 3, "the snapshot carried boot 2");
+        assert_eq!(unsettled[0].1, 0, "the latest attempts recorded win");
     }
 }
