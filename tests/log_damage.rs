@@ -171,7 +171,8 @@ async fn a_damaged_length_stops_start_up_and_recover_truncate_sets_the_rest_asid
     let ids = registered_then_stopped(&data, 1_000).await;
     let segment = segments(&data).pop().unwrap();
     let original = std::fs::read(&segment).unwrap();
-    let offset = frame_offsets(&original)[9];
+    // Frame 0 is the boot's record, which every start writes first; 1 to 9 registrations.
+    let offset = frame_offsets(&original)[10];
     let mut damaged = original.clone();
     damaged[offset..offset + 4].copy_from_slice(&0x20_0000u32.to_le_bytes());
     std::fs::write(&segment, &damaged).unwrap();
@@ -253,7 +254,8 @@ async fn a_corrupt_byte_in_a_record_stops_start_up_and_check_reports_it() {
 
     let segment = segments(&data).pop().unwrap();
     let mut bytes = std::fs::read(&segment).unwrap();
-    let offset = frame_offsets(&bytes)[20];
+    // Past the boot's record (frame 0) and 20 registrations.
+    let offset = frame_offsets(&bytes)[21];
     bytes[offset + HEADER_BYTES + 5] ^= 0x40;
     std::fs::write(&segment, &bytes).unwrap();
     let before = snapshot_dir(&data);

@@ -124,6 +124,21 @@ func (s *tickdServer) Stop() {
 	}
 }
 
+// Crash kills tickd with SIGKILL (no drain, nothing left for tickd to do) and waits for it
+// to exit.
+func (s *tickdServer) Crash() {
+	s.t.Helper()
+	if err := s.process.Process.Signal(syscall.SIGKILL); err != nil {
+		s.t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+		s.process = nil
+	case <-time.After(eventTimeout):
+		s.t.Fatalf("tickd did not exit after SIGKILL; its log:\n%s", s.logText())
+	}
+}
+
 // Freeze stops tickd with SIGSTOP: its connections stay open but nothing answers (a host
 // that vanished without closing them). It is thawed when the test ends, if not before.
 func (s *tickdServer) Freeze() {

@@ -10,7 +10,11 @@ import (
 
 // Handler handles one expiration. Returning nil acknowledges it (unless ManualAck); an
 // error leaves it unacknowledged, so tickd delivers it again after the ack timeout (with the
-// next Attempt), until its attempts run out and it is kept as dead.
+// next Attempt), until its attempts run out and it is kept as dead. A handler that returns
+// nil after the stream its expiration came on has ended (the subscriber reconnected
+// meanwhile, e.g. across a tickd restart) gets no ack either: tickd took that delivery back
+// when the stream ended and delivers it again with a higher Attempt (OnAck is told, with
+// StreamEnded set).
 type Handler func(ctx context.Context, expiration *Expiration) error
 
 // SubscriberOptions configure a Subscriber; the zero value is a sharing subscriber running
@@ -19,7 +23,8 @@ type SubscriberOptions struct {
 	// MaxInFlight is how many handlers may run at once (default 1). The subscriber reads no
 	// further expiration off the stream while that many are running.
 	MaxInFlight int
-	// ManualAck leaves acknowledging to the handler's caller (Client.Ack with DeliveryID).
+	// ManualAck leaves acknowledging to the handler's caller (Client.Ack with DeliveryID,
+	// whose AckResult lists the ids tickd no longer awaited as Unknown).
 	ManualAck bool
 	// Observer receives a copy of every expiration without sharing or acknowledging.
 	Observer bool
@@ -48,10 +53,16 @@ type SubscriberOptions struct {
 // AckEvent is the outcome of the subscriber's acknowledgement of one expiration.
 type AckEvent struct {
 	Expiration *Expiration
-	// Acknowledged: tickd took the ack. False with a nil Err when tickd no longer awaited it
-	// (its ack timeout had passed, or tickd restarted): it is delivered again.
+	// Acknowledged: tickd took the ack. False with a nil Err when tickd answered the
+	// delivery id as unknown, no longer awaited (its ack timeout had passed, say), or when
+	// StreamEnded: either way it is delivered again.
 	Acknowledged bool
-	Err          error
+	// StreamEnded: the handler returned after the stream its expiration came on had ended,
+	// so no ack was sent. tickd takes back the unacknowledged deliveries of a stream that
+	// ends (and across a restart their ids name nothing any more); the expiration comes
+	// again, on the new stream or to another subscriber, with a higher Attempt.
+	StreamEnded bool
+	Err         error
 }
 
 // Subscriber receives the client's namespace's expirations over one Subscribe stream,
@@ -151,6 +162,13 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 		}
 	}
 	defer markAccepted()
+	// Closed once this stream has ended (by the receiver as soon as Recv fails, even while
+	// dispatch waits for a free slot): a handler of one of its expirations that returns later
+	// sends no ack.
+	streamEnded := make(chan struct{})
+	var endOnce sync.Once
+	endStream := func() { endOnce.Do(func() { close(streamEnded) }) }
+	defer endStream()
 	go func() {
 		select {
 		case <-runCtx.Done():
@@ -181,6 +199,9 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 		defer close(receiverDone)
 		for {
 			response, err := stream.Recv()
+			if err != nil {
+				endStream()
+			}
 			select {
 			case messages <- received{response, err}:
 			case <-streamCtx.Done():
@@ -201,7 +222,7 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 			if message.err != nil {
 				return true, newError(message.err)
 			}
-			if !s.dispatch(ctx, runCtx, expirationFromProto(message.response.GetExpiration())) {
+			if !s.dispatch(ctx, runCtx, expirationFromProto(message.response.GetExpiration()), streamEnded) {
 				s.waitForHandlers()
 				return true, nil
 			}
@@ -209,22 +230,32 @@ func (s *Subscriber) consumeStream(ctx, runCtx context.Context) (established boo
 	}
 }
 
-// dispatch starts a handler once a slot is free; false if the run ended while waiting.
-func (s *Subscriber) dispatch(ctx, runCtx context.Context, expiration *Expiration) bool {
+// dispatch starts a handler once a slot is free; false if the run ended while waiting. An
+// expiration whose stream ended meanwhile is dropped if tickd awaited its ack: tickd took it
+// back and delivers it again. (Observers' copies and AutoAck deliveries do not come again.)
+func (s *Subscriber) dispatch(ctx, runCtx context.Context, expiration *Expiration, streamEnded <-chan struct{}) bool {
 	select {
 	case s.slots <- struct{}{}:
 	case <-runCtx.Done():
 		return false
 	}
+	if !s.options.Observer && !s.options.AutoAck {
+		select {
+		case <-streamEnded:
+			<-s.slots
+			return true
+		default:
+		}
+	}
 	s.handlers.Add(1)
 	go func() {
 		defer func() { <-s.slots; s.handlers.Done() }()
-		s.handle(ctx, expiration)
+		s.handle(ctx, expiration, streamEnded)
 	}()
 	return true
 }
 
-func (s *Subscriber) handle(ctx context.Context, expiration *Expiration) {
+func (s *Subscriber) handle(ctx context.Context, expiration *Expiration, streamEnded <-chan struct{}) {
 	if err := s.handler(ctx, expiration); err != nil {
 		if s.options.OnHandlerError != nil {
 			s.options.OnHandlerError(expiration, err)
@@ -233,6 +264,17 @@ func (s *Subscriber) handle(ctx context.Context, expiration *Expiration) {
 	}
 	if s.options.ManualAck || s.options.Observer || s.options.AutoAck {
 		return
+	}
+	select {
+	case <-streamEnded:
+		// tickd took the delivery back when its stream ended (after a restart its id names
+		// nothing; an older tickd, numbering deliveries from 1 at each start, would take it
+		// for another): an ack now would mean nothing, so none is sent.
+		if s.options.OnAck != nil {
+			s.options.OnAck(AckEvent{Expiration: expiration, StreamEnded: true})
+		}
+		return
+	default:
 	}
 	// The ack is sent even when ctx has just been cancelled: the work is done, and an ack
 	// saves a redelivery.

@@ -146,7 +146,10 @@ type AckResult struct {
 	Unknown []string
 }
 
-// Ack acknowledges deliveries (Expiration.DeliveryID) in the client's namespace.
+// Ack acknowledges deliveries (Expiration.DeliveryID) in the client's namespace. The answer
+// counts those tickd acknowledged and lists the others as Unknown: never acknowledged by
+// this call, they are delivered again (unless acknowledged already). The ids are sent as
+// given, whatever became of the stream they came on.
 func (c *Client) Ack(ctx context.Context, deliveryIDs ...string) (*AckResult, error) {
 	request := &tickdpb.AckRequest{Namespace: c.options.namespace, DeliveryIds: deliveryIDs}
 	var response *tickdpb.AckResponse

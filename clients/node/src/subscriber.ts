@@ -13,8 +13,20 @@ export interface ExpirationContext {
   /** 1 on the first delivery, 2, 3, ... on redeliveries. */
   readonly attempt: number;
   readonly deliveryId: string;
-  /** Acknowledges this delivery now (needed in manual-ack mode; harmless otherwise, done once). */
+  /**
+   * Acknowledges this delivery now (needed in manual-ack mode; harmless otherwise, done once).
+   * The ack is sent whatever became of the stream the delivery came on; the answer says
+   * whether tickd took it: `acknowledged` 0 with the id in `unknown` when tickd no longer
+   * awaited it (acknowledged already, its ack timeout passed, or its stream ended, a tickd
+   * restart included: it is delivered again).
+   */
   ack(): Promise<AckResponse>;
+  /**
+   * True once the stream this delivery came on has ended (it broke, tickd restarted, or the
+   * subscriber stopped): tickd has taken the delivery back and delivers it again, so the
+   * subscriber sends no ack for it when the handler returns (see the `ackNotSent` event).
+   */
+  readonly streamEnded: boolean;
 }
 
 /** Handles one expiration; the returned promise settling is "done" (rejecting: not acknowledged). */
@@ -48,6 +60,12 @@ export interface SubscriberEvents {
   failed: [error: TickdError];
   /** An ack was answered; `response.unknown` names ids tickd was not waiting for. */
   acked: [expiration: Expiration, response: AckResponse];
+  /**
+   * The handler returned after the stream its expiration came on had ended (the subscriber
+   * reconnected meanwhile, e.g. across a tickd restart): no ack is sent, since tickd took the
+   * delivery back when the stream ended; the expiration comes again with a higher attempt.
+   */
+  ackNotSent: [expiration: Expiration];
   /** The handler threw or rejected; the expiration stays unacknowledged and will come again. */
   handlerError: [error: unknown, expiration: Expiration];
   /** The ack call itself failed (after its retries). */
@@ -61,17 +79,29 @@ export interface SubscriberEvents {
 
 const DEFAULT_MAX_IN_FLIGHT = 8;
 
+/** One Subscribe stream as its deliveries see it: `ended` once the stream has ended. */
+interface StreamState {
+  ended: boolean;
+}
+
+/** An expiration received, with the stream it came on. */
+interface Received {
+  readonly expiration: Expiration;
+  readonly stream: StreamState;
+}
+
 /**
  * Consumes a namespace's expirations over one Subscribe stream, reconnecting with back-off,
  * running at most `maxInFlight` handlers at once and acknowledging each after its handler
  * returns. Delivery is at least once: an expiration whose ack is lost comes again, so handlers
- * must be idempotent.
+ * must be idempotent. A handler that returns after its expiration's stream has ended gets no
+ * ack (`ackNotSent`): tickd took the delivery back and delivers it again.
  */
 export class Subscriber extends EventEmitter<SubscriberEvents> {
   private readonly namespace: string;
   private readonly maxInFlight: number;
   private readonly loop: ReconnectLoop;
-  private readonly waiting: Expiration[] = [];
+  private readonly waiting: Received[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private pauseStream: (() => void) | undefined;
   private resumeStream: (() => void) | undefined;
@@ -127,22 +157,33 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
       maxUnacked: this.options.maxUnacked ?? 0,
       autoAck: false,
     });
+    const stream: StreamState = { ended: false };
     this.pauseStream = () => call.pause();
     this.resumeStream = () => call.resume();
     call.on("metadata", () => session.established());
     call.on("data", (response: { expiration?: Expiration }) => {
       if (response.expiration === undefined || this.stopRequested) return;
-      this.waiting.push(response.expiration);
+      this.waiting.push({ expiration: response.expiration, stream });
       this.startHandlers();
     });
-    return streamEnd(call, session.signal);
+    return streamEnd(call, session.signal).then((error) => {
+      // tickd takes back the unacknowledged deliveries of a stream that ended: the ones not
+      // yet handed to a handler are dropped (they come again), and acks of those in flight
+      // are no longer sent. (An observer's copies are not sent again: it keeps them.)
+      stream.ended = true;
+      if (this.options.mode === "observer") return error;
+      for (let index = this.waiting.length - 1; index >= 0; index -= 1) {
+        if (this.waiting[index]!.stream === stream) this.waiting.splice(index, 1);
+      }
+      return error;
+    });
   }
 
   /** Starts handlers for waiting expirations while below the limit; pauses the stream at it. */
   private startHandlers(): void {
     while (this.waiting.length > 0 && this.inFlight.size < this.maxInFlight) {
-      const expiration = this.waiting.shift() as Expiration;
-      const task = this.handle(expiration).finally(() => {
+      const { expiration, stream } = this.waiting.shift() as Received;
+      const task = this.handle(expiration, stream).finally(() => {
         this.inFlight.delete(task);
         this.startHandlers();
       });
@@ -153,12 +194,15 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
     else this.resumeStream?.();
   }
 
-  private async handle(expiration: Expiration): Promise<void> {
+  private async handle(expiration: Expiration, stream: StreamState): Promise<void> {
     let acknowledgement: Promise<AckResponse> | undefined;
     const context: ExpirationContext = {
       attempt: expiration.attempt,
       deliveryId: expiration.deliveryId,
       ack: () => (acknowledgement ??= this.acknowledge(expiration)),
+      get streamEnded() {
+        return stream.ended;
+      },
     };
     try {
       await this.options.handler(expiration, context);
@@ -167,7 +211,15 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
       return;
     }
     const acksAutomatically = !this.options.manualAck && this.options.mode !== "observer";
-    if (acksAutomatically) await context.ack().catch(() => undefined);
+    if (!acksAutomatically) return;
+    if (acknowledgement === undefined && stream.ended) {
+      // tickd took the delivery back when its stream ended (after a restart its id names
+      // nothing; an older tickd, numbering deliveries from 1 at each start, would take it
+      // for another): an ack now would mean nothing, so none is sent.
+      this.emit("ackNotSent", expiration);
+      return;
+    }
+    await context.ack().catch(() => undefined);
   }
 
   /** Acks one delivery (retried on UNAVAILABLE by the client); reports the answer or the failure. */

@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 import tickd
-from conftest import Connect
+from conftest import Connect, StartTickd
+from held_handler import HeldHandler, unsent_ack_logged
 from recording_retry import RecordingRetryPolicy
 from tickd_server import TickdServer
 from waiting import PATIENCE, Recorder, eventually
@@ -50,6 +51,61 @@ def test_subscriber_handles_and_acknowledges_everything_across_a_restart(
             "nothing pending or dead in the namespace",
         )
     finally:
+        subscriber.stop()
+
+
+@pytest.mark.parametrize("signal", ["SIGTERM", "SIGKILL"])
+def test_a_handler_finishing_after_a_restart_is_not_acknowledged_and_its_expiration_comes_again(
+    connect: Connect, start_tickd: StartTickd, namespace: str, caplog: pytest.LogCaptureFixture, signal: str
+) -> None:
+    """A handler still running when tickd is restarted (same data directory) finishes once the
+    subscriber has reconnected: its ack is not sent (nor counted as acknowledged), the
+    expiration comes again with attempt 2 or more, and no other expiration is settled in its
+    place: the ones registered after the restart, held in their handlers meanwhile, are each
+    acknowledged by their own ack."""
+    server = start_tickd("--sync", "always")
+    client = connect(server, namespace=namespace)
+    handler = HeldHandler("held")
+    subscriber = client.subscribe(
+        handler.handle, tickd.SubscriberOptions(max_in_flight=8, ack_timeout=60.0), on_ack=handler.on_ack
+    )
+    try:
+        client.register(tickd.TimerSpec(key="held", delay=0))
+        handler.wait_for("the held handler to start", lambda seen: len(seen.deliveries_of("held")) == 1)
+        first = handler.deliveries_of("held")[0]
+        assert first.attempt == 1
+
+        if signal == "SIGTERM":
+            server.restart()
+        else:
+            server.restart_after_sigkill()
+        after = [f"after-{n}" for n in range(3)]
+        register_keyed(client, after, delay=0)
+        # The held expiration again (on the new stream, so the subscriber reconnected) and the
+        # new ones, all in their handlers: each of them awaits its own ack now.
+        handler.wait_for(
+            "the held expiration again and every later one",
+            lambda seen: len(seen.deliveries_of("held")) >= 2 and all(seen.deliveries_of(key) for key in after),
+        )
+
+        handler.release_held.set()
+        assert handler.ack_of(first) is False, "the late handler's ack counted as acknowledged"
+        assert unsent_ack_logged(caplog, first.delivery_id), "no warning that the late ack was not sent"
+
+        handler.release_others.set()
+        again = handler.deliveries_of("held")[1]
+        later = [handler.deliveries_of(key)[0] for key in after]
+        for delivered in [again, *later]:
+            assert handler.ack_of(delivered) is True, f"{delivered} was not acknowledged by its own ack"
+        eventually(
+            lambda: (page := client.pending_page()).count == 0 and page.dead_count == 0,
+            "nothing pending or dead in the namespace",
+        )
+        assert again.attempt >= 2, f"attempts did not survive the {signal} restart: {again}"
+        assert again.delivery_id != first.delivery_id, f"a delivery id repeated across the restart: {first}, {again}"
+    finally:
+        handler.release_held.set()
+        handler.release_others.set()
         subscriber.stop()
 
 

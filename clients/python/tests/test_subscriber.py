@@ -6,8 +6,11 @@ import queue
 import threading
 from dataclasses import replace
 
+import pytest
+
 import tickd
 from conftest import TEST_CLIENT_OPTIONS, Connect
+from held_handler import HeldHandler, unsent_ack_logged
 from tcp_proxy import TcpProxy
 from tickd_server import TickdServer
 from waiting import PATIENCE, Recorder, eventually
@@ -147,6 +150,43 @@ def test_the_reconnect_back_off_starts_over_once_tickd_accepted_a_stream(
             eventually(lambda: subscriber.accepted_streams >= accepted, f"accepted stream {accepted}")
             proxy.cut()
     finally:
+        subscriber.stop()
+        client.close()
+        proxy.close()
+
+
+def test_a_handler_finishing_after_a_reconnect_gets_no_ack_and_its_expiration_comes_again(
+    tickd_server: TickdServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream breaks (tickd stays up) while a handler runs: tickd takes the delivery back
+    and sends it again on the new stream (attempt 2); the first handler, finishing after that,
+    gets no ack, and the second delivery is acknowledged by its own."""
+    proxy = TcpProxy(tickd_server.address)
+    client = tickd.Client(proxy.address, replace(TEST_CLIENT_OPTIONS, namespace=namespace))
+    handler = HeldHandler("held")
+    subscriber = client.subscribe(
+        handler.handle, tickd.SubscriberOptions(max_in_flight=4, ack_timeout=60.0), on_ack=handler.on_ack
+    )
+    try:
+        client.register(tickd.TimerSpec(key="held", delay=0))
+        handler.wait_for("the held handler to start", lambda seen: len(seen.deliveries_of("held")) == 1)
+        first = handler.deliveries_of("held")[0]
+        proxy.cut()
+        handler.wait_for("the held expiration again, on the new stream", lambda seen: len(seen.deliveries_of("held")) >= 2)
+
+        handler.release_held.set()
+        assert handler.ack_of(first) is False, "the late handler's ack counted as acknowledged"
+        assert unsent_ack_logged(caplog, first.delivery_id), "no warning that the late ack was not sent"
+        handler.release_others.set()
+        again = handler.deliveries_of("held")[1]
+        assert handler.ack_of(again) is True
+        assert (first.attempt, again.attempt) == (1, 2)
+        assert again.delivery_id != first.delivery_id
+        page = client.pending_page()
+        assert page.count == 0 and page.dead_count == 0
+    finally:
+        handler.release_held.set()
+        handler.release_others.set()
         subscriber.stop()
         client.close()
         proxy.close()

@@ -99,6 +99,13 @@ class TickdServer:
         assert status == 0, f"tickd exited with {status} on SIGTERM"
         self.start()
 
+    def restart_after_sigkill(self) -> None:
+        """Kills tickd (SIGKILL: no drain, nothing flushed by tickd itself) and starts it
+        again on the same port and data directory."""
+        assert self.process is not None, "tickd is not running"
+        self.kill()
+        self.start()
+
     def kill(self) -> None:
         """Ends the process if it still runs (teardown, or a failed start)."""
         if self.process is None:

@@ -49,6 +49,16 @@ export class TickdServer {
     if (status !== 0) throw new Error(`tickd exited with status ${status} (log: ${this.logFile()})`);
   }
 
+  /** SIGKILL (no drain: tickd gets no say), then waits for the exit. */
+  async kill(): Promise<void> {
+    const process = this.process;
+    if (process === undefined || this.exited === undefined) return;
+    process.kill("SIGKILL");
+    await this.exited;
+    this.process = undefined;
+    rmSync(this.pidFile(), { force: true });
+  }
+
   /** Starts tickd again on the same port and data dir. */
   async restart(): Promise<void> {
     if (this.process !== undefined) await this.stop();

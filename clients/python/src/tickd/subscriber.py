@@ -12,7 +12,7 @@ import grpc
 
 from .backoff import Backoff
 from .errors import TickdError
-from .subscription import SubscriberOptions
+from .subscription import StreamState, SubscriberOptions, report_unsent_ack
 from .v1 import tickd_pb2 as pb
 
 if TYPE_CHECKING:
@@ -22,7 +22,10 @@ log = logging.getLogger("tickd.subscriber")
 
 #: Called once per delivery; ``expiration.attempt`` is 1, then 2, 3... on redeliveries.
 Handler = Callable[[pb.Expiration], None]
-#: Told whether each ack the subscriber sent was answered as acknowledged.
+#: Told, for each expiration the subscriber acknowledges for its handler (and each
+#: ``Subscriber.ack``), whether it was acknowledged: False when tickd answered its delivery id
+#: as unknown (no longer awaited), and False, with no ack sent, when the handler returned
+#: after the stream the expiration came on had ended (it is delivered again).
 AckListener = Callable[[pb.Expiration, bool], None]
 
 
@@ -33,8 +36,12 @@ class Subscriber:
 
     Delivery is at-least-once: an expiration whose ack did not reach tickd (a restart, a
     handler that raised, a stream that broke first) is delivered again, so handlers must be
-    idempotent. ``stop()`` returns once in-flight handlers finished (and their acks were
-    sent) and the stream is closed; call it from outside the handlers.
+    idempotent. A handler that returns after the stream its expiration came on has ended (the
+    subscriber reconnected meanwhile) gets no ack: tickd took that delivery back when the
+    stream ended, so the ack is not sent, ``on_ack`` is told False and a warning is logged;
+    the expiration comes again with a higher attempt. ``stop()`` returns once in-flight
+    handlers finished (and their acks were sent) and the stream is closed; call it from
+    outside the handlers.
 
     A refusal that reconnecting cannot cure (UNAUTHENTICATED, PERMISSION_DENIED,
     INVALID_ARGUMENT, UNIMPLEMENTED) ends the subscriber: ``error`` holds it, ``wait()``
@@ -97,8 +104,11 @@ class Subscriber:
             raise self._error
 
     def ack(self, expiration: pb.Expiration) -> bool:
-        """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it, False
-        if it was no longer awaiting an ack (e.g. its ack timeout passed: it is redelivered)."""
+        """Acknowledges one delivery (for ``manual_ack``), whatever stream it came on: True if
+        tickd acknowledged it, False if tickd answered its id as unknown, no longer awaiting an
+        ack (acknowledged already, its ack timeout passed, or its stream ended, a tickd restart
+        included: it is delivered again). :meth:`Client.ack` acks many ids and answers which
+        were unknown."""
         answer = self._client.ack([expiration.delivery_id], namespace=self.namespace)
         acknowledged = answer.acknowledged == 1
         if self._on_ack is not None:
@@ -131,7 +141,12 @@ class Subscriber:
                 self._stopped_event.wait(self._backoff.next_delay())
 
     def _one_stream(self) -> None:
+        stream = StreamState()
         call = self._client.stub.Subscribe(self._request, metadata=self._client.options.metadata())
+        # Marked ended as soon as the call ends, even while this thread waits for a free
+        # handler: a handler returning then must not ack.
+        if not call.add_callback(stream.end):
+            stream.end()
         with self._state:
             if self._stopping:
                 call.cancel()
@@ -146,7 +161,7 @@ class Subscriber:
                 with self._state:
                     self._accepted_streams += 1
             for response in call:
-                self._dispatch(response.expiration)
+                self._dispatch(response.expiration, stream)
             log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
         except grpc.RpcError as rpc_error:
             error = TickdError.from_rpc_error(rpc_error)
@@ -155,6 +170,7 @@ class Subscriber:
             elif not self._stopped_event.is_set():
                 log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace, error)
         finally:
+            stream.end()
             with self._state:
                 self._call = None
 
@@ -167,25 +183,39 @@ class Subscriber:
             self._state.notify_all()
         self._stopped_event.set()
 
-    def _dispatch(self, expiration: pb.Expiration) -> None:
-        """Waits for a free handler thread, then hands the expiration over (dropped if stopping)."""
+    def _dispatch(self, expiration: pb.Expiration, stream: StreamState) -> None:
+        """Waits for a free handler thread, then hands the expiration over (dropped if stopping,
+        or if its stream ended meanwhile and tickd awaited its ack: tickd took it back and
+        delivers it again)."""
         with self._state:
             self._state.wait_for(lambda: self._stopping or self._in_flight < self.options.max_in_flight)
-            if self._stopping:
+            if self._stopping or (stream.ended and self.options.awaits_acks):
                 return
             self._in_flight += 1
-            self._handlers.submit(self._handle, expiration)
+            self._handlers.submit(self._handle, expiration, stream)
 
-    def _handle(self, expiration: pb.Expiration) -> None:
+    def _handle(self, expiration: pb.Expiration, stream: StreamState) -> None:
         try:
             if self._run_handler(expiration) and self.options.acks_after_handler:
-                self.ack(expiration)
+                self._ack_after_handler(expiration, stream)
         except TickdError as error:
             log.warning("ack of delivery %s failed (it will be delivered again): %s", expiration.delivery_id, error)
         finally:
             with self._state:
                 self._in_flight -= 1
                 self._state.notify_all()
+
+    def _ack_after_handler(self, expiration: pb.Expiration, stream: StreamState) -> None:
+        """Acks for a handler that returned, unless the stream the expiration came on has ended:
+        tickd took the delivery back then (after a restart its id names nothing; an older tickd,
+        which numbered deliveries from 1 at each start, would take it for another), so the ack
+        is not sent."""
+        if not stream.ended:
+            self.ack(expiration)
+            return
+        report_unsent_ack(log, expiration)
+        if self._on_ack is not None:
+            self._on_ack(expiration, False)
 
     def _run_handler(self, expiration: pb.Expiration) -> bool:
         """True if the handler returned; one that raised leaves the expiration unacknowledged."""

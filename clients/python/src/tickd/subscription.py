@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ._convert import Seconds, to_duration
@@ -41,6 +42,13 @@ class SubscriberOptions:
             raise ValueError("SubscriberOptions.max_in_flight must be at least 1")
 
     @property
+    def awaits_acks(self) -> bool:
+        """Whether tickd awaits an ack for each delivery (and so takes back those of a stream
+        that ended, to deliver them again); observers' copies and auto-acked deliveries are
+        not redelivered."""
+        return not (self.observer or self.server_auto_ack)
+
+    @property
     def acks_after_handler(self) -> bool:
         """Whether the subscriber itself acknowledges each expiration its handler took."""
         return not (self.manual_ack or self.observer or self.server_auto_ack)
@@ -55,3 +63,31 @@ class SubscriberOptions:
         if self.ack_timeout is not None:
             request.ack_timeout.CopyFrom(to_duration(self.ack_timeout))
         return request
+
+
+class StreamState:
+    """One Subscribe stream, as the deliveries that came on it know it: ``ended`` turns True
+    once the subscriber saw the stream end (broken, closed by tickd, or stopped).
+
+    tickd takes back the unacknowledged deliveries of a stream that ended (and delivers them
+    again, with a higher attempt), so the ack of a handler that returns after its stream ended
+    would mean nothing: the subscriber does not send it (see :func:`report_unsent_ack`)."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def end(self) -> None:
+        """Marks the stream ended (from any thread; called again, it changes nothing)."""
+        self.ended = True
+
+
+def report_unsent_ack(log: logging.Logger, expiration: pb.Expiration) -> None:
+    """Logs that a handler returned after its delivery's stream ended, so its ack was not sent."""
+    log.warning(
+        "timer %s (delivery %s, attempt %d): the handler returned after the Subscribe stream it came on "
+        "had ended; its ack is not sent: tickd took the delivery back and delivers it again (attempt %d or "
+        "later; dead once out of attempts)",
+        expiration.timer.id, expiration.delivery_id, expiration.attempt, expiration.attempt + 1,
+    )

@@ -13,7 +13,7 @@ import grpc
 from ..backoff import Backoff
 from ..errors import TickdError
 from ..subscriber import AckListener
-from ..subscription import SubscriberOptions
+from ..subscription import StreamState, SubscriberOptions, report_unsent_ack
 from ..v1 import tickd_pb2 as pb
 
 if TYPE_CHECKING:
@@ -31,8 +31,10 @@ class AsyncSubscriber:
     """:class:`tickd.Subscriber` for asyncio: a task reads the stream and runs each handler
     as its own task, at most ``max_in_flight`` at once; acknowledges once the handler returned
     without raising (unless ``manual_ack``); re-opens the stream with exponential back-off and
-    jitter. At-least-once: handlers must be idempotent. ``await stop()`` returns once in-flight
-    handlers finished (their acks sent) and the stream is closed.
+    jitter. At-least-once: handlers must be idempotent. A handler that returns after the stream
+    its expiration came on has ended gets no ack (``on_ack`` is told False, a warning is
+    logged): tickd took the delivery back and delivers it again. ``await stop()`` returns once
+    in-flight handlers finished (their acks sent) and the stream is closed.
 
     A refusal that reconnecting cannot cure (UNAUTHENTICATED, PERMISSION_DENIED,
     INVALID_ARGUMENT, UNIMPLEMENTED) ends the subscriber: ``error`` holds it and
@@ -82,7 +84,9 @@ class AsyncSubscriber:
             raise self._error
 
     async def ack(self, expiration: pb.Expiration) -> bool:
-        """Acknowledges one delivery (for ``manual_ack``): True if tickd acknowledged it."""
+        """Acknowledges one delivery (for ``manual_ack``), whatever stream it came on: True if
+        tickd acknowledged it, False if tickd answered its id as unknown (no longer awaited:
+        it is delivered again, or was acknowledged already)."""
         answer = await self._client.ack([expiration.delivery_id], namespace=self.namespace)
         acknowledged = answer.acknowledged == 1
         if self._on_ack is not None:
@@ -111,7 +115,10 @@ class AsyncSubscriber:
                 await asyncio.sleep(self._backoff.next_delay())
 
     async def _one_stream(self) -> None:
+        stream = StreamState()
         call = self._client.stub.Subscribe(self._request, metadata=self._client.options.metadata())
+        # Marked ended as soon as the call ends, even while the reader waits for a free slot.
+        call.add_done_callback(lambda _: stream.end())
         try:
             # Headers come once tickd accepted the subscription (a refusal ends the call first):
             # from then on the next break starts the back-off from its beginning.
@@ -119,7 +126,7 @@ class AsyncSubscriber:
             if not call.done():
                 self._backoff.reset()
             async for response in call:
-                await self._dispatch(response.expiration)
+                await self._dispatch(response.expiration, stream)
             log.info("Subscribe stream of %r ended by tickd; re-opening it", self.namespace)
         except grpc.RpcError as rpc_error:
             error = TickdError.from_rpc_error(rpc_error)
@@ -130,22 +137,31 @@ class AsyncSubscriber:
             else:
                 log.warning("Subscribe stream of %r broke (%s); re-opening it", self.namespace, error)
         finally:
+            stream.end()
             call.cancel()
 
-    async def _dispatch(self, expiration: pb.Expiration) -> None:
-        """Waits for a free slot, then runs the handler as a task (dropped if stopping)."""
+    async def _dispatch(self, expiration: pb.Expiration, stream: StreamState) -> None:
+        """Waits for a free slot, then runs the handler as a task (dropped if stopping, or if its
+        stream ended meanwhile and tickd awaited its ack: tickd took it back and delivers it
+        again)."""
         await self._free_slots.acquire()
-        if self._stopping:
+        if self._stopping or (stream.ended and self.options.awaits_acks):
             self._free_slots.release()
             return
-        task = asyncio.get_running_loop().create_task(self._handle(expiration))
+        task = asyncio.get_running_loop().create_task(self._handle(expiration, stream))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
 
-    async def _handle(self, expiration: pb.Expiration) -> None:
+    async def _handle(self, expiration: pb.Expiration, stream: StreamState) -> None:
         try:
             if await self._run_handler(expiration) and self.options.acks_after_handler:
-                await self.ack(expiration)
+                if stream.ended:
+                    # tickd took the delivery back when its stream ended: an ack would mean nothing.
+                    report_unsent_ack(log, expiration)
+                    if self._on_ack is not None:
+                        self._on_ack(expiration, False)
+                else:
+                    await self.ack(expiration)
         except TickdError as error:
             log.warning("ack of delivery %s failed (it will be delivered again): %s", expiration.delivery_id, error)
         finally:

@@ -13,6 +13,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -25,8 +26,11 @@ import java.util.logging.Logger;
  *
  * <p>When the stream breaks (tickd restarting, network) it reconnects with exponential
  * back-off and jitter, forever, until stopped. Expirations that fire meanwhile wait in tickd;
- * deliveries that were in flight and not acknowledged come again after tickd's ack timeout.
- * Delivery is therefore at least once: handlers must be idempotent.
+ * deliveries that were in flight and not acknowledged when the stream ended come again (tickd
+ * takes them back as it sees the stream end, or at its next start), with a higher attempt.
+ * Delivery is therefore at least once: handlers must be idempotent. A handler that returns
+ * after the stream its delivery came on has ended gets no ack: it would mean nothing, so it
+ * is not sent, and {@link SubscriberListener#onAckNotSent} is told.
  *
  * <p>The back-off starts again from its first step each time tickd accepts a subscription
  * (answers with response headers). A refusal no reconnect can cure (UNAUTHENTICATED,
@@ -45,6 +49,8 @@ public final class Subscriber implements AutoCloseable {
     private final SubscribeRequest request;
     private final int maxInFlight;
     private final boolean manualAck;
+    /** tickd awaits an ack per delivery (not an observer, not auto-ack): it takes back those of a stream that ended. */
+    private final boolean deliveriesAwaitAcks;
     private final RetryPolicy reconnectPolicy;
     private final ExecutorService handlerPool;
     private final Thread supervisor;
@@ -61,6 +67,7 @@ public final class Subscriber implements AutoCloseable {
         this.maxInFlight = builder.maxInFlight;
         // Observers and auto-ack subscribers have nothing to acknowledge.
         this.manualAck = builder.manualAck || builder.observer || builder.autoAck;
+        this.deliveriesAwaitAcks = !builder.observer && !builder.autoAck;
         this.reconnectPolicy = builder.reconnectPolicy != null ? builder.reconnectPolicy : client.reconnectPolicy();
         SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
                 .setNamespace(builder.namespace)
@@ -117,6 +124,8 @@ public final class Subscriber implements AutoCloseable {
     /** Runs one Subscribe stream to its end; returns why it ended. */
     private TickdException runOneStream(Backoff backoff) {
         CountDownLatch ended = new CountDownLatch(1);
+        // Set once this stream has ended: its deliveries' handlers that return later send no ack.
+        AtomicBoolean streamEnded = new AtomicBoolean();
         TickdException[] why = new TickdException[1];
         client.asyncStub().withInterceptors(new AcceptedStreamInterceptor(backoff::reset))
                 .subscribe(request, new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
@@ -136,11 +145,14 @@ public final class Subscriber implements AutoCloseable {
 
             @Override
             public void onNext(SubscribeResponse response) {
-                Delivery delivery = new Delivery(client, request.getNamespace(), response.getExpiration());
+                Delivery delivery = new Delivery(client, request.getNamespace(), response.getExpiration(), streamEnded::get);
                 try {
                     handlerPool.execute(() -> {
                         if (stopping) {
                             return; // not started: tickd delivers it again once the stream closes
+                        }
+                        if (deliveriesAwaitAcks && delivery.streamEnded()) {
+                            return; // its stream ended while it waited: tickd took it back and delivers it again
                         }
                         try {
                             runHandler(delivery);
@@ -158,12 +170,14 @@ public final class Subscriber implements AutoCloseable {
             @Override
             public void onError(Throwable error) {
                 why[0] = TickdException.fromThrowable(error);
+                streamEnded.set(true);
                 ended.countDown();
             }
 
             @Override
             public void onCompleted() {
                 why[0] = new TickdException(Status.Code.UNAVAILABLE, "tickd ended the subscription", null);
+                streamEnded.set(true);
                 ended.countDown();
             }
         });
@@ -184,6 +198,15 @@ public final class Subscriber implements AutoCloseable {
             return;
         }
         if (manualAck) {
+            return;
+        }
+        if (delivery.streamEnded()) {
+            // tickd took the delivery back when its stream ended (after a restart its id names
+            // nothing; an older tickd, numbering deliveries from 1 at each start, would take it
+            // for another): an ack now would mean nothing, so none is sent.
+            LOG.log(Level.WARNING, delivery + ": the handler returned after the stream it came on had ended;"
+                    + " its ack is not sent: tickd took the delivery back and delivers it again");
+            listener.onAckNotSent(delivery);
             return;
         }
         try {

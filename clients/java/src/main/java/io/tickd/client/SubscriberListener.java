@@ -7,8 +7,22 @@ import java.time.Duration;
  * has a do-nothing default. Called on the subscriber's threads: keep it short.
  */
 public interface SubscriberListener {
-    /** The automatic ack after the handler was answered; false if tickd no longer awaited it. */
+    /**
+     * The automatic ack after the handler was answered; false if tickd no longer awaited it
+     * (answered its id as unknown). Also told {@code false} by the default
+     * {@link #onAckNotSent}.
+     */
     default void onAcknowledged(Delivery delivery, boolean acknowledged) {
+    }
+
+    /**
+     * The handler returned after the stream its delivery came on had ended (the subscriber
+     * reconnected meanwhile, e.g. across a tickd restart): no ack was sent, since tickd took
+     * the delivery back when the stream ended; it comes again with a higher attempt. By
+     * default this tells {@link #onAcknowledged} {@code false}.
+     */
+    default void onAckNotSent(Delivery delivery) {
+        onAcknowledged(delivery, false);
     }
 
     /** The handler threw: the delivery stays unacknowledged and will come again. */

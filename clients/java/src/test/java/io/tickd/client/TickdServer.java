@@ -133,7 +133,15 @@ final class TickdServer implements AutoCloseable {
         assertEquals("tickd's exit status after SIGTERM", 0, process.exitValue());
     }
 
-    /** Starts tickd again on the same port and data directory (after {@link #stop()}). */
+    /** SIGKILL (no drain: tickd gets no say), then waits for tickd to exit. */
+    void kill() throws InterruptedException {
+        process.destroyForcibly(); // SIGKILL on Unix
+        if (!process.waitFor(60, TimeUnit.SECONDS)) {
+            fail("tickd did not exit within 60 s of SIGKILL");
+        }
+    }
+
+    /** Starts tickd again on the same port and data directory (after {@link #stop()} or {@link #kill()}). */
     void startAgain() throws Exception {
         launch(address);
     }
