@@ -5,6 +5,7 @@
 //! deadlines in its own wheel.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +34,19 @@ pub(super) struct InFlight {
     pub(crate) waiting: Waiting,
     pub(crate) subscriber: u64,
     pub(crate) ack_deadline: Handle,
+    /// Set once the delivery has left for its subscriber, when it waits for its attempt to
+    /// be written first (None: it left at once). An ack deadline that passes before it has
+    /// left starts again rather than taking it back: a slow disk is not a slow subscriber.
+    pub(crate) left: Option<Arc<AtomicBool>>,
+}
+
+impl InFlight {
+    /// Whether the delivery has reached its subscriber's stream.
+    pub(crate) fn has_left(&self) -> bool {
+        self.left
+            .as_ref()
+            .is_none_or(|left| left.load(Ordering::Acquire))
+    }
 }
 
 pub(super) struct Subscriber {

@@ -449,7 +449,9 @@ impl Delivery {
         for entry in expired {
             // The fired entry's handle is stale now, so settling it cancels nothing.
             let (namespace, delivery_id) = entry.value;
-            self.take_back(&namespace, delivery_id);
+            if !self.restart_unsent(&namespace, delivery_id) {
+                self.take_back(&namespace, delivery_id);
+            }
             if !touched.contains(&namespace) {
                 touched.push(namespace);
             }
@@ -457,6 +459,37 @@ impl Delivery {
         for namespace in touched {
             self.dispatch(&namespace);
         }
+    }
+
+    /// A delivery whose deadline passed before it even left (its attempt's write was that
+    /// slow) gets its subscriber's whole ack timeout again, from now: true if so.
+    fn restart_unsent(&mut self, namespace: &Arc<str>, delivery_id: u64) -> bool {
+        let now = self.now();
+        let Some(queue) = self.namespaces.get_mut(namespace) else {
+            return false;
+        };
+        let Some(in_flight) = queue.in_flight.get(&delivery_id) else {
+            return false;
+        };
+        if in_flight.has_left() {
+            return false;
+        }
+        let subscriber = in_flight.subscriber;
+        let Some(ack_timeout) = queue
+            .subscriber_mut(subscriber)
+            .map(|subscriber| subscriber.ack_timeout)
+        else {
+            return false;
+        };
+        let deadline = now.saturating_add(ack_timeout.as_nanos() as u64);
+        let handle = self
+            .ack_deadlines
+            .insert(deadline, (namespace.clone(), delivery_id))
+            .expect("the ack deadline wheel has no limit");
+        if let Some(in_flight) = queue.in_flight.get_mut(&delivery_id) {
+            in_flight.ack_deadline = handle;
+        }
+        true
     }
 
     /// Hands waiting expirations to subscribers with room, least loaded first.
@@ -486,19 +519,23 @@ impl Delivery {
                 attempt: waiting.attempts + 1,
             };
             let subscriber = &mut queue.subscribers[index];
-            if subscriber.auto_ack || !logged {
-                if subscriber.sender.try_send(delivered).is_err() {
-                    // `least_loaded` saw room, so the stream has closed: its Unsubscribe is
-                    // on the way and will hand back its in-flight deliveries.
-                    queue.waiting.push_front(waiting);
-                    self.metrics.delivery_buffered.inc();
-                    queue.subscribers.remove(index);
-                    continue;
-                }
+            // Sent (Some), and if it waits for its attempt's write, the flag that says it left.
+            let sent = if subscriber.auto_ack || !logged {
+                subscriber.sender.try_send(delivered).ok().map(|()| None)
             } else {
-                // A stream that closes meanwhile drops it; its Unsubscribe takes it back.
-                outgoing.send_once_written(&subscriber.sender, delivered);
-            }
+                outgoing
+                    .send_once_written(&subscriber.sender, delivered)
+                    .ok()
+                    .map(Some)
+            };
+            let Some(left) = sent else {
+                // `least_loaded` saw room, so the stream has closed: its Unsubscribe is on
+                // the way and will hand back its in-flight deliveries.
+                queue.waiting.push_front(waiting);
+                self.metrics.delivery_buffered.inc();
+                queue.subscribers.remove(index);
+                continue;
+            };
             if waiting.attempts == 0 {
                 self.metrics.expirations_delivered.inc();
             } else {
@@ -522,6 +559,7 @@ impl Delivery {
                 },
                 subscriber: subscriber.id,
                 ack_deadline,
+                left,
             };
             outgoing.attempted(&in_flight.waiting);
             queue.in_flight.insert(delivery_id, in_flight);

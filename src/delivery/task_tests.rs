@@ -303,3 +303,71 @@ fn redrive(delivery: &mut Delivery, namespace: &str, ids: Option<Vec<u64>>) -> R
     delivery.redrive(namespace, ids, reply);
     answer.try_recv().expect("answered at once without a log")
 }
+
+/// With a log, a delivery waits for its attempt's write, holding its place in the stream
+/// meanwhile: a dispatch never hands out more than the stream can take, even when
+/// deliveries read late still fill part of it; and an ack deadline that passes before the
+/// delivery has left does not take it back.
+#[test]
+fn deliveries_waiting_for_their_attempts_hold_their_place_in_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, handle, _) = crate::store::Store::open(
+        dir.path(),
+        crate::store::SyncMode::Always,
+        Metrics::new(),
+        0,
+        |_| {},
+    )
+    .unwrap();
+    let metrics = Metrics::new();
+    let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
+    let mut delivery = Delivery::new(DeliveryConfig::default(), Some(handle), 1, metrics, live);
+    let mut stream = delivery.subscribe_to("orders", 1, 3);
+    delivery.enqueue_fired(fresh((1..=2).map(|id| expiration("orders", id)).collect()));
+    // Their deadlines pass before the subscriber reads them: taken back, they wait again,
+    // while the two stale deliveries still fill two of the stream's three places.
+    for id in queue_in_flight_ids(&delivery) {
+        delivery.take_back(&Arc::from("orders"), id);
+    }
+    delivery.enqueue_fired(fresh((3..=5).map(|id| expiration("orders", id)).collect()));
+    let queue = &delivery.namespaces["orders"];
+    assert_eq!(queue.in_flight.len(), 1, "the one place left");
+    assert_eq!(queue.waiting.len(), 4);
+    let received: Vec<(u64, u32)> = (0..3)
+        .map(|_| {
+            let delivered = stream.blocking_recv().expect("sent once written");
+            (delivered.expiration.id.0, delivered.attempt)
+        })
+        .collect();
+    assert_eq!(
+        received,
+        [(1, 1), (2, 1), (1, 2)],
+        "the stale two, then the first again"
+    );
+    delivery.check_counts();
+
+    // A deadline that passes before its delivery left starts again.
+    let unsent = queue_in_flight_ids(&delivery)[0];
+    delivery
+        .namespaces
+        .get_mut("orders")
+        .unwrap()
+        .in_flight
+        .get_mut(&unsent)
+        .unwrap()
+        .left = Some(Arc::default());
+    assert!(delivery.restart_unsent(&Arc::from("orders"), unsent));
+    assert!(delivery.namespaces["orders"]
+        .in_flight
+        .contains_key(&unsent));
+    drop(delivery);
+    store.join();
+}
+
+fn queue_in_flight_ids(delivery: &Delivery) -> Vec<u64> {
+    delivery.namespaces["orders"]
+        .in_flight
+        .keys()
+        .copied()
+        .collect()
+}

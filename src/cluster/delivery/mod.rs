@@ -130,7 +130,9 @@ pub(crate) fn buffered(max_attempts: &str) -> String {
 /// from none, and every replica's subscribers of the namespace are woken to claim them.
 /// Each takes a new seq, since a delivery id is (seq, attempt): with its old seq and its
 /// attempts counted afresh, its next delivery would have an id it had before, and a late
-/// ack from then would settle it. Returns the delivery ids' parts of those redriven.
+/// ack from then would settle it (the column's default draws it, whatever draws it on
+/// the database). Observers, which follow seqs, see a redriven expiration again.
+/// Returns the delivery ids' parts of those redriven.
 fn redrive_statement() -> String {
     let buffered = buffered("$1");
     format!(
@@ -149,8 +151,7 @@ fn redrive_statement() -> String {
         ),
         redriven AS (
             UPDATE tickd_expirations e
-                SET seq = nextval(pg_get_serial_sequence('tickd_expirations', 'seq')),
-                    attempts = 0, dead = false, claimed_by = NULL, claim_until = NULL
+                SET seq = DEFAULT, attempts = 0, dead = false, claimed_by = NULL, claim_until = NULL
             FROM chosen WHERE e.seq = chosen.seq
             RETURNING chosen.seq, chosen.attempts
         )

@@ -7,9 +7,10 @@
 //! of the machine may lose the last few (the expiration then comes back with fewer
 //! attempts counted, never lost).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, OwnedPermit};
 
 use super::Delivery;
 use crate::delivery::queue::Waiting;
@@ -48,10 +49,15 @@ impl Delivery {
 }
 
 /// One dispatch's deliveries that wait for their attempts to be written, and those records.
+///
+/// Each holds its place in its subscriber's stream from the dispatch on (an
+/// [`OwnedPermit`]), so that a dispatch never hands out more than the streams can take.
 #[derive(Default)]
 pub(super) struct Outgoing {
     records: Batch,
-    sends: Vec<(mpsc::Sender<Delivered>, Delivered)>,
+    sends: Vec<(OwnedPermit<Delivered>, Delivered)>,
+    /// Set once they have left (see [`crate::delivery::queue::InFlight::left`]).
+    left: Option<Arc<AtomicBool>>,
 }
 
 impl Outgoing {
@@ -70,22 +76,33 @@ impl Outgoing {
             .record(&attempted(&waiting.expiration, waiting.attempts));
     }
 
+    /// Takes a place in the subscriber's stream for `delivered`, to be sent once written;
+    /// returns the flag that says it left, or gives `delivered` back if the stream has no
+    /// place (it closed: its Unsubscribe is on the way).
     pub(super) fn send_once_written(
         &mut self,
         subscriber: &mpsc::Sender<Delivered>,
         delivered: Delivered,
-    ) {
-        self.sends.push((subscriber.clone(), delivered));
+    ) -> Result<Arc<AtomicBool>, Delivered> {
+        let Ok(permit) = subscriber.clone().try_reserve_owned() else {
+            return Err(delivered);
+        };
+        self.sends.push((permit, delivered));
+        Ok(self.left.get_or_insert_with(Arc::default).clone())
     }
 
     /// Appends the records; the deliveries go out once they are written (at once without
     /// a log, which counts nothing across a restart).
     pub(super) fn send(mut self, store: Option<&StoreHandle>) {
         let sends = std::mem::take(&mut self.sends);
+        let left = self.left.take();
         let deliver = move || {
-            for (subscriber, delivered) in sends {
-                // A closed stream's Unsubscribe takes its deliveries back.
-                let _ = subscriber.try_send(delivered);
+            for (place, delivered) in sends {
+                // A stream closed meanwhile drops it; its Unsubscribe takes it back.
+                place.send(delivered);
+            }
+            if let Some(left) = left {
+                left.store(true, Ordering::Release);
             }
         };
         match store {
