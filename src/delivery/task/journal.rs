@@ -26,25 +26,33 @@ impl Delivery {
         expirations: &[Arc<Expiration>],
         after: Option<OnDurable>,
     ) {
-        let Some(store) = self.store.as_ref().filter(|_| !expirations.is_empty()) else {
+        let mut batch = Batch::default();
+        if self.store.is_some() {
+            for expiration in expirations {
+                batch.record(&Record {
+                    kind: Some(Kind::Settled(Settled {
+                        id: expiration.id.0,
+                        fired_count: expiration.fired_count,
+                    })),
+                });
+            }
+        }
+        self.append_then(batch, after);
+    }
+
+    /// Appends `records` and runs `after` once they are durable; with no log, or nothing
+    /// to write, runs it at once.
+    pub(super) fn append_then(&self, mut records: Batch, after: Option<OnDurable>) {
+        let Some(store) = self.store.as_ref().filter(|_| !records.is_empty()) else {
             if let Some(after) = after {
                 after();
             }
             return;
         };
-        let mut batch = Batch::default();
-        for expiration in expirations {
-            batch.record(&Record {
-                kind: Some(Kind::Settled(Settled {
-                    id: expiration.id.0,
-                    fired_count: expiration.fired_count,
-                })),
-            });
-        }
         if let Some(after) = after {
-            batch.on_durable(after);
+            records.on_durable(after);
         }
-        store.append(batch);
+        store.append(records);
     }
 }
 

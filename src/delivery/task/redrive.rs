@@ -89,17 +89,10 @@ impl Delivery {
         self.metrics.delivery_dead.set(self.budget.dead() as i64);
         // Recorded before any delivery of them is: their attempts from 0 precede them.
         let outcome = RedriveOutcome { redriven, not_dead };
-        match self.store.as_ref().filter(|_| redriven > 0) {
-            Some(store) => {
-                records.on_durable(Box::new(move || {
-                    let _ = reply.send(outcome);
-                }));
-                store.append(records);
-            }
-            None => {
-                let _ = reply.send(outcome);
-            }
-        }
+        let answer = move || {
+            let _ = reply.send(outcome);
+        };
+        self.append_then(records, Some(Box::new(answer)));
         self.dispatch(&namespace);
     }
 }
