@@ -36,14 +36,27 @@ class LeaseSet:
             raise ValueError(f"timer {timer.id} has no ttl: it is not a lease")
         return self.add(timer.id, timer.ttl.ToTimedelta(), namespace=timer.namespace)
 
+    def _kept(self, timer_id: str, namespace: str | None) -> LeaseId:
+        """The lease ``timer_id`` names: in ``namespace`` when given, else the one kept under
+        that id in whatever namespace it was added with (``add_timer`` takes the timer's), and
+        the client's default namespace when none is kept."""
+        if namespace is not None:
+            return LeaseId(namespace, timer_id)
+        kept = [lease for lease in self._table.leases() if lease.timer_id == timer_id]
+        if len(kept) == 1:
+            return kept[0]
+        return LeaseId(self._requests.namespace(None), timer_id)
+
     def remove(self, timer_id: str, *, namespace: str | None = None) -> bool:
-        """Stops heartbeating a lease; tickd lets it expire once its ttl passes."""
-        return self._table.remove(LeaseId(self._requests.namespace(namespace), timer_id))
+        """Stops heartbeating a lease; tickd lets it expire once its ttl passes. Without
+        ``namespace``, the lease kept under ``timer_id`` in the namespace it was added with."""
+        return self._table.remove(self._kept(timer_id, namespace))
 
     def deadline(self, timer_id: str, *, namespace: str | None = None) -> datetime | None:
         """The lease's deadline as of its last answered heartbeat (None before the first, or
-        once it is no longer kept)."""
-        return self._table.deadline(LeaseId(self._requests.namespace(namespace), timer_id))
+        once it is no longer kept). Without ``namespace``, the lease kept under ``timer_id`` in
+        the namespace it was added with."""
+        return self._table.deadline(self._kept(timer_id, namespace))
 
     def leases(self) -> list[LeaseId]:
         """The leases being kept (a lost one is no longer among them)."""
