@@ -12,7 +12,7 @@ import {
   RedriveResponse,
   SubscribeRequest,
   SubscribeResponse,
-  Timer,
+  Timer as WireTimer,
   TimersClient,
 } from "./gen/tickd/v1/tickd";
 import { DEFAULT_CHANNEL_OPTIONS } from "./options";
@@ -20,6 +20,8 @@ import type { CallOptions, RetryOptions, TickdClientOptions } from "./options";
 import { callWithRetries } from "./retry";
 import { toPayloadBytes, toTimerRef, toTimerSpec } from "./timer-inputs";
 import type { TimerOptions, TimerTarget } from "./timer-inputs";
+import { withMillis } from "./timer";
+import type { Timer } from "./timer";
 import { callOnce } from "./unary-call";
 import type { UnaryMethod } from "./unary-call";
 
@@ -178,7 +180,7 @@ export class TickdClient {
     let pageToken = "";
     do {
       const page = await this.pendingPage({ ...pending, pageToken }, options);
-      yield* page.timers;
+      yield* page.timers.map(withMillis);
       pageToken = page.nextPageToken;
     } while (pageToken !== "");
   }
@@ -228,9 +230,9 @@ function hasKey(timer: TimerOptions): boolean {
   return timer.key !== undefined && timer.key !== "";
 }
 
-function requireTimer(timer: Timer | undefined): Timer {
+function requireTimer(timer: WireTimer | undefined): Timer {
   if (timer === undefined) throw new TickdError(Status.INTERNAL, "tickd answered without the timer");
-  return timer;
+  return withMillis(timer);
 }
 
 function toRegistration(response: NewTimeoutResponse): Registration {

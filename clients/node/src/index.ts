@@ -16,8 +16,8 @@ export type { TickdClientOptions, TlsOptions, RetryOptions, CallOptions } from "
 export type { BackoffOptions } from "./backoff";
 export type { TimerOptions, TimerTarget } from "./timer-inputs";
 export { millisToDuration, durationToMillis } from "./durations";
+export type { Timer } from "./timer";
 export type {
-  Timer,
   Expiration,
   AckResponse,
   PendingResponse,

@@ -66,7 +66,10 @@ export interface SubscriberEvents {
    * delivery back when the stream ended; the expiration comes again with a higher attempt.
    */
   ackNotSent: [expiration: Expiration];
-  /** The handler threw or rejected; the expiration stays unacknowledged and will come again. */
+  /**
+   * The handler threw or rejected; the expiration stays unacknowledged and will come again.
+   * With no listener for this event, the error is written to stderr (console.error) instead.
+   */
   handlerError: [error: unknown, expiration: Expiration];
   /** The ack call itself failed (after its retries). */
   ackError: [error: TickdError, expiration: Expiration];
@@ -207,7 +210,16 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
     try {
       await this.options.handler(expiration, context);
     } catch (error) {
-      this.emit("handlerError", error, expiration);
+      if (this.listenerCount("handlerError") > 0) {
+        this.emit("handlerError", error, expiration);
+      } else {
+        // Nobody listens: a failing handler must not go unnoticed.
+        console.error(
+          `tickd: the handler failed on timer ${expiration.timer?.id ?? "?"} (delivery ${expiration.deliveryId}, ` +
+            `attempt ${expiration.attempt}); it stays unacknowledged and comes again:`,
+          error,
+        );
+      }
       return;
     }
     const acksAutomatically = !this.options.manualAck && this.options.mode !== "observer";

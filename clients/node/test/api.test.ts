@@ -120,6 +120,7 @@ describe("the whole API against a real tickd", () => {
     try {
       const { timer } = await client.register({ namespace, key: "tick", delayMs: 50, repeatMs: 200 });
       assert.equal(durationToMillis(timer.repeat), 200);
+      assert.equal(timer.repeatMs, 200);
       await firedTwice.until("two firings", () => fired.length >= 2);
       assert.ok(fired.every((expiration) => expiration.timer?.id === timer.id));
       assert.equal(await client.cancel({ namespace, key: "tick" }), true);
@@ -133,6 +134,13 @@ describe("the whole API against a real tickd", () => {
     assert.equal(durationToMillis(timer.ttl), HOUR_MS);
     const touched = await client.touch({ key: "lease" }, 2 * HOUR_MS);
     assert.equal(durationToMillis(touched.ttl), 2 * HOUR_MS);
+    assert.equal(touched.ttlMs, 2 * HOUR_MS);
+    assert.equal(touched.repeatMs, undefined);
+    // Durations come in milliseconds, as the client's inputs go: a plain number.
+    const got = await client.get({ key: "lease" });
+    assert.equal(typeof got.remainingMs, "number");
+    assert.ok(got.remainingMs! > HOUR_MS && got.remainingMs! <= 2 * HOUR_MS, `remainingMs ${got.remainingMs}`);
+    assert.equal(got.remainingMs, durationToMillis(got.remaining));
     assert.ok(touched.deadline! > timer.deadline!);
     const touchedAgain = await client.touch(timer.id);
     assert.ok(touchedAgain.deadline! >= touched.deadline!);
@@ -181,6 +189,34 @@ describe("the whole API against a real tickd", () => {
       assert.deepEqual(await paging.pendingCount(), { count: "7", deadCount: "0" });
     } finally {
       paging.close();
+    }
+  });
+
+  test("a handler that throws, with no handlerError listener, is reported on stderr", async () => {
+    const namespace = "api-loud";
+    const reported = new Condition();
+    const lines: string[] = [];
+    const consoleError = console.error;
+    console.error = (...args: unknown[]) => {
+      lines.push(args.map(String).join(" "));
+      reported.notify();
+    };
+    const failing = new Subscriber(client, {
+      namespace,
+      reconnect: QUICK_RECONNECT,
+      handler: () => {
+        throw new Error("this handler fails loudly");
+      },
+    });
+    try {
+      await failing.start();
+      const { timer } = await client.register({ namespace, delayMs: 0 });
+      await reported.until("the failure on stderr", () => lines.length >= 1);
+      assert.match(lines[0]!, new RegExp(`handler failed on timer ${timer.id} .*attempt 1`));
+      assert.match(lines[0]!, /this handler fails loudly/);
+    } finally {
+      console.error = consoleError;
+      await failing.stop();
     }
   });
 
