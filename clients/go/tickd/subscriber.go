@@ -2,6 +2,7 @@ package tickd
 
 import (
 	"context"
+	"log"
 	"sync"
 	"time"
 
@@ -45,6 +46,8 @@ type SubscriberOptions struct {
 	// OnStreamError is told when the stream broke, and how long until the next attempt.
 	OnStreamError func(err error, retryIn time.Duration)
 	// OnHandlerError is told when a handler returned an error (its expiration stays unacked).
+	// Without it, the error is written to the standard logger (log.Printf: stderr unless
+	// the program redirected it), so that a failing handler is never silent.
 	OnHandlerError func(expiration *Expiration, err error)
 	// OnAck is told the outcome of each acknowledgement the subscriber sent.
 	OnAck func(AckEvent)
@@ -259,6 +262,9 @@ func (s *Subscriber) handle(ctx context.Context, expiration *Expiration, streamE
 	if err := s.handler(ctx, expiration); err != nil {
 		if s.options.OnHandlerError != nil {
 			s.options.OnHandlerError(expiration, err)
+		} else {
+			log.Printf("tickd: the handler failed on timer %s (delivery %s, attempt %d); it stays unacknowledged and comes again: %v",
+				expiration.Timer.ID, expiration.DeliveryID, expiration.Attempt, err)
 		}
 		return
 	}

@@ -3,7 +3,10 @@ package tickd_test
 import (
 	"context"
 	"errors"
+	"log"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -360,4 +363,44 @@ func startHungServer(t *testing.T) string {
 		hung.Stop()
 	})
 	return listener.Addr().String()
+}
+
+// lineWriter hands each write (one log line) to a channel.
+type lineWriter chan string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	select {
+	case w <- string(p):
+	default: // a test reads what it needs; the rest is dropped rather than blocking the logger
+	}
+	return len(p), nil
+}
+
+func TestAFailingHandlerWithoutAHookIsLogged(t *testing.T) {
+	server := startTickd(t)
+	client := server.dial(t, tickd.WithNamespace("loud"))
+	lines := make(lineWriter, 16)
+	log.SetOutput(lines)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	failing := client.NewSubscriber(func(_ context.Context, _ *tickd.Expiration) error {
+		return errors.New("this handler fails loudly")
+	}, tickd.SubscriberOptions{})
+	runInBackground(t, failing.Run, failing.Stop)
+	ids := registerAll(t, client, tickd.TimerSpec{Deadline: time.Now()})
+	ctx := testContext(t)
+	for {
+		select {
+		case line := <-lines:
+			if !strings.Contains(line, "handler failed") {
+				continue // something else logged meanwhile
+			}
+			if !strings.Contains(line, "handler failed on timer "+ids[0]) || !strings.Contains(line, "attempt 1") ||
+				!strings.Contains(line, "this handler fails loudly") {
+				t.Fatalf("logged: %q", line)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("the handler's failure was never logged")
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package io.tickd.client;
 
 import java.time.Duration;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * What a {@link Subscriber} tells its owner besides the deliveries themselves; every method
@@ -25,8 +27,15 @@ public interface SubscriberListener {
         onAcknowledged(delivery, false);
     }
 
-    /** The handler threw: the delivery stays unacknowledged and will come again. */
+    /**
+     * The handler threw: the delivery stays unacknowledged and will come again. By default
+     * this logs a WARNING with the error on the {@code io.tickd.client.Subscriber} logger
+     * (java.util.logging, which writes to stderr unless configured otherwise), so that a
+     * failing handler is never silent; override it to report failures your own way.
+     */
     default void onHandlerFailed(Delivery delivery, Throwable error) {
+        Logger.getLogger(Subscriber.class.getName()).log(Level.WARNING,
+                "the handler failed on " + delivery + "; it stays unacknowledged and comes again", error);
     }
 
     /** The automatic ack failed even after retries: the delivery will come again. */

@@ -17,6 +17,9 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Handler;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
 import org.junit.AfterClass;
 import org.junit.BeforeClass;
 import org.junit.Test;
@@ -65,6 +68,42 @@ public class SubscriberTest {
             release.countDown();
             Await.until("all twelve handled", () -> handled.size() == 12);
             assertEquals("at most " + limit + " at once, and the limit was reached", limit, mostInFlight.get());
+        }
+    }
+
+    @Test
+    public void aHandlerThatThrowsIsLoggedWhenNoListenerSaysOtherwise() throws Exception {
+        List<LogRecord> records = new CopyOnWriteArrayList<>();
+        Handler capture = new Handler() {
+            @Override
+            public void publish(LogRecord record) {
+                records.add(record);
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        Logger logger = Logger.getLogger(Subscriber.class.getName());
+        logger.addHandler(capture);
+        try (TickdClient tickd = server.client().namespace("loud").build();
+                Subscriber subscriber = tickd.subscriber(delivery -> {
+                    throw new IllegalStateException("this handler fails loudly");
+                }).start()) {
+            String id = tickd.register(TimerSpec.newBuilder().setDelay(ProtoTime.duration(Duration.ZERO)).build())
+                    .getTimer().getId();
+            Await.until("the failure to be logged",
+                    () -> records.stream().anyMatch(r -> r.getMessage().contains("handler failed")));
+            LogRecord record = records.stream().filter(r -> r.getMessage().contains("handler failed")).findFirst().get();
+            assertEquals(java.util.logging.Level.WARNING, record.getLevel());
+            assertTrue(record.getMessage(), record.getMessage().contains("timer " + id + ", attempt 1"));
+            assertEquals("this handler fails loudly", record.getThrown().getMessage());
+        } finally {
+            logger.removeHandler(capture);
         }
     }
 
