@@ -28,6 +28,7 @@ pub mod metrics;
 pub(crate) mod namespaces;
 mod pem;
 pub mod proto;
+pub mod reference;
 pub mod server;
 pub mod store;
 pub mod wheel;

@@ -154,7 +154,8 @@ pub struct Config {
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
-    /// Open gRPC connections at most, per listener; a connection beyond it is closed at once.
+    /// Open gRPC connections at most, all listeners together (TCP, TLS and the Unix
+    /// socket); a connection beyond it is closed at once.
     #[arg(long, env = "TICKD_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
     /// Connections still waiting for their HTTP/2 preface kept at most, per listener; a new

@@ -116,6 +116,16 @@ pub enum Target {
     Key(String),
 }
 
+/// As clients know it: the id as 16 hex digits, a key quoted.
+impl fmt::Display for Target {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Id(id) => write!(formatter, "{id}"),
+            Target::Key(key) => write!(formatter, "with key {key:?}"),
+        }
+    }
+}
+
 /// A validated reference to one timer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerRef {

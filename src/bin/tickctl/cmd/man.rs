@@ -15,13 +15,21 @@ use crate::output;
 pub(crate) struct Man {
     /// Instead, write tickctl.1 and a page per subcommand (tickctl-add.1, ...) into this
     /// directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "markdown")]
     dir: Option<PathBuf>,
+    /// Instead, print every flag with its environment variable and default as markdown
+    /// tables (the flag reference of the documentation).
+    #[arg(long)]
+    markdown: bool,
 }
 
 impl Man {
     /// `definition` is tickctl's whole command line, handed down by `main` (which owns it).
     pub(crate) fn run(&self, definition: clap::Command) -> ExitCode {
+        if self.markdown {
+            output::print_bytes(tickd::reference::flag_tables(&definition).as_bytes());
+            return ExitCode::SUCCESS;
+        }
         let written = match &self.dir {
             Some(dir) => clap_mangen::generate_to(definition, dir).map_err(|error| {
                 Failure::Other(format!(
