@@ -29,6 +29,8 @@ pub(crate) mod namespaces;
 mod pem;
 pub mod proto;
 pub mod server;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod store;
 pub mod wheel;
 pub mod worker;

@@ -20,6 +20,7 @@
 //! `--max-disk` if set ([`disk_budget`]).
 
 mod batch;
+pub mod disk;
 pub(crate) mod disk_budget;
 pub mod frame;
 mod frame_buffers;
