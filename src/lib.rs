@@ -18,6 +18,7 @@
 
 pub(crate) mod api;
 pub mod budget;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod cron;

@@ -14,7 +14,7 @@ use tracing::{error, info};
 use tickd::config::{Command, Config, LogFormat};
 use tickd::metrics::Metrics;
 use tickd::server::Listeners;
-use tickd::worker::clock::{Clock, SystemClock};
+use tickd::clock::{Clock, SystemClock};
 use tickd::worker::table::TimerTable;
 
 /// mimalloc instead of glibc's malloc: the gRPC path allocates many small buffers from

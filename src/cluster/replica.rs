@@ -18,7 +18,7 @@ use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, D
 use crate::budget::MemoryBudget;
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
-use crate::worker::clock::SystemClock;
+use crate::clock::SystemClock;
 use crate::worker::Worker;
 
 /// What the replicated mode reads from the configuration.

@@ -23,7 +23,7 @@ use rustc_hash::FxHashMap;
 
 use crate::budget::MemoryBudget;
 use crate::wheel::{Handle, Wheel};
-use crate::worker::clock::Now;
+use crate::clock::Now;
 use crate::worker::TimerState;
 
 /// One timer as the wheel knows it.

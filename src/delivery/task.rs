@@ -22,6 +22,7 @@ use super::ids::DeliveryIds;
 use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
 use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
 use crate::store::StoreHandle;
@@ -36,7 +37,8 @@ pub(super) struct Delivery {
     live: Arc<LiveNamespaces>,
     budget: Budget,
     ack_deadlines: Wheel<(Arc<str>, u64)>,
-    origin: Instant,
+    /// Ack deadlines are on this clock's monotonic time.
+    clock: Arc<dyn Clock>,
     ids: DeliveryIds,
     store: Option<StoreHandle>,
     metrics: Arc<Metrics>,
@@ -56,8 +58,7 @@ impl Delivery {
         config: DeliveryConfig,
         store: Option<StoreHandle>,
         boot: u64,
-        metrics: Arc<Metrics>,
-        live: Arc<LiveNamespaces>,
+        (metrics, live, clock): (Arc<Metrics>, Arc<LiveNamespaces>, Arc<dyn Clock>),
     ) -> Self {
         let ids = DeliveryIds::new(boot);
         Self {
@@ -70,7 +71,7 @@ impl Delivery {
                 ids.first_dead_seq(),
             ),
             ack_deadlines: Wheel::new(1_000_000, usize::MAX),
-            origin: Instant::now(),
+            clock,
             ids,
             store,
             metrics,
@@ -81,10 +82,9 @@ impl Delivery {
     pub(super) async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Request>) {
         let mut batch = Vec::with_capacity(REQUEST_BATCH);
         loop {
-            let next_deadline = self
-                .ack_deadlines
-                .next_expiration()
-                .map(|at| self.origin + Duration::from_nanos(at));
+            let next_deadline = self.ack_deadlines.next_expiration().map(|at| {
+                Instant::now() + Duration::from_nanos(at.saturating_sub(self.now()))
+            });
             tokio::select! {
                 received = requests.recv_many(&mut batch, REQUEST_BATCH) => {
                     if received == 0 {
@@ -101,10 +101,16 @@ impl Delivery {
     }
 
     fn now(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        self.clock.monotonic()
     }
 
-    fn handle(&mut self, request: Request) {
+    /// The earliest ack deadline, on the clock's monotonic time.
+    #[cfg(feature = "sim")]
+    pub(super) fn next_ack_deadline(&self) -> Option<u64> {
+        self.ack_deadlines.next_expiration()
+    }
+
+    pub(super) fn handle(&mut self, request: Request) {
         match request {
             Request::Fired(batch) => {
                 crate::faults::panic_if_injected("delivery");
@@ -439,7 +445,7 @@ impl Delivery {
         }
     }
 
-    fn expire_ack_deadlines(&mut self) {
+    pub(super) fn expire_ack_deadlines(&mut self) {
         let mut expired = Vec::new();
         self.ack_deadlines.advance(self.now(), &mut expired);
         if expired.is_empty() {

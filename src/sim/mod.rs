@@ -7,4 +7,6 @@
 //! delivery by hand instead of on their thread and task.
 
 pub mod disk;
+pub(crate) mod model;
+pub(crate) mod node;
 pub mod rng;

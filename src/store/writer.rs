@@ -6,8 +6,6 @@
 /// How often the store thread looks whether a snapshot sealing in the background is done.
 const SEAL_POLL: Duration = Duration::from_millis(5);
 
-use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -17,6 +15,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 use tracing::{error, info};
 
+use super::disk::{Disk, DiskFile};
 use super::disk_budget::{self, DiskBudget};
 use super::frame_buffers::FrameBuffers;
 use super::scan::KeptFrames;
@@ -25,6 +24,7 @@ use super::{
     create_segment, frame, io_error, segment_path, Batch, QueuedChunk, Request, StoreError,
     SyncMode, SYNC_INTERVAL,
 };
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 
 /// Capacity the store keeps for the next group commit's frames after writing one.
@@ -33,11 +33,25 @@ const PENDING_KEPT_BYTES: usize = 1 << 20;
 /// Fired expirations not yet settled: their frames, by (timer id, fired count).
 pub(super) type Unsettled = FxHashMap<(u64, u64), KeptFrames>;
 
+/// What a writer works with, besides the log it continues.
+pub(crate) struct Parts {
+    pub(crate) disk: Arc<dyn Disk>,
+    /// Read for `--sync interval`'s fsyncs.
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) dir: PathBuf,
+    pub(crate) sync: SyncMode,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) failed_flag: Arc<AtomicBool>,
+    pub(crate) budget: Arc<DiskBudget>,
+}
+
 /// The store thread's state.
-pub(super) struct Writer {
+pub(crate) struct Writer {
+    disk: Arc<dyn Disk>,
+    clock: Arc<dyn Clock>,
     dir: PathBuf,
     sync: SyncMode,
-    segment: File,
+    segment: Box<dyn DiskFile>,
     segment_sequence: u64,
     /// The snapshot being written or sealed, on its own thread (see [`super::snapshot_writer`]).
     snapshot: Option<SnapshotWriter>,
@@ -46,7 +60,8 @@ pub(super) struct Writer {
     /// count outlives the segment that recorded it.
     boot_frame: Vec<u8>,
     unsynced: bool,
-    last_sync: Instant,
+    /// When the segment was last synced, on `clock`'s monotonic time.
+    last_sync: u64,
     metrics: Arc<Metrics>,
     /// Set by the first I/O error; see [`Writer::stop_on_error`].
     failed: bool,
@@ -73,27 +88,34 @@ pub(super) struct Writer {
 impl Writer {
     /// Starts segment `sequence` with `boot_frame` (this boot's record), durable before
     /// anything else is written, so no delivery id of this boot is handed out unrecorded.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
-        dir: PathBuf,
+        parts: Parts,
         sequence: u64,
-        sync: SyncMode,
         unsettled: Unsettled,
         boot_frame: Vec<u8>,
-        metrics: Arc<Metrics>,
-        failed_flag: Arc<AtomicBool>,
-        budget: Arc<DiskBudget>,
     ) -> Result<Self, StoreError> {
-        let mut segment = create_segment(&dir, sequence)?;
+        let Parts {
+            disk,
+            clock,
+            dir,
+            sync,
+            metrics,
+            failed_flag,
+            budget,
+        } = parts;
+        let mut segment = create_segment(disk.as_ref(), &dir, sequence)?;
         let path = segment_path(&dir, sequence);
         segment
-            .write_all(&boot_frame)
+            .append(&boot_frame)
             .and_then(|()| segment.sync_data())
             .map_err(io_error(&path))?;
         let length = (frame::FILE_HEADER.len() + boot_frame.len()) as u64;
-        let on_disk = disk_budget::directory_bytes(&dir)?;
+        let on_disk = disk_budget::directory_bytes(disk.as_ref(), &dir)?;
         budget.set_on_disk(on_disk, 0);
+        let last_sync = clock.monotonic();
         Ok(Self {
+            disk,
+            clock,
             dir,
             sync,
             segment,
@@ -102,7 +124,7 @@ impl Writer {
             unsettled,
             boot_frame,
             unsynced: false,
-            last_sync: Instant::now(),
+            last_sync,
             metrics,
             failed: false,
             failed_flag,
@@ -138,22 +160,33 @@ impl Writer {
                 },
             };
             // Everything queued meanwhile joins this group commit.
-            for request in first.into_iter().chain(requests.try_iter()) {
-                let handled = self.handle(request, &mut pending);
-                self.stop_on_error(handled, &mut pending);
-            }
-            let committed = self.commit(&mut pending);
-            self.stop_on_error(committed, &mut pending);
-            let reaped = self.reap_sealed_snapshot(false);
-            self.stop_on_error(reaped, &mut pending);
+            self.round(first.into_iter().chain(requests.try_iter()), &mut pending);
         }
-        let committed = self.commit(&mut pending);
-        self.stop_on_error(committed, &mut pending);
+        self.finish(&mut pending);
+    }
+
+    /// One group commit: handles `requests`, writes and syncs what they appended (as the
+    /// sync mode asks), runs their callbacks, and takes in a snapshot done sealing.
+    pub(crate) fn round(&mut self, requests: impl Iterator<Item = Request>, pending: &mut Batch) {
+        for request in requests {
+            let handled = self.handle(request, pending);
+            self.stop_on_error(handled, pending);
+        }
+        let committed = self.commit(pending);
+        self.stop_on_error(committed, pending);
+        let reaped = self.reap_sealed_snapshot(false);
+        self.stop_on_error(reaped, pending);
+    }
+
+    /// The last commit once every handle is gone, then the snapshot's end and a last sync.
+    pub(crate) fn finish(&mut self, pending: &mut Batch) {
+        let committed = self.commit(pending);
+        self.stop_on_error(committed, pending);
         // A snapshot still being written is abandoned (the next start recovers from the
         // one before); one sealing is waited for.
         self.abandon_snapshot();
         let reaped = self.reap_sealed_snapshot(true);
-        self.stop_on_error(reaped, &mut pending);
+        self.stop_on_error(reaped, pending);
         if !self.failed {
             let _ = self.segment.sync_data();
         }
@@ -253,7 +286,7 @@ impl Writer {
         let path = segment_path(&self.dir, self.segment_sequence);
         if !pending.frames.is_empty() {
             self.segment
-                .write_all(&pending.frames)
+                .append(&pending.frames)
                 .map_err(io_error(&path))?;
             let written = pending.frames.len() as u64;
             self.written_bytes += written;
@@ -270,7 +303,10 @@ impl Writer {
         }
         let sync_now = match self.sync {
             SyncMode::Always => self.unsynced,
-            SyncMode::Interval => self.unsynced && self.last_sync.elapsed() >= SYNC_INTERVAL,
+            SyncMode::Interval => {
+                let since = self.clock.monotonic().saturating_sub(self.last_sync);
+                self.unsynced && since >= SYNC_INTERVAL.as_nanos() as u64
+            }
             SyncMode::None => false,
         };
         if sync_now {
@@ -280,7 +316,7 @@ impl Writer {
                 .log_fsync_seconds
                 .observe(started.elapsed().as_secs_f64());
             self.unsynced = false;
-            self.last_sync = Instant::now();
+            self.last_sync = self.clock.monotonic();
         }
         self.acknowledged_bytes = self.written_bytes;
         for callback in pending.on_durable.drain(..) {
@@ -300,13 +336,17 @@ impl Writer {
         let closing = segment_path(&self.dir, self.segment_sequence);
         self.segment.sync_data().map_err(io_error(&closing))?;
         self.unsynced = false;
-        let segment = create_segment(&self.dir, self.segment_sequence + 1)?;
+        let segment = create_segment(self.disk.as_ref(), &self.dir, self.segment_sequence + 1)?;
         self.segment_sequence += 1;
         self.segment = segment;
         // A new segment holds its header only (create_segment made it, new).
         self.written_bytes = frame::FILE_HEADER.len() as u64;
         self.acknowledged_bytes = self.written_bytes;
-        self.snapshot = Some(SnapshotWriter::start(&self.dir, self.segment_sequence)?);
+        self.snapshot = Some(SnapshotWriter::start(
+            self.disk.clone(),
+            &self.dir,
+            self.segment_sequence,
+        )?);
         // Reaping the previous snapshot above cleared what the worker set for this one.
         self.compacting.store(true, Ordering::Release);
         // The new segment's header and the snapshot's.

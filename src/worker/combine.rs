@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use prometheus_client::metrics::counter::Counter;
 
-use super::clock::{Clock, Now};
+use crate::clock::{Clock, Now};
 use super::lanes::{LaneReceiver, LaneSender, Taken};
 use super::{Message, TimerState};
 use crate::metrics::BusyTimer;
@@ -219,7 +219,7 @@ mod tests {
     use std::thread::ThreadId;
     use std::time::Duration;
 
-    use super::super::clock::{Now, SystemClock};
+    use crate::clock::{Now, SystemClock};
     use super::super::{TimerState, Worker, WorkerConfig, WorkerHandle};
 
     /// Records what it applied, answers with the thread that applied it, and fires plain

@@ -13,7 +13,7 @@ use super::TimerTable;
 use crate::budget::memory::held_bytes;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
 use crate::wheel::Handle;
-use crate::worker::clock::Now;
+use crate::clock::Now;
 
 /// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
 /// the first cron time at or after that.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::clock::Now;
+use crate::clock::{Clock, Now, SystemClock};
 use super::command::{Command, Reschedule};
 use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
 use id_index::IdIndex;
-pub(crate) use record::recovered_expiration;
+pub(crate) use record::held_again;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
@@ -79,13 +79,19 @@ pub struct TimerTable {
 
 impl TimerTable {
     pub fn new(config: TableConfig, metrics: Arc<Metrics>) -> Self {
+        Self::on_clock(config, metrics, &SystemClock::new())
+    }
+
+    /// A table whose namespace numbers start at `clock`'s wall-clock time (see
+    /// [`Namespaces::new`]): the simulation's clock is its own.
+    pub(crate) fn on_clock(config: TableConfig, metrics: Arc<Metrics>, clock: &dyn Clock) -> Self {
         let tick = u64::try_from(config.tick.as_nanos())
             .unwrap_or(u64::MAX)
             .max(1);
         Self {
             wheel: Wheel::new(tick, config.max_pending),
             handles: IdIndex::default(),
-            namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
+            namespaces: Namespaces::new(config.max_namespaces, metrics.clone(), clock),
             calendars: record::Calendars::default(),
             next_id: 1,
             journal: None,

@@ -8,7 +8,7 @@ use super::{TimerTable, SCAN_POSITIONS};
 use crate::domain::Calendar;
 use crate::store::records::{self as durable, record::Kind, Record};
 use crate::wheel::Handle;
-use crate::worker::clock::Now;
+use crate::clock::Now;
 use crate::worker::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
 use crate::worker::namespaces::Admission;
 

@@ -1,0 +1,1 @@
+//! The deterministic simulation, run over many seeds (the `sim` feature).
