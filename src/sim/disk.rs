@@ -10,7 +10,7 @@
 //!   creation, rename and removal is owed to the disk until `sync_dir` of that directory;
 //! - a process crash loses nothing the process saw (the page cache survives) and makes
 //!   every open handle fail; a machine crash decides, by the seeded [`Rng`], what of each
-//!   owed change reached the disk (see [`crash`]).
+//!   owed change reached the disk (see `disk/crash.rs`).
 //!
 //! Directories themselves are durable as soon as they are created: the store creates its
 //! directory once, before any file, and the simulation does not look for that fault.
@@ -34,9 +34,23 @@ use crate::store::disk::{Disk, DiskFile};
 use file::{Inode, SimFile};
 
 /// A simulated disk; clones share it (the harness keeps one, the store gets another).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SimDisk {
     state: Arc<Mutex<State>>,
+}
+
+/// A summary: the state holds every file's bytes, too many to print.
+impl std::fmt::Debug for SimDisk {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        formatter
+            .debug_struct("SimDisk")
+            .field("files", &state.names.len())
+            .field("calls", &state.calls)
+            .field("generation", &state.generation)
+            .field("crashed", &state.faults.crashed)
+            .finish()
+    }
 }
 
 type InodeId = u64;
@@ -294,7 +308,7 @@ impl SimDisk {
     }
 
     /// The machine loses power: of every change owed to the disk, the seeded generator
-    /// decides what had reached it (see [`crash`]); handles fail from now on.
+    /// decides what had reached it (see `disk/crash.rs`); handles fail from now on.
     pub fn crash_machine(&self) {
         let mut state = self.lock();
         state.lose_power();
