@@ -4,10 +4,10 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use tickd::clock::ManualClock;
 use tickd::domain::Handoff;
 use tickd::domain::{Due, Expiration, NewTimer, Target, TimerRef, TimerView};
 use tickd::metrics::Metrics;
-use tickd::clock::ManualClock;
 use tickd::worker::command::Command;
 use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};

@@ -32,11 +32,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations, Handoff,
     RedriveOutcome, SubscribeOptions, TimerError,
 };
-use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
 use crate::store::{Batch, StoreHandle};
@@ -154,8 +154,7 @@ impl DeliveryHandle {
         (metrics, live, clock): (Arc<Metrics>, Arc<LiveNamespaces>, Arc<dyn Clock>),
     ) -> (Self, task::Delivery, mpsc::UnboundedReceiver<Request>) {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut delivery =
-            task::Delivery::new(config, store, boot, (metrics.clone(), live, clock));
+        let mut delivery = task::Delivery::new(config, store, boot, (metrics.clone(), live, clock));
         recovered.sort_unstable_by_key(|(expiration, _)| {
             (
                 expiration.fired_unix,

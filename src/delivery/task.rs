@@ -21,8 +21,8 @@ use super::budget::Budget;
 use super::ids::DeliveryIds;
 use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
-use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
 use crate::clock::Clock;
+use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
 use crate::store::StoreHandle;
@@ -82,9 +82,10 @@ impl Delivery {
     pub(super) async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Request>) {
         let mut batch = Vec::with_capacity(REQUEST_BATCH);
         loop {
-            let next_deadline = self.ack_deadlines.next_expiration().map(|at| {
-                Instant::now() + Duration::from_nanos(at.saturating_sub(self.now()))
-            });
+            let next_deadline = self
+                .ack_deadlines
+                .next_expiration()
+                .map(|at| Instant::now() + Duration::from_nanos(at.saturating_sub(self.now())));
             tokio::select! {
                 received = requests.recv_many(&mut batch, REQUEST_BATCH) => {
                     if received == 0 {
@@ -336,6 +337,12 @@ impl Delivery {
             .filter(|(_, in_flight)| in_flight.subscriber == id)
             .map(|(&delivery_id, _)| delivery_id)
             .collect();
+        // Planted bug: a lost subscriber's deliveries wait for their ack timeouts.
+        let orphaned = if crate::faults::planted("no-redeliver-on-unsubscribe") {
+            Vec::new()
+        } else {
+            orphaned
+        };
         for delivery_id in orphaned {
             self.take_back(namespace, delivery_id);
         }

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::domain::{RedriveOutcome, TimerId};
 use crate::clock::SystemClock;
+use crate::domain::{RedriveOutcome, TimerId};
 use crate::namespaces::LiveNamespaces;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
@@ -34,7 +34,12 @@ fn delivery(adjust: impl FnOnce(&mut DeliveryConfig)) -> Delivery {
     adjust(&mut config);
     let metrics = Metrics::new();
     let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
-    Delivery::new(config, None, 0, (metrics, live, Arc::new(SystemClock::new())))
+    Delivery::new(
+        config,
+        None,
+        0,
+        (metrics, live, Arc::new(SystemClock::new())),
+    )
 }
 
 fn ids(list: &DeadList) -> Vec<u64> {
@@ -323,8 +328,12 @@ fn deliveries_waiting_for_their_attempts_hold_their_place_in_the_stream() {
     let metrics = Metrics::new();
     let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
     let clock = Arc::new(SystemClock::new());
-    let mut delivery =
-        Delivery::new(DeliveryConfig::default(), Some(handle), 1, (metrics, live, clock));
+    let mut delivery = Delivery::new(
+        DeliveryConfig::default(),
+        Some(handle),
+        1,
+        (metrics, live, clock),
+    );
     let mut stream = delivery.subscribe_to("orders", 1, 3);
     delivery.enqueue_fired(fresh((1..=2).map(|id| expiration("orders", id)).collect()));
     // Their deadlines pass before the subscriber reads them: taken back, they wait again,

@@ -132,6 +132,8 @@ struct State {
     generation: u64,
     calls: u64,
     faults: Faults,
+    /// The last power loss left garbage in some file's unsynced bytes.
+    garbled: bool,
 }
 
 fn eio(what: &str, path: &Path) -> io::Error {
@@ -290,6 +292,7 @@ impl SimDisk {
             generation: 0,
             calls: 0,
             faults: Faults::default(),
+            garbled: false,
         };
         Self {
             state: Arc::new(Mutex::new(state)),
@@ -348,6 +351,23 @@ impl SimDisk {
     pub fn crash_at_call(&self, n: u64) {
         let mut state = self.lock();
         state.faults.crash_at = Some(state.calls + n.max(1));
+    }
+
+    /// Every fault armed and not yet fired is off (a crash that happened stays, for the
+    /// harness to carry out).
+    pub fn disarm(&self) {
+        let mut state = self.lock();
+        let crashed = state.faults.crashed;
+        state.faults = Faults {
+            crashed,
+            ..Faults::default()
+        };
+    }
+
+    /// Whether the last machine crash left garbage in bytes that were never synced: no
+    /// acknowledged record is damaged, but a start may refuse the log (see the harness).
+    pub fn garbled_on_power_loss(&self) -> bool {
+        self.lock().garbled
     }
 
     /// Whether a [`SimDisk::crash_at_call`] crash has happened and awaits the harness.

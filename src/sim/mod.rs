@@ -7,6 +7,16 @@
 //! delivery by hand instead of on their thread and task.
 
 pub mod disk;
-pub(crate) mod model;
-pub(crate) mod node;
+mod harness;
+mod ledger;
+mod model;
+mod node;
 pub mod rng;
+
+pub use harness::Report;
+
+/// Runs seed `seed` for `steps` steps, then the liveness phase, checking every promise
+/// after every step.
+pub fn run_seed(seed: u64, steps: u64) -> Report {
+    harness::Harness::new(seed).run(steps)
+}

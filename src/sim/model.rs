@@ -16,7 +16,6 @@ use crate::domain::{Delivered, Registered};
 pub(crate) struct Registration {
     pub(crate) namespace: String,
     pub(crate) key: Option<String>,
-    pub(crate) replace: bool,
     pub(crate) deadline_unix: u64,
     pub(crate) repeat: Option<u64>,
     pub(crate) outcome: Outcome,
@@ -161,8 +160,9 @@ impl Model {
         let expiration = &delivered.expiration;
         let id = expiration.id.0;
         let fired_count = expiration.fired_count;
-        let token = token_of(&expiration.payload)
-            .ok_or_else(|| Violation(format!("timer {id:016x} fired with a payload no call sent")))?;
+        let token = token_of(&expiration.payload).ok_or_else(|| {
+            Violation(format!("timer {id:016x} fired with a payload no call sent"))
+        })?;
         let registration = self
             .registrations
             .get(token as usize)
@@ -208,8 +208,10 @@ impl Model {
         if timer.fired.contains_key(&fired_count) {
             return Ok(());
         }
-        // A replacing registration in doubt may have given the timer its payload.
-        let replaced_in_doubt = registration.replace
+        // A keyed registration in doubt may have made the timer (a later one under its key
+        // then returned or replaced it) or replaced it: its payload and deadline may be
+        // the timer's.
+        let replaced_in_doubt = registration.key.is_some()
             && matches!(registration.outcome, Outcome::InDoubt | Outcome::Waiting);
         if !timer.tokens.contains(&token) && !replaced_in_doubt {
             return Err(Violation(format!(
@@ -228,7 +230,8 @@ impl Model {
         // change (or a call in doubt since) set; one before it may still be the old one.
         let allowed = timer.deadlines.contains(&expiration.deadline_unix)
             || (replaced_in_doubt && registration.deadline_unix == expiration.deadline_unix);
-        if !timer.repeat && expiration.fired_unix > timer.changed_at && !allowed {
+        let repeating = timer.repeat || (replaced_in_doubt && registration.repeat.is_some());
+        if !repeating && expiration.fired_unix > timer.changed_at && !allowed {
             return Err(Violation(format!(
                 "timer {id:016x} fired at deadline {}, which no call asked for (allowed {:?})",
                 expiration.deadline_unix, timer.deadlines
@@ -269,5 +272,8 @@ pub(crate) fn payload_of(token: u64) -> bytes::Bytes {
 }
 
 fn token_of(payload: &[u8]) -> Option<u64> {
-    std::str::from_utf8(payload.strip_prefix(b"r")?).ok()?.parse().ok()
+    std::str::from_utf8(payload.strip_prefix(b"r")?)
+        .ok()?
+        .parse()
+        .ok()
 }

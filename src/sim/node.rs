@@ -8,7 +8,7 @@
 //! node without its clean stop; a restart is [`Node::start`] again on the same disk.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -140,9 +140,12 @@ impl Node {
     /// Lets the store and the delivery task hand work to each other until both are idle.
     fn settle(&mut self) {
         loop {
+            // Delivery first: its ack deadlines may dispatch, and what it appends (attempts,
+            // settlements) must be committed in this same settling, as the store thread
+            // would at once.
+            let handled = self.delivery_task.step();
             let stored = self.store.step();
-            let delivered = self.delivery_task.step();
-            if !stored && delivered == 0 {
+            if handled == 0 && !stored {
                 break;
             }
         }
@@ -190,11 +193,6 @@ impl Node {
         drop((table, delivery, delivery_task, sink));
         store.finish();
     }
-}
-
-/// The data directory's path.
-pub(crate) fn data_dir() -> PathBuf {
-    PathBuf::from(DATA_DIR)
 }
 
 /// An answer that arrives after some steps: a future polled by hand, never waiting.

@@ -84,7 +84,10 @@ impl Disk for RealDisk {
     }
 
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn DiskFile>> {
-        let file = OpenOptions::new().create_new(true).append(true).open(path)?;
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(path)?;
         Ok(Box::new(RealFile(file)))
     }
 

@@ -364,8 +364,7 @@ fn create_segment(
 ) -> Result<Box<dyn DiskFile>, StoreError> {
     let path = segment_path(dir, sequence);
     let mut file = disk.create_new(&path).map_err(io_error(&path))?;
-    file.append(&frame::FILE_HEADER)
-        .map_err(io_error(&path))?;
+    file.append(&frame::FILE_HEADER).map_err(io_error(&path))?;
     sync_dir(disk, dir)?;
     Ok(file)
 }

@@ -42,6 +42,8 @@ pub(crate) fn recover(
             });
         }
         cut_torn_tail(disk, stop)?;
+    } else if let Some(newest) = scan.files.last() {
+        make_durable(disk, &newest.path)?;
     }
     // Leftovers of an interrupted snapshot or compaction are not needed.
     for path in &scan.superseded {
@@ -61,6 +63,17 @@ pub(crate) fn recover(
         boot: scan.boot,
         snapshot_bytes: scan.snapshot_bytes,
     })
+}
+
+/// Syncs the newest file read. Why: its last records may never have reached the disk (a
+/// process killed between a write and its fsync, or whose fsync failed), yet this process
+/// just replayed them and will build on them, and a new segment now follows it. Were a
+/// power loss to take them after that, the damage would sit in a segment that is no
+/// longer the newest, which no start forgives: tickd would refuse to start.
+fn make_durable(disk: &dyn Disk, path: &Path) -> Result<(), StoreError> {
+    disk.open(path)
+        .and_then(|mut file| file.sync_all())
+        .map_err(io_error(path))
 }
 
 fn cut_torn_tail(disk: &dyn Disk, stop: &Stop) -> Result<(), StoreError> {

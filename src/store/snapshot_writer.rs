@@ -59,7 +59,11 @@ pub(super) struct SnapshotWriter {
 
 impl SnapshotWriter {
     /// Starts the thread for snapshot `sequence` of `dir`; it creates the partial file.
-    pub(super) fn start(disk: Arc<dyn Disk>, dir: &Path, sequence: u64) -> Result<Self, StoreError> {
+    pub(super) fn start(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        sequence: u64,
+    ) -> Result<Self, StoreError> {
         let (jobs, received) = mpsc::channel();
         let task = SnapshotTask {
             disk,
@@ -169,9 +173,7 @@ impl SnapshotTask {
         let path = snapshot_path(&self.dir, self.sequence);
         file.append(last_frames).map_err(io_error(&partial))?;
         file.sync_all().map_err(io_error(&partial))?;
-        self.disk
-            .rename(&partial, &path)
-            .map_err(io_error(&path))?;
+        self.disk.rename(&partial, &path).map_err(io_error(&path))?;
         sync_dir(self.disk.as_ref(), &self.dir)?;
         let (removed_files, removed_bytes) =
             remove_older_than(self.disk.as_ref(), &self.dir, self.sequence)?;
@@ -317,7 +319,7 @@ mod tests {
         let kept = super::super::segment_path(dir.path(), 2);
         std::fs::write(&kept, b"kept").unwrap();
         assert_eq!(
-            super::remove_older_than(dir.path(), 2).unwrap(),
+            super::remove_older_than(&crate::store::disk::RealDisk, dir.path(), 2).unwrap(),
             (1, length)
         );
         assert_eq!(files(dir.path()), vec![format!("{:020}.log", 2)]);

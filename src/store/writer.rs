@@ -71,6 +71,10 @@ pub(crate) struct Writer {
     /// after a failure the segment is cut back to the latter (see `stop_on_error`).
     written_bytes: u64,
     acknowledged_bytes: u64,
+    /// The attempt records in the group commit being made, and whether its deliveries have
+    /// left (its `on_written` callbacks ran): see [`Writer::stop_on_error`].
+    attempts_in_commit: Vec<u8>,
+    attempts_left: bool,
     /// Bytes of every file in the directory, and of the snapshot being written among them
     /// (see [`disk_budget`]).
     on_disk: u64,
@@ -130,6 +134,8 @@ impl Writer {
             failed_flag,
             written_bytes: length,
             acknowledged_bytes: length,
+            attempts_in_commit: Vec::new(),
+            attempts_left: false,
             on_disk,
             snapshot_bytes: 0,
             budget,
@@ -217,11 +223,35 @@ impl Writer {
                 ),
                 Err(error) => error!(%error, "could not cut the log back to what was acknowledged"),
             }
+            self.keep_attempts_that_left();
             // One already sealing holds only what was acknowledged, and may finish.
             self.abandon_snapshot();
         }
         if self.failed {
             *pending = Batch::default();
+        }
+    }
+
+    /// After the cut: the attempt records of deliveries that already left go back in. Why:
+    /// a subscriber may hold those deliveries, so their attempts happened, and were they
+    /// cut with the refused calls around them, an expiration whose every delivery ends in
+    /// a failed fsync would come back at the same attempt forever instead of going dead.
+    /// (Found by the simulation: a poison expiration redelivered at its last attempt.)
+    fn keep_attempts_that_left(&mut self) {
+        if !std::mem::take(&mut self.attempts_left) || self.attempts_in_commit.is_empty() {
+            return;
+        }
+        let frames = std::mem::take(&mut self.attempts_in_commit);
+        let kept = self
+            .segment
+            .append(&frames)
+            .and_then(|()| self.segment.sync_data());
+        match kept {
+            Ok(()) => error!(
+                bytes = frames.len(),
+                "kept the attempts of deliveries that had left"
+            ),
+            Err(error) => error!(%error, "could not keep the attempts of deliveries that had left"),
         }
     }
 
@@ -241,6 +271,7 @@ impl Writer {
                 }
                 // Attempts before settlements: a batch that records both settles.
                 for (key, attempted) in batch.attempted {
+                    self.attempts_in_commit.extend_from_slice(&attempted);
                     if let Some(kept) = self.unsettled.get_mut(&key) {
                         kept.attempted = attempted;
                     }
@@ -300,6 +331,7 @@ impl Writer {
         }
         for callback in pending.on_written.drain(..) {
             callback();
+            self.attempts_left = true;
         }
         let sync_now = match self.sync {
             SyncMode::Always => self.unsynced,
@@ -309,7 +341,13 @@ impl Writer {
             }
             SyncMode::None => false,
         };
-        if sync_now {
+        // Planted bugs: answers before the sync, or no sync at all.
+        if crate::faults::planted("ack-before-durable") {
+            for callback in pending.on_durable.drain(..) {
+                callback();
+            }
+        }
+        if sync_now && !crate::faults::planted("skip-fsync") {
             let started = Instant::now();
             self.segment.sync_data().map_err(io_error(&path))?;
             self.metrics
@@ -319,6 +357,8 @@ impl Writer {
             self.last_sync = self.clock.monotonic();
         }
         self.acknowledged_bytes = self.written_bytes;
+        self.attempts_in_commit.clear();
+        self.attempts_left = false;
         for callback in pending.on_durable.drain(..) {
             callback();
         }

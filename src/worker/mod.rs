@@ -14,7 +14,6 @@
 //! The thread is generic over [`TimerState`]: the service runs it over
 //! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
 
-
 mod combine;
 pub mod command;
 pub(crate) mod journal;

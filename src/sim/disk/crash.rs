@@ -26,8 +26,9 @@ impl State {
         self.names = names;
         let named: BTreeSet<InodeId> = self.names.values().copied().collect();
         self.inodes.retain(|inode, _| named.contains(inode));
+        self.garbled = false;
         for file in self.inodes.values_mut() {
-            file.lose_unsynced(&mut self.rng);
+            self.garbled |= file.lose_unsynced(&mut self.rng);
         }
     }
 }
@@ -37,25 +38,31 @@ impl Inode {
     /// (the old bytes come back, and what was appended after the cut is lost); otherwise
     /// the unsynced tail is kept whole, dropped, torn at any byte, or kept with one sector
     /// of it overwritten with random bytes (a write the disk garbled on power loss).
-    fn lose_unsynced(&mut self, rng: &mut Rng) {
+    /// True if it garbled the tail.
+    fn lose_unsynced(&mut self, rng: &mut Rng) -> bool {
         if let Some(hidden) = self.cut.take() {
             if rng.chance(1, 2) {
                 self.content.truncate(self.synced);
                 self.content.extend(hidden);
                 self.make_durable();
-                return;
+                return false;
             }
         }
         let tail = self.content.len() - self.synced;
+        let mut garbled = false;
         if tail > 0 {
             match rng.below(4) {
                 0 => {}
                 1 => self.content.truncate(self.synced),
                 2 => self.content.truncate(self.synced + rng.below_usize(tail)),
-                _ => self.corrupt_sector_of_tail(rng),
+                _ => {
+                    self.corrupt_sector_of_tail(rng);
+                    garbled = true;
+                }
             }
         }
         self.make_durable();
+        garbled
     }
 
     /// Overwrites with random bytes the unsynced part of one sector the tail touches

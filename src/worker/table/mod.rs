@@ -20,13 +20,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::clock::{Clock, Now, SystemClock};
 use super::command::{Command, Reschedule};
 use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
 use super::TimerState;
 use crate::budget::memory::held_bytes;
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
+use crate::clock::{Clock, Now, SystemClock};
 use crate::domain::{
     Expiration, Handoff, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView,
@@ -538,7 +538,13 @@ impl TimerState for TimerTable {
         self.last_woken = now.monotonic;
         let handed_over_before = fired.len();
         let mut expired = Vec::new();
-        self.wheel.advance(now.monotonic, &mut expired);
+        // Planted bug: the wheel is advanced a tick ahead of the clock.
+        let until = if crate::faults::planted("fire-early") {
+            now.monotonic + self.wheel.tick()
+        } else {
+            now.monotonic
+        };
+        self.wheel.advance(until, &mut expired);
         fired.reserve(expired.len());
         for entry in expired {
             fired.push(Handoff::Fired(self.expire(

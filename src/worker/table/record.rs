@@ -8,11 +8,11 @@ use smallvec::SmallVec;
 
 use crate::budget::memory::{expiration_held_bytes, held_bytes, logged_firing_bytes};
 use crate::budget::{MemoryBudget, MemoryReservation};
+use crate::clock::Now;
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::store::frame::TimerFields;
 use crate::store::records as durable;
 use crate::store::RecoveredFiring;
-use crate::clock::Now;
 use crate::worker::namespaces::Namespaces;
 
 /// What the wheel holds for each pending timer. Every pending timer has one, so it is kept
@@ -176,9 +176,7 @@ pub(crate) fn held_again(
 ) -> Vec<(Expiration, u32)> {
     unsettled
         .into_iter()
-        .filter_map(|(fired, attempts)| {
-            recovered_expiration(fired).map(|found| (found, attempts))
-        })
+        .filter_map(|(fired, attempts)| recovered_expiration(fired).map(|found| (found, attempts)))
         .map(|(mut expiration, attempts)| {
             let key = expiration.key.as_ref().map_or(0, String::len);
             let payload = expiration.payload.len();
