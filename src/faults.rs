@@ -26,3 +26,23 @@ pub(crate) fn panic_if_injected(point: &str) {
         panic!("injected panic in the {point} (TICKD_INJECT_PANIC)");
     }
 }
+
+/// True if the simulation planted the bug `name` (`TICKD_DST_PLANT=<name>`), to show that
+/// it catches what it claims to. Only the `sim` feature has plants: in the service's build
+/// this is `false`, and every planted branch is compiled out.
+#[inline(always)]
+pub(crate) fn planted(name: &str) -> bool {
+    #[cfg(feature = "sim")]
+    {
+        static PLANT: OnceLock<Option<String>> = OnceLock::new();
+        PLANT
+            .get_or_init(|| std::env::var("TICKD_DST_PLANT").ok())
+            .as_deref()
+            == Some(name)
+    }
+    #[cfg(not(feature = "sim"))]
+    {
+        let _ = name;
+        false
+    }
+}

@@ -18,6 +18,7 @@
 
 pub(crate) mod api;
 pub mod budget;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod cron;
@@ -30,6 +31,8 @@ mod pem;
 pub mod proto;
 pub mod reference;
 pub mod server;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod store;
 pub mod wheel;
 pub mod worker;

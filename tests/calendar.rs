@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tickd::clock::{Clock, ManualClock};
 use tickd::cron::CalendarSchedule;
 use tickd::domain::Handoff;
 use tickd::domain::{Calendar, Due, Expiration, NewTimer, Target, TimerRef, TimerView};
 use tickd::metrics::Metrics;
-use tickd::worker::clock::{Clock, ManualClock};
 use tickd::worker::command::{Command, Reschedule};
 use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};

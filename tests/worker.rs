@@ -4,10 +4,10 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use tickd::clock::ManualClock;
 use tickd::domain::Handoff;
 use tickd::domain::{Due, Expiration, NewTimer, Target, TimerRef, TimerView};
 use tickd::metrics::Metrics;
-use tickd::worker::clock::ManualClock;
 use tickd::worker::command::Command;
 use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
@@ -139,7 +139,7 @@ fn timers_fire_when_the_manual_clock_reaches_them_and_stop_returns_the_rest() {
     assert_eq!(names(&caught_up), ["twenty", "thirty", "forty"]);
 
     let table = worker.stop();
-    let left = table.into_pending(tickd::worker::clock::Clock::now(&clock));
+    let left = table.into_pending(tickd::clock::Clock::now(&clock));
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].key.as_deref(), Some("hour"));
 }

@@ -11,10 +11,10 @@ use clap::{CommandFactory, FromArgMatches};
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{error, info};
 
+use tickd::clock::{Clock, SystemClock};
 use tickd::config::{Command, Config, LogFormat};
 use tickd::metrics::Metrics;
 use tickd::server::Listeners;
-use tickd::worker::clock::{Clock, SystemClock};
 use tickd::worker::table::TimerTable;
 
 /// mimalloc instead of glibc's malloc: the gRPC path allocates many small buffers from

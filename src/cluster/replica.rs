@@ -16,9 +16,9 @@ use super::shared::{Owned, Shared};
 use super::timers::ClusterTimers;
 use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, Database};
 use crate::budget::MemoryBudget;
+use crate::clock::SystemClock;
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
-use crate::worker::clock::SystemClock;
 use crate::worker::Worker;
 
 /// What the replicated mode reads from the configuration.

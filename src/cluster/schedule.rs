@@ -22,8 +22,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::budget::MemoryBudget;
+use crate::clock::Now;
 use crate::wheel::{Handle, Wheel};
-use crate::worker::clock::Now;
 use crate::worker::TimerState;
 
 /// One timer as the wheel knows it.

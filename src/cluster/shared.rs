@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::notifications::DueRow;
 use super::schedule::{DueTimer, ScheduleCommand};
-use crate::worker::clock::SystemClock;
+use crate::clock::SystemClock;
 use crate::worker::WorkerHandle;
 
 /// Resolves once `stopping` turns true (or its sender is gone).
@@ -102,7 +102,7 @@ impl Shared {
 
     /// Unix nanoseconds now, on this replica's clock (deadlines are kept in it).
     pub(crate) fn unix_now(&self) -> u64 {
-        use crate::worker::clock::Clock;
+        use crate::clock::Clock;
         self.clock.now().unix
     }
 

@@ -26,6 +26,12 @@ pub(super) struct DeliveryIds {
 impl DeliveryIds {
     /// Ids of `boot` (a recorded boot, or [`unlogged_boot`] without a log).
     pub(super) fn new(boot: u64) -> Self {
+        // Planted bug: every boot's ids are the first boot's.
+        let boot = if crate::faults::planted("reuse-delivery-ids") {
+            1
+        } else {
+            boot
+        };
         Self {
             boot,
             next_count: 1,

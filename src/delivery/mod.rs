@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations, Handoff,
     RedriveOutcome, SubscribeOptions, TimerError,
@@ -130,16 +131,30 @@ impl DeliveryHandle {
     /// are expirations fired before a restart and never settled, each with the deliveries
     /// it had, delivered again first, in the order they fired (so that the bounds keep the
     /// same ones waiting as before the restart); those out of attempts are dead.
+    /// `clock`: the one ack deadlines are measured on.
     pub(crate) fn spawn(
         config: DeliveryConfig,
         store: Option<StoreHandle>,
         boot: u64,
-        mut recovered: Vec<(Expiration, u32)>,
-        metrics: Arc<Metrics>,
-        live: Arc<LiveNamespaces>,
+        recovered: Vec<(Expiration, u32)>,
+        (metrics, live, clock): (Arc<Metrics>, Arc<LiveNamespaces>, Arc<dyn Clock>),
     ) -> Self {
+        let (handle, delivery, receiver) =
+            Self::prepare(config, store, boot, recovered, (metrics, live, clock));
+        tokio::spawn(delivery.run(receiver));
+        handle
+    }
+
+    /// The handle and the task it talks to, before the task runs.
+    fn prepare(
+        config: DeliveryConfig,
+        store: Option<StoreHandle>,
+        boot: u64,
+        mut recovered: Vec<(Expiration, u32)>,
+        (metrics, live, clock): (Arc<Metrics>, Arc<LiveNamespaces>, Arc<dyn Clock>),
+    ) -> (Self, task::Delivery, mpsc::UnboundedReceiver<Request>) {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut delivery = task::Delivery::new(config, store, boot, metrics.clone(), live);
+        let mut delivery = task::Delivery::new(config, store, boot, (metrics.clone(), live, clock));
         recovered.sort_unstable_by_key(|(expiration, _)| {
             (
                 expiration.fired_unix,
@@ -149,13 +164,26 @@ impl DeliveryHandle {
             )
         });
         delivery.enqueue_fired(recovered);
-        tokio::spawn(delivery.run(receiver));
-        Self {
+        let handle = Self {
             sender,
             next_subscriber_id: Arc::new(AtomicU64::new(1)),
             config,
             metrics,
-        }
+        };
+        (handle, delivery, receiver)
+    }
+
+    /// [`Self::spawn`] without a runtime: the task is stepped by hand (the simulation).
+    #[cfg(feature = "sim")]
+    pub(crate) fn stepped(
+        config: DeliveryConfig,
+        store: Option<StoreHandle>,
+        boot: u64,
+        recovered: Vec<(Expiration, u32)>,
+        parts: (Arc<Metrics>, Arc<LiveNamespaces>, Arc<dyn Clock>),
+    ) -> (Self, SteppedDelivery) {
+        let (handle, delivery, requests) = Self::prepare(config, store, boot, recovered, parts);
+        (handle, SteppedDelivery { delivery, requests })
     }
 
     /// Hands one fired batch to the delivery task.
@@ -254,6 +282,33 @@ impl DeliveryHandle {
         if self.sender.send(Request::Close(done)).is_ok() {
             let _ = closed.await;
         }
+    }
+}
+
+/// The delivery task run by hand, one step at a time (the simulation).
+#[cfg(feature = "sim")]
+pub(crate) struct SteppedDelivery {
+    delivery: task::Delivery,
+    requests: mpsc::UnboundedReceiver<Request>,
+}
+
+#[cfg(feature = "sim")]
+impl SteppedDelivery {
+    /// Handles every request queued, then the ack deadlines passed: what one wake-up of
+    /// the task does. Returns how many requests it handled.
+    pub(crate) fn step(&mut self) -> usize {
+        let mut handled = 0;
+        while let Ok(request) = self.requests.try_recv() {
+            self.delivery.handle(request);
+            handled += 1;
+        }
+        self.delivery.expire_ack_deadlines();
+        handled
+    }
+
+    /// The earliest ack deadline, on the clock's monotonic time.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.delivery.next_ack_deadline()
     }
 }
 

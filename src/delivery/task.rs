@@ -21,6 +21,7 @@ use super::budget::Budget;
 use super::ids::DeliveryIds;
 use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
+use crate::clock::Clock;
 use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
@@ -36,7 +37,8 @@ pub(super) struct Delivery {
     live: Arc<LiveNamespaces>,
     budget: Budget,
     ack_deadlines: Wheel<(Arc<str>, u64)>,
-    origin: Instant,
+    /// Ack deadlines are on this clock's monotonic time.
+    clock: Arc<dyn Clock>,
     ids: DeliveryIds,
     store: Option<StoreHandle>,
     metrics: Arc<Metrics>,
@@ -56,8 +58,7 @@ impl Delivery {
         config: DeliveryConfig,
         store: Option<StoreHandle>,
         boot: u64,
-        metrics: Arc<Metrics>,
-        live: Arc<LiveNamespaces>,
+        (metrics, live, clock): (Arc<Metrics>, Arc<LiveNamespaces>, Arc<dyn Clock>),
     ) -> Self {
         let ids = DeliveryIds::new(boot);
         Self {
@@ -70,7 +71,7 @@ impl Delivery {
                 ids.first_dead_seq(),
             ),
             ack_deadlines: Wheel::new(1_000_000, usize::MAX),
-            origin: Instant::now(),
+            clock,
             ids,
             store,
             metrics,
@@ -84,7 +85,7 @@ impl Delivery {
             let next_deadline = self
                 .ack_deadlines
                 .next_expiration()
-                .map(|at| self.origin + Duration::from_nanos(at));
+                .map(|at| Instant::now() + Duration::from_nanos(at.saturating_sub(self.now())));
             tokio::select! {
                 received = requests.recv_many(&mut batch, REQUEST_BATCH) => {
                     if received == 0 {
@@ -101,10 +102,16 @@ impl Delivery {
     }
 
     fn now(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        self.clock.monotonic()
     }
 
-    fn handle(&mut self, request: Request) {
+    /// The earliest ack deadline, on the clock's monotonic time.
+    #[cfg(feature = "sim")]
+    pub(super) fn next_ack_deadline(&self) -> Option<u64> {
+        self.ack_deadlines.next_expiration()
+    }
+
+    pub(super) fn handle(&mut self, request: Request) {
         match request {
             Request::Fired(batch) => {
                 crate::faults::panic_if_injected("delivery");
@@ -330,6 +337,12 @@ impl Delivery {
             .filter(|(_, in_flight)| in_flight.subscriber == id)
             .map(|(&delivery_id, _)| delivery_id)
             .collect();
+        // Planted bug: a lost subscriber's deliveries wait for their ack timeouts.
+        let orphaned = if crate::faults::planted("no-redeliver-on-unsubscribe") {
+            Vec::new()
+        } else {
+            orphaned
+        };
         for delivery_id in orphaned {
             self.take_back(namespace, delivery_id);
         }
@@ -439,7 +452,7 @@ impl Delivery {
         }
     }
 
-    fn expire_ack_deadlines(&mut self) {
+    pub(super) fn expire_ack_deadlines(&mut self) {
         let mut expired = Vec::new();
         self.ack_deadlines.advance(self.now(), &mut expired);
         if expired.is_empty() {

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::*;
+use crate::clock::SystemClock;
 use crate::domain::{RedriveOutcome, TimerId};
 use crate::namespaces::LiveNamespaces;
 
@@ -33,7 +34,12 @@ fn delivery(adjust: impl FnOnce(&mut DeliveryConfig)) -> Delivery {
     adjust(&mut config);
     let metrics = Metrics::new();
     let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
-    Delivery::new(config, None, 0, metrics, live)
+    Delivery::new(
+        config,
+        None,
+        0,
+        (metrics, live, Arc::new(SystemClock::new())),
+    )
 }
 
 fn ids(list: &DeadList) -> Vec<u64> {
@@ -321,7 +327,13 @@ fn deliveries_waiting_for_their_attempts_hold_their_place_in_the_stream() {
     .unwrap();
     let metrics = Metrics::new();
     let live = Arc::new(LiveNamespaces::new(metrics.namespaces.clone()));
-    let mut delivery = Delivery::new(DeliveryConfig::default(), Some(handle), 1, metrics, live);
+    let clock = Arc::new(SystemClock::new());
+    let mut delivery = Delivery::new(
+        DeliveryConfig::default(),
+        Some(handle),
+        1,
+        (metrics, live, clock),
+    );
     let mut stream = delivery.subscribe_to("orders", 1, 3);
     delivery.enqueue_fired(fresh((1..=2).map(|id| expiration("orders", id)).collect()));
     // Their deadlines pass before the subscriber reads them: taken back, they wait again,

@@ -8,8 +8,8 @@ use tracing::{info, warn};
 
 use super::ServerError;
 use crate::budget::container::MemoryLimit;
-use crate::budget::memory::{expiration_held_bytes, logged_firing_bytes};
-use crate::budget::{ByteCount, MemoryBudget, MemoryReservation};
+use crate::budget::{ByteCount, MemoryBudget};
+use crate::clock::{Clock, SystemClock};
 use crate::cluster::Replica;
 use crate::config::Config;
 use crate::delivery::DeliveryHandle;
@@ -17,7 +17,6 @@ use crate::domain::Expiration;
 use crate::domain::{Expirations, Timers};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreHandle, SyncMode};
-use crate::worker::clock::{Clock, SystemClock};
 use crate::worker::journal::Journal;
 use crate::worker::local::LocalTimers;
 use crate::worker::table::TimerTable;
@@ -66,9 +65,12 @@ impl Backend {
             store_handle.clone(),
             boot,
             recovered,
-            metrics.clone(),
-            // Namespaces the table creates are let go by delivery: one live set for both.
-            table.live_namespaces(),
+            (
+                metrics.clone(),
+                // Namespaces the table creates are let go by delivery: one live set for both.
+                table.live_namespaces(),
+                Arc::new(clock),
+            ),
         );
         let sink = delivery.clone().after_the_log(store_handle);
         let worker = Worker::spawn(table, clock, config.worker(metrics), sink)
@@ -244,20 +246,7 @@ fn recover(
     ));
     // Fired before the restart and never settled: they are held again until settled, with
     // the deliveries they had.
-    let recovered = unsettled
-        .into_iter()
-        .filter_map(|(fired, attempts)| {
-            crate::worker::table::recovered_expiration(fired).map(|found| (found, attempts))
-        })
-        .map(|(mut expiration, attempts)| {
-            let key = expiration.key.as_ref().map_or(0, String::len);
-            let payload = expiration.payload.len();
-            let held = expiration_held_bytes(key, payload, expiration.calendar.is_some())
-                + logged_firing_bytes(key, payload);
-            expiration.memory = MemoryReservation::forced(memory, held);
-            (expiration, attempts)
-        })
-        .collect();
+    let recovered = crate::worker::table::held_again(unsettled, memory);
     info!(
         data_dir = %config.data_dir.display(),
         pending_timers = table.len(),

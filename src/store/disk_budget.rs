@@ -20,7 +20,7 @@
 //! - the worker asks [`DiskBudget::admit`] before it applies a registration, adding what
 //!   its own unflushed batch holds, so a refused call changes nothing.
 
-use std::fs;
+use super::disk::Disk;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -227,16 +227,9 @@ impl DiskBudget {
 
 /// Bytes of every file in the data directory (segments, snapshots, and whatever else an
 /// operator left there: it takes the same disk).
-pub(super) fn directory_bytes(dir: &Path) -> Result<u64, super::StoreError> {
-    let mut bytes = 0;
-    for entry in fs::read_dir(dir).map_err(super::io_error(dir))? {
-        let metadata = entry.and_then(|entry| entry.metadata());
-        let metadata = metadata.map_err(super::io_error(dir))?;
-        if metadata.is_file() {
-            bytes += metadata.len();
-        }
-    }
-    Ok(bytes)
+pub(super) fn directory_bytes(disk: &dyn Disk, dir: &Path) -> Result<u64, super::StoreError> {
+    let files = disk.list(dir).map_err(super::io_error(dir))?;
+    Ok(files.iter().map(|(_, length)| length).sum())
 }
 
 #[cfg(test)]
@@ -289,7 +282,7 @@ mod tests {
         )
         .unwrap();
         let used = || metrics.budgets.disk_used.get() as u64;
-        let on_disk = || directory_bytes(dir.path()).unwrap();
+        let on_disk = || directory_bytes(&super::super::disk::RealDisk, dir.path()).unwrap();
         assert_eq!(metrics.budgets.disk_budget.get() as u64, 64 * MIB);
         assert_eq!(used(), on_disk());
         for id in 1..=100 {

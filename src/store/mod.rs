@@ -20,6 +20,7 @@
 //! `--max-disk` if set ([`disk_budget`]).
 
 mod batch;
+pub mod disk;
 pub(crate) mod disk_budget;
 pub mod frame;
 mod frame_buffers;
@@ -27,13 +28,14 @@ pub(crate) mod recovery;
 pub mod repair;
 pub mod scan;
 mod snapshot_writer;
+#[cfg(feature = "sim")]
+pub(crate) mod stepped;
 mod timer_fields;
 mod writer;
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,7 +43,9 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 
+use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
+use disk::{Disk, DiskFile, RealDisk};
 use disk_budget::DiskBudget;
 use frame_buffers::FrameBuffers;
 use writer::Writer;
@@ -96,7 +100,7 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     }
 }
 
-enum Request {
+pub(crate) enum Request {
     Append(Batch),
     /// Starts a new segment; what follows until `EndSnapshot` is the snapshot's content.
     BeginSnapshot,
@@ -107,7 +111,7 @@ enum Request {
 /// A snapshot chunk on its way to the store thread, counted in the handle's backlog until
 /// it is written (or dropped): the worker makes chunks far faster than a disk writes them,
 /// and without the count a snapshot would queue a second copy of every live timer.
-struct QueuedChunk {
+pub(crate) struct QueuedChunk {
     frames: Vec<u8>,
     backlog: Arc<AtomicUsize>,
 }
@@ -217,54 +221,31 @@ impl Store {
         max_disk: u64,
         replay: impl FnMut(Record),
     ) -> Result<(Store, StoreHandle, Vec<RecoveredFiring>), StoreError> {
-        let budget = DiskBudget::new(max_disk, metrics.clone());
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let recovered = recovery::recover(dir, replay)?;
-        let recovered_snapshot_bytes = recovered.snapshot_bytes;
-        let next_segment = recovered.last_segment + 1;
-        let (frames, unsettled) = recovered
-            .unsettled
-            .into_iter()
-            .map(|(key, firing)| ((key, firing.frames), (firing.fired, firing.attempts)))
-            .unzip();
-        let boot = recovered.boot + 1;
-        let mut boot_frame = Vec::new();
-        frame::encode(
-            &Record {
-                kind: Some(records::record::Kind::Boot(boot)),
-            },
-            &mut boot_frame,
-        );
-        let failed = Arc::new(AtomicBool::new(false));
-        let writer = Writer::start(
-            dir.to_owned(),
-            next_segment,
+        let opened = Opened::open(
+            Arc::new(RealDisk),
+            Arc::new(SystemClock::new()),
+            dir,
             sync,
-            frames,
-            boot_frame,
             metrics,
-            failed.clone(),
-            budget.clone(),
+            max_disk,
+            replay,
         )?;
-        let buffers = writer.buffers.clone();
-        let compacting = writer.compacting.clone();
-        let (sender, receiver) = mpsc::channel();
+        let Opened {
+            writer,
+            requests,
+            handle,
+            unsettled,
+            recovered_snapshot_bytes,
+            boot,
+        } = opened;
         let thread = std::thread::Builder::new()
             .name("tickd-store".into())
-            .spawn(move || writer.run(receiver))
+            .spawn(move || writer.run(requests))
             .map_err(io_error(dir))?;
         let store = Store {
             thread,
             recovered_snapshot_bytes,
             boot,
-        };
-        let handle = StoreHandle {
-            sender,
-            failed,
-            snapshot_backlog: Arc::default(),
-            compacting,
-            budget,
-            buffers,
         };
         Ok((store, handle, unsettled))
     }
@@ -292,6 +273,81 @@ impl Store {
     }
 }
 
+/// A store recovered and ready to write, before anything runs it: [`Store::open`] hands
+/// the writer to its thread; the simulation steps it by hand.
+pub(crate) struct Opened {
+    pub(crate) writer: Writer,
+    pub(crate) requests: Receiver<Request>,
+    pub(crate) handle: StoreHandle,
+    pub(crate) unsettled: Vec<RecoveredFiring>,
+    pub(crate) recovered_snapshot_bytes: u64,
+    pub(crate) boot: u64,
+}
+
+impl Opened {
+    /// Opens (creating if needed) the data directory on `disk` and replays it, recording
+    /// this boot durably: see [`Store::open`].
+    pub(crate) fn open(
+        disk: Arc<dyn Disk>,
+        clock: Arc<dyn Clock>,
+        dir: &Path,
+        sync: SyncMode,
+        metrics: Arc<Metrics>,
+        max_disk: u64,
+        replay: impl FnMut(Record),
+    ) -> Result<Self, StoreError> {
+        let budget = DiskBudget::new(max_disk, metrics.clone());
+        disk.create_dir_all(dir).map_err(io_error(dir))?;
+        let recovered = recovery::recover(disk.as_ref(), dir, replay)?;
+        let next_segment = recovered.last_segment + 1;
+        let (frames, unsettled) = recovered
+            .unsettled
+            .into_iter()
+            .map(|(key, firing)| ((key, firing.frames), (firing.fired, firing.attempts)))
+            .unzip();
+        let boot = recovered.boot + 1;
+        let mut boot_frame = Vec::new();
+        frame::encode(
+            &Record {
+                kind: Some(records::record::Kind::Boot(boot)),
+            },
+            &mut boot_frame,
+        );
+        let failed = Arc::new(AtomicBool::new(false));
+        let writer = Writer::start(
+            writer::Parts {
+                disk,
+                clock,
+                dir: dir.to_owned(),
+                sync,
+                metrics,
+                failed_flag: failed.clone(),
+                budget: budget.clone(),
+            },
+            next_segment,
+            frames,
+            boot_frame,
+        )?;
+        let (sender, requests) = mpsc::channel();
+        let handle = StoreHandle {
+            sender,
+            failed,
+            snapshot_backlog: Arc::default(),
+            compacting: writer.compacting.clone(),
+            budget,
+            buffers: writer.buffers.clone(),
+        };
+        Ok(Self {
+            writer,
+            requests,
+            handle,
+            unsettled,
+            recovered_snapshot_bytes: recovered.snapshot_bytes,
+            boot,
+        })
+    }
+}
+
 pub(crate) fn segment_path(dir: &Path, sequence: u64) -> PathBuf {
     dir.join(format!("{sequence:020}.log"))
 }
@@ -301,22 +357,19 @@ pub(crate) fn snapshot_path(dir: &Path, sequence: u64) -> PathBuf {
 }
 
 /// A new segment, its file header written (and made durable by the first commit's sync).
-fn create_segment(dir: &Path, sequence: u64) -> Result<File, StoreError> {
+fn create_segment(
+    disk: &dyn Disk,
+    dir: &Path,
+    sequence: u64,
+) -> Result<Box<dyn DiskFile>, StoreError> {
     let path = segment_path(dir, sequence);
-    let mut file = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&path)
-        .map_err(io_error(&path))?;
-    file.write_all(&frame::FILE_HEADER)
-        .map_err(io_error(&path))?;
-    sync_dir(dir)?;
+    let mut file = disk.create_new(&path).map_err(io_error(&path))?;
+    file.append(&frame::FILE_HEADER).map_err(io_error(&path))?;
+    sync_dir(disk, dir)?;
     Ok(file)
 }
 
 /// Makes a file's creation or rename durable.
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(io_error(dir))
+fn sync_dir(disk: &dyn Disk, dir: &Path) -> Result<(), StoreError> {
+    disk.sync_dir(dir).map_err(io_error(dir))
 }

@@ -7,11 +7,11 @@
 //! whole directory is checked before anything in it changes, and the new segment is only
 //! created after that. The operator then decides (`tickd check`, `--recover-truncate`).
 
-use std::fs::{self, OpenOptions};
 use std::path::Path;
 
 use tracing::{info, warn};
 
+use super::disk::Disk;
 use super::records::Record;
 use super::scan::{self, Stop, Unsettled};
 use super::{io_error, StoreError};
@@ -27,8 +27,12 @@ pub(crate) struct Recovered {
     pub(crate) snapshot_bytes: u64,
 }
 
-pub(crate) fn recover(dir: &Path, replay: impl FnMut(Record)) -> Result<Recovered, StoreError> {
-    let scan = scan::scan(dir, replay)?;
+pub(crate) fn recover(
+    disk: &dyn Disk,
+    dir: &Path,
+    replay: impl FnMut(Record),
+) -> Result<Recovered, StoreError> {
+    let scan = scan::scan_on(disk, dir, replay)?;
     if let Some(stop) = &scan.stop {
         if !stop.torn {
             return Err(StoreError::Corrupt {
@@ -37,11 +41,13 @@ pub(crate) fn recover(dir: &Path, replay: impl FnMut(Record)) -> Result<Recovere
                 damage: stop.damage,
             });
         }
-        cut_torn_tail(stop)?;
+        cut_torn_tail(disk, stop)?;
+    } else if let Some(newest) = scan.files.last() {
+        make_durable(disk, &newest.path)?;
     }
     // Leftovers of an interrupted snapshot or compaction are not needed.
     for path in &scan.superseded {
-        fs::remove_file(path).map_err(io_error(path))?;
+        disk.remove(path).map_err(io_error(path))?;
     }
     info!(
         dir = %dir.display(),
@@ -59,7 +65,18 @@ pub(crate) fn recover(dir: &Path, replay: impl FnMut(Record)) -> Result<Recovere
     })
 }
 
-fn cut_torn_tail(stop: &Stop) -> Result<(), StoreError> {
+/// Syncs the newest file read. Why: its last records may never have reached the disk (a
+/// process killed between a write and its fsync, or whose fsync failed), yet this process
+/// just replayed them and will build on them, and a new segment now follows it. Were a
+/// power loss to take them after that, the damage would sit in a segment that is no
+/// longer the newest, which no start forgives: tickd would refuse to start.
+fn make_durable(disk: &dyn Disk, path: &Path) -> Result<(), StoreError> {
+    disk.open(path)
+        .and_then(|mut file| file.sync_all())
+        .map_err(io_error(path))
+}
+
+fn cut_torn_tail(disk: &dyn Disk, stop: &Stop) -> Result<(), StoreError> {
     warn!(
         file = %stop.path.display(),
         offset = stop.offset,
@@ -67,10 +84,8 @@ fn cut_torn_tail(stop: &Stop) -> Result<(), StoreError> {
         damage = %stop.damage,
         "dropping a torn record at the end of the newest segment"
     );
-    OpenOptions::new()
-        .write(true)
-        .open(&stop.path)
-        .and_then(|file| {
+    disk.open(&stop.path)
+        .and_then(|mut file| {
             file.set_len(stop.offset)?;
             // Durable before a newer segment exists, or a power loss could bring the torn
             // record back into what is then an older segment, where it is damage.

@@ -9,15 +9,15 @@
 //! Neither name ends in `.log` or `.snapshot`, so recovery and compaction leave them
 //! alone. A torn append is not damage and is left to recovery, which drops it by itself.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
+use super::disk::{Disk, RealDisk};
 use super::frame::Damage;
 use super::scan;
-use super::{io_error, sync_dir, StoreError};
+use super::{io_error, StoreError};
 
 /// What [`set_aside_damage`] moved.
 #[derive(Debug)]
@@ -40,15 +40,23 @@ pub struct SetAside {
 /// The tail is copied and made durable before the file is cut, so a crash part way leaves
 /// a copy too many, never one too few; a second run picks fresh names.
 pub fn set_aside_damage(dir: &Path) -> Result<Option<SetAside>, StoreError> {
-    if !dir.exists() {
+    set_aside_damage_on(&RealDisk, dir)
+}
+
+/// [`set_aside_damage`] on the given disk.
+pub(crate) fn set_aside_damage_on(
+    disk: &dyn Disk,
+    dir: &Path,
+) -> Result<Option<SetAside>, StoreError> {
+    if !disk.exists(dir) {
         return Ok(None);
     }
-    let scan = scan::scan(dir, |_| {})?;
+    let scan = scan::scan_on(disk, dir, |_| {})?;
     let Some(stop) = scan.stop.filter(|stop| !stop.torn) else {
         return Ok(None);
     };
-    let tail = free_name(&stop.path, &format!("damaged-at-{}", stop.offset));
-    copy_from(&stop.path, stop.offset, &tail)?;
+    let tail = free_name(disk, &stop.path, &format!("damaged-at-{}", stop.offset));
+    copy_from(disk, &stop.path, stop.offset, &tail)?;
     warn!(
         file = %stop.path.display(),
         offset = stop.offset,
@@ -59,8 +67,8 @@ pub fn set_aside_damage(dir: &Path) -> Result<Option<SetAside>, StoreError> {
     );
     let mut renamed = Vec::new();
     for path in scan.unread {
-        let aside = free_name(&path, "after-damage");
-        fs::rename(&path, &aside).map_err(io_error(&path))?;
+        let aside = free_name(disk, &path, "after-damage");
+        disk.rename(&path, &aside).map_err(io_error(&path))?;
         warn!(
             file = %path.display(),
             moved_to = %aside.display(),
@@ -68,11 +76,9 @@ pub fn set_aside_damage(dir: &Path) -> Result<Option<SetAside>, StoreError> {
         );
         renamed.push((path, aside));
     }
-    sync_dir(dir)?;
-    OpenOptions::new()
-        .write(true)
-        .open(&stop.path)
-        .and_then(|file| {
+    disk.sync_dir(dir).map_err(io_error(dir))?;
+    disk.open(&stop.path)
+        .and_then(|mut file| {
             file.set_len(stop.offset)?;
             file.sync_all()
         })
@@ -88,23 +94,25 @@ pub fn set_aside_damage(dir: &Path) -> Result<Option<SetAside>, StoreError> {
 }
 
 /// Copies `from`'s bytes from `offset` on into a new file `to`, durably.
-fn copy_from(from: &Path, offset: u64, to: &Path) -> Result<(), StoreError> {
-    let mut source = File::open(from).map_err(io_error(from))?;
-    source
-        .seek(SeekFrom::Start(offset))
-        .map_err(io_error(from))?;
-    let mut target = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(to)
-        .map_err(io_error(to))?;
-    io::copy(&mut source, &mut target).map_err(io_error(to))?;
+fn copy_from(disk: &dyn Disk, from: &Path, offset: u64, to: &Path) -> Result<(), StoreError> {
+    let mut source = disk.read_from(from, offset).map_err(io_error(from))?;
+    let mut target = disk.create_new(to).map_err(io_error(to))?;
+    let mut buffer = vec![0; 1 << 20];
+    loop {
+        let count = match source.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(count) => count,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(io_error(from)(error)),
+        };
+        target.append(&buffer[..count]).map_err(io_error(to))?;
+    }
     target.sync_all().map_err(io_error(to))
 }
 
 /// `<path>.<suffix>`, or `<path>.<suffix>.2`, `.3`, ... when taken: never an earlier
 /// file set aside.
-fn free_name(path: &Path, suffix: &str) -> PathBuf {
+fn free_name(disk: &dyn Disk, path: &Path, suffix: &str) -> PathBuf {
     let mut base = path.as_os_str().to_owned();
     base.push(format!(".{suffix}"));
     (1u32..)
@@ -115,6 +123,6 @@ fn free_name(path: &Path, suffix: &str) -> PathBuf {
             }
             PathBuf::from(name)
         })
-        .find(|candidate| !candidate.exists())
+        .find(|candidate| !disk.exists(candidate))
         .expect("some name is free")
 }

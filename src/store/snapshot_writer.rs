@@ -17,13 +17,15 @@
 //!   reports it, and the store then stops as it does for a failed append;
 //! - a snapshot abandoned before its seal leaves no partial file behind.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use super::disk::{Disk, DiskFile};
 use super::{frame, io_error, scan, snapshot_path, sync_dir, QueuedChunk, StoreError};
 
 /// Snapshot bytes written between two flushes: small, because the log's fsync waits for
@@ -57,9 +59,14 @@ pub(super) struct SnapshotWriter {
 
 impl SnapshotWriter {
     /// Starts the thread for snapshot `sequence` of `dir`; it creates the partial file.
-    pub(super) fn start(dir: &Path, sequence: u64) -> Result<Self, StoreError> {
+    pub(super) fn start(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        sequence: u64,
+    ) -> Result<Self, StoreError> {
         let (jobs, received) = mpsc::channel();
         let task = SnapshotTask {
+            disk,
             dir: dir.to_owned(),
             sequence,
         };
@@ -112,6 +119,7 @@ impl SnapshotWriter {
 
 /// The snapshot thread's state.
 struct SnapshotTask {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     sequence: u64,
 }
@@ -124,23 +132,23 @@ impl SnapshotTask {
     fn run(self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
         // Recovery ignores a partial snapshot, but it must not take up the disk: it goes
         // unless sealed, after an error or a panic alike.
-        let mut partial = RemovedUnlessSealed(Some(self.partial_path()));
+        let mut partial = RemovedUnlessSealed(self.disk.as_ref(), Some(self.partial_path()));
         let sealed = self.write_and_seal(jobs)?;
-        partial.0 = None;
+        partial.1 = None;
         Ok(sealed)
     }
 
     fn write_and_seal(&self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
         let partial = self.partial_path();
-        let mut file = File::create(&partial).map_err(io_error(&partial))?;
-        file.write_all(&frame::FILE_HEADER)
+        let mut file = self.disk.create(&partial).map_err(io_error(&partial))?;
+        file.append(&frame::FILE_HEADER)
             .map_err(io_error(&partial))?;
         let mut unflushed = 0;
         for job in jobs {
             match job {
                 Job::Chunk(chunk) => {
                     crate::faults::panic_if_injected("snapshot");
-                    file.write_all(&chunk.frames).map_err(io_error(&partial))?;
+                    file.append(&chunk.frames).map_err(io_error(&partial))?;
                     unflushed += chunk.frames.len() as u64;
                     // Dropping the chunk tells the worker it may send more.
                     drop(chunk);
@@ -159,15 +167,16 @@ impl SnapshotTask {
     }
 
     /// Makes the snapshot the one recovery starts from, then deletes what it replaces.
-    fn seal(&self, mut file: File, last_frames: &[u8]) -> Result<Sealed, StoreError> {
+    fn seal(&self, mut file: Box<dyn DiskFile>, last_frames: &[u8]) -> Result<Sealed, StoreError> {
         let started = Instant::now();
         let partial = self.partial_path();
         let path = snapshot_path(&self.dir, self.sequence);
-        file.write_all(last_frames).map_err(io_error(&partial))?;
+        file.append(last_frames).map_err(io_error(&partial))?;
         file.sync_all().map_err(io_error(&partial))?;
-        fs::rename(&partial, &path).map_err(io_error(&path))?;
-        sync_dir(&self.dir)?;
-        let (removed_files, removed_bytes) = remove_older_than(&self.dir, self.sequence)?;
+        self.disk.rename(&partial, &path).map_err(io_error(&path))?;
+        sync_dir(self.disk.as_ref(), &self.dir)?;
+        let (removed_files, removed_bytes) =
+            remove_older_than(self.disk.as_ref(), &self.dir, self.sequence)?;
         Ok(Sealed {
             path,
             removed_files,
@@ -178,25 +187,27 @@ impl SnapshotTask {
 }
 
 /// A partial snapshot's path, deleted on drop unless taken out.
-struct RemovedUnlessSealed(Option<PathBuf>);
+struct RemovedUnlessSealed<'disk>(&'disk dyn Disk, Option<PathBuf>);
 
-impl Drop for RemovedUnlessSealed {
+impl Drop for RemovedUnlessSealed<'_> {
     fn drop(&mut self) {
-        if let Some(path) = &self.0 {
-            let _ = fs::remove_file(path);
+        if let Some(path) = &self.1 {
+            let _ = self.0.remove(path);
         }
     }
 }
 
 /// Deletes segments and snapshots (and stray partial snapshots) numbered below `sequence`;
 /// how many, and their bytes.
-fn remove_older_than(dir: &Path, sequence: u64) -> Result<(usize, u64), StoreError> {
+fn remove_older_than(
+    disk: &dyn Disk,
+    dir: &Path,
+    sequence: u64,
+) -> Result<(usize, u64), StoreError> {
     let (mut files, mut bytes) = (0, 0);
-    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
-        let path = entry.map_err(io_error(dir))?.path();
+    for (path, length) in disk.list(dir).map_err(io_error(dir))? {
         if scan::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
-            let length = fs::metadata(&path).map_err(io_error(&path))?.len();
-            remove_gradually(&path, length)?;
+            remove_gradually(disk, &path, length)?;
             files += 1;
             bytes += length;
         }
@@ -216,9 +227,9 @@ const REMOVE_STEP_PAUSE: Duration = Duration::from_millis(1);
 /// left of it), so a crash half way through loses nothing. The shrinking is only a
 /// courtesy to the log: a file that cannot be opened for writing (say, made read-only by
 /// hand) is simply unlinked, and only the unlink's failure is an error.
-fn remove_gradually(path: &Path, mut length: u64) -> Result<(), StoreError> {
+fn remove_gradually(disk: &dyn Disk, path: &Path, mut length: u64) -> Result<(), StoreError> {
     if length > REMOVE_STEP_BYTES {
-        if let Ok(file) = fs::OpenOptions::new().write(true).open(path) {
+        if let Ok(mut file) = disk.open(path) {
             while length > REMOVE_STEP_BYTES {
                 length -= REMOVE_STEP_BYTES;
                 if file.set_len(length).is_err() {
@@ -228,7 +239,7 @@ fn remove_gradually(path: &Path, mut length: u64) -> Result<(), StoreError> {
             }
         }
     }
-    fs::remove_file(path).map_err(io_error(path))
+    disk.remove(path).map_err(io_error(path))
 }
 
 #[cfg(test)]
@@ -308,7 +319,7 @@ mod tests {
         let kept = super::super::segment_path(dir.path(), 2);
         std::fs::write(&kept, b"kept").unwrap();
         assert_eq!(
-            super::remove_older_than(dir.path(), 2).unwrap(),
+            super::remove_older_than(&crate::store::disk::RealDisk, dir.path(), 2).unwrap(),
             (1, length)
         );
         assert_eq!(files(dir.path()), vec![format!("{:020}.log", 2)]);

@@ -6,8 +6,6 @@
 /// How often the store thread looks whether a snapshot sealing in the background is done.
 const SEAL_POLL: Duration = Duration::from_millis(5);
 
-use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -17,6 +15,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 use tracing::{error, info};
 
+use super::disk::{Disk, DiskFile};
 use super::disk_budget::{self, DiskBudget};
 use super::frame_buffers::FrameBuffers;
 use super::scan::KeptFrames;
@@ -25,6 +24,7 @@ use super::{
     create_segment, frame, io_error, segment_path, Batch, QueuedChunk, Request, StoreError,
     SyncMode, SYNC_INTERVAL,
 };
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 
 /// Capacity the store keeps for the next group commit's frames after writing one.
@@ -33,11 +33,25 @@ const PENDING_KEPT_BYTES: usize = 1 << 20;
 /// Fired expirations not yet settled: their frames, by (timer id, fired count).
 pub(super) type Unsettled = FxHashMap<(u64, u64), KeptFrames>;
 
+/// What a writer works with, besides the log it continues.
+pub(crate) struct Parts {
+    pub(crate) disk: Arc<dyn Disk>,
+    /// Read for `--sync interval`'s fsyncs.
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) dir: PathBuf,
+    pub(crate) sync: SyncMode,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) failed_flag: Arc<AtomicBool>,
+    pub(crate) budget: Arc<DiskBudget>,
+}
+
 /// The store thread's state.
-pub(super) struct Writer {
+pub(crate) struct Writer {
+    disk: Arc<dyn Disk>,
+    clock: Arc<dyn Clock>,
     dir: PathBuf,
     sync: SyncMode,
-    segment: File,
+    segment: Box<dyn DiskFile>,
     segment_sequence: u64,
     /// The snapshot being written or sealed, on its own thread (see [`super::snapshot_writer`]).
     snapshot: Option<SnapshotWriter>,
@@ -46,7 +60,8 @@ pub(super) struct Writer {
     /// count outlives the segment that recorded it.
     boot_frame: Vec<u8>,
     unsynced: bool,
-    last_sync: Instant,
+    /// When the segment was last synced, on `clock`'s monotonic time.
+    last_sync: u64,
     metrics: Arc<Metrics>,
     /// Set by the first I/O error; see [`Writer::stop_on_error`].
     failed: bool,
@@ -56,6 +71,10 @@ pub(super) struct Writer {
     /// after a failure the segment is cut back to the latter (see `stop_on_error`).
     written_bytes: u64,
     acknowledged_bytes: u64,
+    /// The attempt records in the group commit being made, and whether its deliveries have
+    /// left (its `on_written` callbacks ran): see [`Writer::stop_on_error`].
+    attempts_in_commit: Vec<u8>,
+    attempts_left: bool,
     /// Bytes of every file in the directory, and of the snapshot being written among them
     /// (see [`disk_budget`]).
     on_disk: u64,
@@ -73,27 +92,34 @@ pub(super) struct Writer {
 impl Writer {
     /// Starts segment `sequence` with `boot_frame` (this boot's record), durable before
     /// anything else is written, so no delivery id of this boot is handed out unrecorded.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
-        dir: PathBuf,
+        parts: Parts,
         sequence: u64,
-        sync: SyncMode,
         unsettled: Unsettled,
         boot_frame: Vec<u8>,
-        metrics: Arc<Metrics>,
-        failed_flag: Arc<AtomicBool>,
-        budget: Arc<DiskBudget>,
     ) -> Result<Self, StoreError> {
-        let mut segment = create_segment(&dir, sequence)?;
+        let Parts {
+            disk,
+            clock,
+            dir,
+            sync,
+            metrics,
+            failed_flag,
+            budget,
+        } = parts;
+        let mut segment = create_segment(disk.as_ref(), &dir, sequence)?;
         let path = segment_path(&dir, sequence);
         segment
-            .write_all(&boot_frame)
+            .append(&boot_frame)
             .and_then(|()| segment.sync_data())
             .map_err(io_error(&path))?;
         let length = (frame::FILE_HEADER.len() + boot_frame.len()) as u64;
-        let on_disk = disk_budget::directory_bytes(&dir)?;
+        let on_disk = disk_budget::directory_bytes(disk.as_ref(), &dir)?;
         budget.set_on_disk(on_disk, 0);
+        let last_sync = clock.monotonic();
         Ok(Self {
+            disk,
+            clock,
             dir,
             sync,
             segment,
@@ -102,12 +128,14 @@ impl Writer {
             unsettled,
             boot_frame,
             unsynced: false,
-            last_sync: Instant::now(),
+            last_sync,
             metrics,
             failed: false,
             failed_flag,
             written_bytes: length,
             acknowledged_bytes: length,
+            attempts_in_commit: Vec::new(),
+            attempts_left: false,
             on_disk,
             snapshot_bytes: 0,
             budget,
@@ -138,22 +166,33 @@ impl Writer {
                 },
             };
             // Everything queued meanwhile joins this group commit.
-            for request in first.into_iter().chain(requests.try_iter()) {
-                let handled = self.handle(request, &mut pending);
-                self.stop_on_error(handled, &mut pending);
-            }
-            let committed = self.commit(&mut pending);
-            self.stop_on_error(committed, &mut pending);
-            let reaped = self.reap_sealed_snapshot(false);
-            self.stop_on_error(reaped, &mut pending);
+            self.round(first.into_iter().chain(requests.try_iter()), &mut pending);
         }
-        let committed = self.commit(&mut pending);
-        self.stop_on_error(committed, &mut pending);
+        self.finish(&mut pending);
+    }
+
+    /// One group commit: handles `requests`, writes and syncs what they appended (as the
+    /// sync mode asks), runs their callbacks, and takes in a snapshot done sealing.
+    pub(crate) fn round(&mut self, requests: impl Iterator<Item = Request>, pending: &mut Batch) {
+        for request in requests {
+            let handled = self.handle(request, pending);
+            self.stop_on_error(handled, pending);
+        }
+        let committed = self.commit(pending);
+        self.stop_on_error(committed, pending);
+        let reaped = self.reap_sealed_snapshot(false);
+        self.stop_on_error(reaped, pending);
+    }
+
+    /// The last commit once every handle is gone, then the snapshot's end and a last sync.
+    pub(crate) fn finish(&mut self, pending: &mut Batch) {
+        let committed = self.commit(pending);
+        self.stop_on_error(committed, pending);
         // A snapshot still being written is abandoned (the next start recovers from the
         // one before); one sealing is waited for.
         self.abandon_snapshot();
         let reaped = self.reap_sealed_snapshot(true);
-        self.stop_on_error(reaped, &mut pending);
+        self.stop_on_error(reaped, pending);
         if !self.failed {
             let _ = self.segment.sync_data();
         }
@@ -184,11 +223,35 @@ impl Writer {
                 ),
                 Err(error) => error!(%error, "could not cut the log back to what was acknowledged"),
             }
+            self.keep_attempts_that_left();
             // One already sealing holds only what was acknowledged, and may finish.
             self.abandon_snapshot();
         }
         if self.failed {
             *pending = Batch::default();
+        }
+    }
+
+    /// After the cut: the attempt records of deliveries that already left go back in. Why:
+    /// a subscriber may hold those deliveries, so their attempts happened, and were they
+    /// cut with the refused calls around them, an expiration whose every delivery ends in
+    /// a failed fsync would come back at the same attempt forever instead of going dead.
+    /// (Found by the simulation: a poison expiration redelivered at its last attempt.)
+    fn keep_attempts_that_left(&mut self) {
+        if !std::mem::take(&mut self.attempts_left) || self.attempts_in_commit.is_empty() {
+            return;
+        }
+        let frames = std::mem::take(&mut self.attempts_in_commit);
+        let kept = self
+            .segment
+            .append(&frames)
+            .and_then(|()| self.segment.sync_data());
+        match kept {
+            Ok(()) => error!(
+                bytes = frames.len(),
+                "kept the attempts of deliveries that had left"
+            ),
+            Err(error) => error!(%error, "could not keep the attempts of deliveries that had left"),
         }
     }
 
@@ -208,6 +271,7 @@ impl Writer {
                 }
                 // Attempts before settlements: a batch that records both settles.
                 for (key, attempted) in batch.attempted {
+                    self.attempts_in_commit.extend_from_slice(&attempted);
                     if let Some(kept) = self.unsettled.get_mut(&key) {
                         kept.attempted = attempted;
                     }
@@ -253,7 +317,7 @@ impl Writer {
         let path = segment_path(&self.dir, self.segment_sequence);
         if !pending.frames.is_empty() {
             self.segment
-                .write_all(&pending.frames)
+                .append(&pending.frames)
                 .map_err(io_error(&path))?;
             let written = pending.frames.len() as u64;
             self.written_bytes += written;
@@ -267,22 +331,34 @@ impl Writer {
         }
         for callback in pending.on_written.drain(..) {
             callback();
+            self.attempts_left = true;
         }
         let sync_now = match self.sync {
             SyncMode::Always => self.unsynced,
-            SyncMode::Interval => self.unsynced && self.last_sync.elapsed() >= SYNC_INTERVAL,
+            SyncMode::Interval => {
+                let since = self.clock.monotonic().saturating_sub(self.last_sync);
+                self.unsynced && since >= SYNC_INTERVAL.as_nanos() as u64
+            }
             SyncMode::None => false,
         };
-        if sync_now {
+        // Planted bugs: answers before the sync, or no sync at all.
+        if crate::faults::planted("ack-before-durable") {
+            for callback in pending.on_durable.drain(..) {
+                callback();
+            }
+        }
+        if sync_now && !crate::faults::planted("skip-fsync") {
             let started = Instant::now();
             self.segment.sync_data().map_err(io_error(&path))?;
             self.metrics
                 .log_fsync_seconds
                 .observe(started.elapsed().as_secs_f64());
             self.unsynced = false;
-            self.last_sync = Instant::now();
+            self.last_sync = self.clock.monotonic();
         }
         self.acknowledged_bytes = self.written_bytes;
+        self.attempts_in_commit.clear();
+        self.attempts_left = false;
         for callback in pending.on_durable.drain(..) {
             callback();
         }
@@ -300,13 +376,17 @@ impl Writer {
         let closing = segment_path(&self.dir, self.segment_sequence);
         self.segment.sync_data().map_err(io_error(&closing))?;
         self.unsynced = false;
-        let segment = create_segment(&self.dir, self.segment_sequence + 1)?;
+        let segment = create_segment(self.disk.as_ref(), &self.dir, self.segment_sequence + 1)?;
         self.segment_sequence += 1;
         self.segment = segment;
         // A new segment holds its header only (create_segment made it, new).
         self.written_bytes = frame::FILE_HEADER.len() as u64;
         self.acknowledged_bytes = self.written_bytes;
-        self.snapshot = Some(SnapshotWriter::start(&self.dir, self.segment_sequence)?);
+        self.snapshot = Some(SnapshotWriter::start(
+            self.disk.clone(),
+            &self.dir,
+            self.segment_sequence,
+        )?);
         // Reaping the previous snapshot above cleared what the worker set for this one.
         self.compacting.store(true, Ordering::Release);
         // The new segment's header and the snapshot's.

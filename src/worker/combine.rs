@@ -23,9 +23,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use prometheus_client::metrics::counter::Counter;
 
-use super::clock::{Clock, Now};
 use super::lanes::{LaneReceiver, LaneSender, Taken};
 use super::{Message, TimerState};
+use crate::clock::{Clock, Now};
 use crate::metrics::BusyTimer;
 
 /// Messages a combining sender takes at most; more queued than this is the worker's work.
@@ -219,8 +219,8 @@ mod tests {
     use std::thread::ThreadId;
     use std::time::Duration;
 
-    use super::super::clock::{Now, SystemClock};
     use super::super::{TimerState, Worker, WorkerConfig, WorkerHandle};
+    use crate::clock::{Now, SystemClock};
 
     /// Records what it applied, answers with the thread that applied it, and fires plain
     /// deadlines.

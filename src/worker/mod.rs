@@ -14,7 +14,6 @@
 //! The thread is generic over [`TimerState`]: the service runs it over
 //! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
 
-pub mod clock;
 mod combine;
 pub mod command;
 pub(crate) mod journal;
@@ -29,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use clock::{Clock, Now};
+use crate::clock::{Clock, Now};
 use combine::{lock, Combiner, Core, SharedCore, Step};
 use lanes::{LaneSender, Parking, TrySendError};
 use prometheus_client::metrics::counter::Counter;

@@ -12,11 +12,12 @@
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 
+use crate::clock::Clock;
 use crate::domain::TimerError;
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
@@ -84,7 +85,8 @@ impl IndexMut<u32> for Namespaces {
 }
 
 impl Namespaces {
-    pub(crate) fn new(max: usize, metrics: Arc<Metrics>) -> Self {
+    /// `clock`: the wall clock the numbers start at.
+    pub(crate) fn new(max: usize, metrics: Arc<Metrics>, clock: &dyn Clock) -> Self {
         Self {
             slots: Vec::new(),
             free: Vec::new(),
@@ -92,9 +94,7 @@ impl Namespaces {
             // Numbers also differ from those of an earlier process (whose tokens a client
             // may still hold): they start at the wall-clock time in nanoseconds, further on
             // than any earlier process can have counted.
-            next_number: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| since.as_nanos() as u64),
+            next_number: clock.now().unix,
             emptied: VecDeque::new(),
             max,
             live: Arc::new(LiveNamespaces::new(metrics.namespaces.clone())),
@@ -239,6 +239,7 @@ impl Namespaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::SystemClock;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -251,7 +252,7 @@ mod tests {
     #[test]
     fn an_empty_namespace_is_forgotten_after_a_while_and_its_number_never_comes_back() {
         let metrics = Metrics::new();
-        let mut namespaces = Namespaces::new(2, metrics.clone());
+        let mut namespaces = Namespaces::new(2, metrics.clone(), &SystemClock::new());
         let a = namespaces.intern("a", Admission::Checked).unwrap();
         let b = namespaces.intern("b", Admission::Checked).unwrap();
         let error = namespaces.intern("c", Admission::Checked).unwrap_err();
@@ -277,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_namespace_filled_again_before_the_sweep_is_kept() {
-        let mut namespaces = Namespaces::new(0, Metrics::new());
+        let mut namespaces = Namespaces::new(0, Metrics::new(), &SystemClock::new());
         let a = namespaces.intern("a", Admission::Checked).unwrap();
         namespaces.add(a, 1, None);
         namespaces.remove(a, None, 0);
@@ -291,7 +292,7 @@ mod tests {
     #[test]
     fn restored_namespaces_pass_the_limit_and_numbers_skip_the_all_namespaces_scope() {
         let metrics = Metrics::new();
-        let mut namespaces = Namespaces::new(1, metrics.clone());
+        let mut namespaces = Namespaces::new(1, metrics.clone(), &SystemClock::new());
         namespaces.intern("a", Admission::Restored).unwrap();
         namespaces.intern("b", Admission::Restored).unwrap();
         assert_eq!(namespaces.live.len(), 2);

@@ -11,8 +11,8 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use tickd::clock::{Clock, Now, SystemClock};
 use tickd::wheel::{Handle, Wheel};
-use tickd::worker::clock::{Now, SystemClock};
 use tickd::worker::{TimerState, Worker, WorkerConfig, WorkerHandle};
 
 use crate::allocator;

@@ -18,11 +18,11 @@
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use tickd::clock::ManualClock;
 use tickd::cron::CalendarSchedule;
 use tickd::domain::Handoff;
 use tickd::domain::{Calendar, Due, NewTimer, Target, TimerRef};
 use tickd::metrics::Metrics;
-use tickd::worker::clock::ManualClock;
 use tickd::worker::command::Command;
 use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};

@@ -11,9 +11,9 @@ use bytes::Bytes;
 use super::record::{duration_nanos, timer_fields, TimerRecord};
 use super::TimerTable;
 use crate::budget::memory::held_bytes;
+use crate::clock::Now;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
 use crate::wheel::Handle;
-use crate::worker::clock::Now;
 
 /// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
 /// the first cron time at or after that.

@@ -20,13 +20,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::clock::Now;
 use super::command::{Command, Reschedule};
 use super::journal::Journal;
 use super::namespaces::{Admission, Namespaces};
 use super::TimerState;
 use crate::budget::memory::held_bytes;
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
+use crate::clock::{Clock, Now, SystemClock};
 use crate::domain::{
     Expiration, Handoff, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView,
@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
 use id_index::IdIndex;
-pub(crate) use record::recovered_expiration;
+pub(crate) use record::held_again;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
@@ -79,13 +79,19 @@ pub struct TimerTable {
 
 impl TimerTable {
     pub fn new(config: TableConfig, metrics: Arc<Metrics>) -> Self {
+        Self::on_clock(config, metrics, &SystemClock::new())
+    }
+
+    /// A table whose namespace numbers start at `clock`'s wall-clock time (see
+    /// [`Namespaces::new`]): the simulation's clock is its own.
+    pub(crate) fn on_clock(config: TableConfig, metrics: Arc<Metrics>, clock: &dyn Clock) -> Self {
         let tick = u64::try_from(config.tick.as_nanos())
             .unwrap_or(u64::MAX)
             .max(1);
         Self {
             wheel: Wheel::new(tick, config.max_pending),
             handles: IdIndex::default(),
-            namespaces: Namespaces::new(config.max_namespaces, metrics.clone()),
+            namespaces: Namespaces::new(config.max_namespaces, metrics.clone(), clock),
             calendars: record::Calendars::default(),
             next_id: 1,
             journal: None,
@@ -532,7 +538,13 @@ impl TimerState for TimerTable {
         self.last_woken = now.monotonic;
         let handed_over_before = fired.len();
         let mut expired = Vec::new();
-        self.wheel.advance(now.monotonic, &mut expired);
+        // Planted bug: the wheel is advanced a tick ahead of the clock.
+        let until = if crate::faults::planted("fire-early") {
+            now.monotonic + self.wheel.tick()
+        } else {
+            now.monotonic
+        };
+        self.wheel.advance(until, &mut expired);
         fired.reserve(expired.len());
         for entry in expired {
             fired.push(Handoff::Fired(self.expire(

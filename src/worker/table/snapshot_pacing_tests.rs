@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::{TableConfig, TimerTable};
+use crate::clock::Now;
 use crate::domain::{Due, NewTimer};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreHandle, SyncMode};
-use crate::worker::clock::Now;
 use crate::worker::command::Command;
 use crate::worker::journal::{
     Journal, MAX_CHUNK_DEFERRALS, SNAPSHOT_CHUNK_INTERVAL_NANOS, SNAPSHOT_CHUNK_TIMERS,

@@ -7,9 +7,9 @@ use bytes::Bytes;
 
 use super::record::TimerRecord;
 use super::TimerTable;
+use crate::clock::Now;
 use crate::domain::{Calendar, TimerId, TimerView};
 use crate::wheel::Handle;
-use crate::worker::clock::Now;
 
 impl TimerTable {
     /// A registration's answer: the view without its payload, which the answer leaves out

@@ -20,7 +20,7 @@ pub(crate) async fn replica_parts(
         .expect("migrating the schema");
     let worker = tickd::worker::Worker::spawn(
         tickd::cluster::schedule::Schedule::new(1_000_000),
-        tickd::worker::clock::SystemClock::new(),
+        tickd::clock::SystemClock::new(),
         tickd::worker::WorkerConfig::default(),
         |_| {},
     )
@@ -32,7 +32,7 @@ pub(crate) async fn replica_parts(
         load_horizon: Duration::from_secs(5),
         owned: tickd::cluster::Owned::default(),
         schedule: worker.handle(),
-        clock: tickd::worker::clock::SystemClock::new(),
+        clock: tickd::clock::SystemClock::new(),
     };
     (shared, worker)
 }

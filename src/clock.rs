@@ -1,5 +1,7 @@
-//! Where time enters the worker. The wheel never reads a clock itself; the worker asks a
-//! [`Clock`] so that tests can drive time by hand with a [`ManualClock`].
+//! Where time enters tickd. The wheel never reads a clock itself; the worker, the store's
+//! interval fsync, delivery's ack deadlines and the namespace registry ask a [`Clock`], so
+//! that tests and the simulation (the `sim` feature) can drive time by hand with a
+//! [`ManualClock`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,8 +26,12 @@ impl Now {
     }
 }
 
-pub trait Clock: Send + 'static {
+pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Now;
+    /// Just the monotonic part of [`Clock::now`], for paths that need no wall clock.
+    fn monotonic(&self) -> u64 {
+        self.now().monotonic
+    }
 }
 
 /// The real clock: `Instant` for the wheel, `SystemTime` for deadlines shown to clients.
@@ -48,14 +54,11 @@ impl Default for SystemClock {
     }
 }
 
-impl SystemClock {
-    /// Just the monotonic part of [`Clock::now`], for hot paths that need no wall clock.
-    pub fn monotonic(&self) -> u64 {
+impl Clock for SystemClock {
+    fn monotonic(&self) -> u64 {
         self.origin.elapsed().as_nanos() as u64
     }
-}
 
-impl Clock for SystemClock {
     fn now(&self) -> Now {
         let unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)

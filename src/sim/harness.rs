@@ -1,0 +1,690 @@
+//! The harness: one seed drives a swarm of client calls, clock moves, crashes and disk
+//! faults against a simulated tickd, and after every step the answers and deliveries are
+//! checked against the [`Model`] (timers) and the [`Ledger`] (deliveries).
+//!
+//! A run is a pure function of its seed and step count: the disk, the clock, the node and
+//! the choices all draw from generators forked from the seed, nothing reads real time, and
+//! every step is folded into the trace hash, so a failure replays exactly.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::disk::SimDisk;
+use super::ledger::{Held, Ledger, Receipt};
+use super::model::{payload_of, Model, Outcome, Registration, Violation};
+use super::node::{reply, take_delivery, Later, Node, NodeConfig, Reply};
+use super::rng::Rng;
+use crate::clock::ManualClock;
+use crate::delivery::{DeliveryConfig, Subscription};
+use crate::domain::{
+    AckOutcome, Due, NewTimer, Registered, SubscribeOptions, Target, TimerError, TimerRef,
+    TimerView,
+};
+use crate::store::{StoreError, SyncMode};
+use crate::worker::command::{Command, Reschedule};
+use crate::worker::table::TableConfig;
+
+const MILLISECOND: u64 = 1_000_000;
+/// The simulation's wall clock starts here (2023-11-14), the same for every seed.
+const UNIX_ORIGIN: u64 = 1_700_000_000_000_000_000;
+const NAMESPACES: [&str; 2] = ["a", "b"];
+const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+/// Deliveries of one expiration before it is dead.
+const MAX_ATTEMPTS: u32 = 4;
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub steps: u64,
+    /// A hash of every step's choice and outcome: equal for two runs of one seed.
+    pub trace: u64,
+    /// Some: a promise was broken at this step.
+    pub failure: Option<(u64, String)>,
+    /// Firings checked, restarts made, runs that ended on a refusal to start (damage).
+    pub firings: u64,
+    pub restarts: u64,
+    pub refused_to_start: bool,
+}
+
+/// A call in flight, with what the model needs to judge its answer.
+enum Call {
+    Register {
+        token: u64,
+        answer: oneshot::Receiver<Vec<Result<Registered, TimerError>>>,
+    },
+    Cancel {
+        id: u64,
+        answer: oneshot::Receiver<Result<bool, TimerError>>,
+    },
+    Reschedule {
+        id: u64,
+        asked: u64,
+        answer: oneshot::Receiver<Result<TimerView, TimerError>>,
+    },
+}
+
+struct Client {
+    namespace: &'static str,
+    subscription: Subscription,
+    ack_timeout: u64,
+    /// The ledger's number for this subscription.
+    number: u64,
+}
+
+/// One simulated run.
+pub(crate) struct Harness {
+    seed: u64,
+    choices: Rng,
+    disk: SimDisk,
+    clock: ManualClock,
+    config: NodeConfig,
+    node: Option<Node>,
+    /// True once a start refused the directory (damage): the run ends there.
+    refused_to_start: bool,
+    calls: Vec<Call>,
+    /// Acks sent, with the deliveries they name and when they were sent.
+    acks: Vec<(Later<AckOutcome>, Vec<Held>, u64)>,
+    clients: Vec<Client>,
+    model: Model,
+    ledger: Ledger,
+    trace: u64,
+    verbose: bool,
+    restarts: u64,
+    firings: u64,
+}
+
+impl Harness {
+    pub(crate) fn new(seed: u64) -> Self {
+        let mut root = Rng::new(seed);
+        let disk = SimDisk::new(root.fork());
+        let mut choices = root.fork();
+        let sync = if choices.chance(3, 4) {
+            SyncMode::Always
+        } else {
+            SyncMode::Interval
+        };
+        let config = NodeConfig {
+            sync,
+            delivery: DeliveryConfig {
+                max_attempts: MAX_ATTEMPTS,
+                ..DeliveryConfig::default()
+            },
+            table: TableConfig {
+                tick: Duration::from_millis(1),
+                max_pending: 48,
+                max_pending_per_namespace: 0,
+                max_namespaces: 0,
+            },
+        };
+        Self {
+            seed,
+            choices,
+            disk,
+            clock: ManualClock::starting_at_unix(UNIX_ORIGIN),
+            config,
+            node: None,
+            refused_to_start: false,
+            calls: Vec::new(),
+            acks: Vec::new(),
+            clients: Vec::new(),
+            model: Model::default(),
+            ledger: Ledger::new(sync),
+            trace: 0xcbf2_9ce4_8422_2325,
+            verbose: std::env::var_os("TICKD_DST_VERBOSE").is_some(),
+            restarts: 0,
+            firings: 0,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        UNIX_ORIGIN + self.clock_monotonic()
+    }
+
+    fn clock_monotonic(&self) -> u64 {
+        crate::clock::Clock::now(&self.clock).monotonic
+    }
+
+    /// Folds `event` into the trace hash (FNV-1a); prints it with `TICKD_DST_VERBOSE=1`.
+    fn trace(&mut self, event: &str) {
+        if self.verbose {
+            eprintln!("{} {event}", self.now() - UNIX_ORIGIN);
+        }
+        for byte in event.bytes().chain([b'\n']) {
+            self.trace ^= u64::from(byte);
+            self.trace = self.trace.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// Runs `steps` steps, then the liveness phase.
+    pub(crate) fn run(mut self, steps: u64) -> Report {
+        let failure = self.start().and_then(|()| {
+            for step in 0..steps {
+                self.step().map_err(|violation| (step, violation.0))?;
+                if self.refused_to_start {
+                    return Ok(());
+                }
+            }
+            self.liveness().map_err(|violation| (steps, violation.0))
+        });
+        Report {
+            seed: self.seed,
+            steps,
+            trace: self.trace,
+            failure: failure.err(),
+            firings: self.firings,
+            restarts: self.restarts,
+            refused_to_start: self.refused_to_start,
+        }
+    }
+
+    fn start(&mut self) -> Result<(), (u64, String)> {
+        self.restart().map_err(|violation| (0, violation.0))
+    }
+
+    /// Starts a process on the disk as it is; a refusal for damage ends the run, having
+    /// checked that it changed nothing.
+    fn restart(&mut self) -> Result<(), Violation> {
+        let before = self.disk.fingerprint();
+        match Node::start(&self.disk, &self.clock, &self.config) {
+            Ok(node) => {
+                self.restarts += 1;
+                self.ledger.restarted();
+                self.trace(&format!("start boot={}", self.restarts));
+                self.node = Some(node);
+                self.settle()
+            }
+            Err(StoreError::Corrupt { path, offset, .. }) => {
+                self.trace(&format!("refused {} at {offset}", path.display()));
+                // Damage tickd did not make: bits flipped at rest, or garbage a power loss
+                // left where an append was never synced (which recovery cannot tell from
+                // damage to synced bytes, so it refuses both: a refusal, nothing lost).
+                if !self.ledger.damaged_at_rest && !self.disk.garbled_on_power_loss() {
+                    return Err(Violation(format!(
+                        "start refused {} (damage at byte {offset}) with no damage injected",
+                        path.display()
+                    )));
+                }
+                if self.disk.fingerprint() != before {
+                    return Err(Violation(
+                        "a start that refused damage changed files".into(),
+                    ));
+                }
+                self.refused_to_start = true;
+                Ok(())
+            }
+            Err(StoreError::Io { path, source }) => {
+                // A fault injected into recovery: the process exits; try again next step.
+                self.trace(&format!("start failed {}: {source}", path.display()));
+                self.disk.crash_process();
+                Ok(())
+            }
+        }
+    }
+
+    /// One step: a weighted choice of operation, then the process runs, then every check.
+    fn step(&mut self) -> Result<(), Violation> {
+        if self.node.is_none() {
+            return self.restart();
+        }
+        let roll = self.choices.below(100);
+        match roll {
+            0..=21 => self.register(),
+            22..=27 => self.cancel(),
+            28..=32 => self.reschedule(),
+            33..=35 => self.subscribe(),
+            36..=37 => self.unsubscribe(),
+            38..=53 => self.ack(),
+            54..=78 => self.advance(),
+            79 => self.crash(false)?,
+            80 if self.config.sync == SyncMode::Always => self.crash(true)?,
+            81 => self.clean_restart()?,
+            82..=84 => self.inject_fault(),
+            85 if self.choices.chance(1, 8) => self.flip_bit(),
+            _ => self.advance(),
+        }
+        if self.node.is_none() {
+            return Ok(());
+        }
+        self.settle()?;
+        self.ledger.check_orphans()
+    }
+
+    /// Lets the process run at the current time, then takes in what came back.
+    fn settle(&mut self) -> Result<(), Violation> {
+        if let Some(node) = &mut self.node {
+            node.run();
+        }
+        if self.disk.crashed() {
+            // A crash at the n-th disk call: the machine loses power there.
+            return self.crash(self.config.sync == SyncMode::Always);
+        }
+        self.receive()?;
+        self.answers()?;
+        if self.node.as_ref().is_some_and(Node::store_failed) {
+            // The log failed: tickd exits; the next step starts it again.
+            self.trace("store failed: exit");
+            self.process_gone(false);
+            self.disk.crash_process();
+        }
+        Ok(())
+    }
+
+    /// Every subscriber reads its stream at once (a client that keeps reading).
+    fn receive(&mut self) -> Result<(), Violation> {
+        let now = self.now();
+        let mut received = Vec::new();
+        for client in &mut self.clients {
+            while let Some(delivered) = take_delivery(&mut client.subscription) {
+                received.push((client.number, client.ack_timeout, delivered));
+            }
+        }
+        for (subscription, ack_timeout, delivered) in received {
+            self.trace(&format!(
+                "delivered {:016x}/{} attempt {} id {:x} to {subscription}",
+                delivered.expiration.id.0,
+                delivered.expiration.fired_count,
+                delivered.attempt,
+                delivered.delivery_id
+            ));
+            self.model.check_firing(&delivered)?;
+            self.firings += 1;
+            self.ledger.received(
+                Receipt {
+                    subscription,
+                    ack_timeout,
+                    at: now,
+                },
+                &delivered,
+                MAX_ATTEMPTS,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Takes in the answers that came, checking each against the model.
+    fn answers(&mut self) -> Result<(), Violation> {
+        let now = self.now();
+        let _ = now;
+        let mut still = Vec::new();
+        let mut answered = Vec::new();
+        for mut call in std::mem::take(&mut self.calls) {
+            let done = match &mut call {
+                Call::Register { token, answer } => match reply(answer) {
+                    Reply::Waiting => false,
+                    Reply::Dropped => {
+                        self.model.register_answered(*token, Err(false), now);
+                        true
+                    }
+                    Reply::Answered(mut results) => {
+                        let result = results.pop().expect("one timer per registration");
+                        answered.push(format!(
+                            "answer {token}: {:?}",
+                            result.as_ref().map(|registered| (
+                                registered.timer.id.0,
+                                registered.created,
+                                registered.replaced
+                            ))
+                        ));
+                        match result {
+                            Ok(registered) => {
+                                self.model.register_answered(*token, Ok(&registered), now)
+                            }
+                            Err(error) => self.model.register_answered(
+                                *token,
+                                Err(!matches!(error, TimerError::Unavailable(_))),
+                                now,
+                            ),
+                        }
+                        true
+                    }
+                },
+                Call::Cancel { id, answer } => match reply(answer) {
+                    Reply::Waiting => false,
+                    Reply::Dropped | Reply::Answered(Err(TimerError::Unavailable(_))) => {
+                        self.model.cancelled(*id, None, now);
+                        true
+                    }
+                    Reply::Answered(found) => {
+                        self.model.cancelled(*id, Some(found.unwrap_or(false)), now);
+                        true
+                    }
+                },
+                Call::Reschedule { id, asked, answer } => match reply(answer) {
+                    Reply::Waiting => false,
+                    Reply::Dropped | Reply::Answered(Err(TimerError::Unavailable(_))) => {
+                        self.model.rescheduled(*id, None, *asked, now);
+                        true
+                    }
+                    Reply::Answered(Ok(view)) => {
+                        self.model
+                            .rescheduled(*id, Some(view.deadline_unix), *asked, now);
+                        true
+                    }
+                    Reply::Answered(Err(_)) => true,
+                },
+            };
+            if !done {
+                still.push(call);
+            }
+        }
+        self.calls = still;
+        for event in answered {
+            self.trace(&event);
+        }
+        let mut waiting = Vec::new();
+        for (mut later, held, sent_at) in std::mem::take(&mut self.acks) {
+            match later.poll() {
+                None => waiting.push((later, held, sent_at)),
+                Some(None) => {}
+                Some(Some(outcome)) => {
+                    let outcome = outcome.clone();
+                    let (_, ids) = Ledger::ids(&held);
+                    self.trace(&format!("ack {ids:x?} -> {outcome:?}"));
+                    self.ledger.acked(&held, &outcome, sent_at)?;
+                }
+            }
+        }
+        self.acks = waiting;
+        Ok(())
+    }
+
+    fn node(&mut self) -> &mut Node {
+        self.node.as_mut().expect("a step runs on a started node")
+    }
+
+    fn register(&mut self) {
+        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
+        let key = self
+            .choices
+            .chance(1, 3)
+            .then(|| KEYS[self.choices.below_usize(KEYS.len())].to_owned());
+        let replace = key.is_some() && self.choices.chance(1, 2);
+        let delay = self.choices.below(300 * MILLISECOND);
+        let repeat = self
+            .choices
+            .chance(1, 8)
+            .then(|| 20 * MILLISECOND + self.choices.below(200 * MILLISECOND));
+        let deadline_unix = self.now() + delay;
+        let token = self.model.registered(Registration {
+            namespace: namespace.to_owned(),
+            key: key.clone(),
+            deadline_unix,
+            repeat,
+            outcome: Outcome::Waiting,
+        });
+        self.trace(&format!(
+            "register {token} {namespace} {key:?} replace={replace} at={deadline_unix} repeat={repeat:?}"
+        ));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Register {
+            timers: vec![NewTimer {
+                namespace: namespace.to_owned(),
+                key,
+                due: Due::AtUnix(deadline_unix),
+                payload: payload_of(token),
+                repeat: repeat.map(Duration::from_nanos),
+                ttl: None,
+                calendar: None,
+                replace,
+            }],
+            reply,
+        });
+        self.calls.push(Call::Register { token, answer });
+    }
+
+    /// A timer the model knows, by id, with its namespace.
+    fn known_timer(&mut self) -> Option<(u64, String)> {
+        let ids: Vec<(u64, String)> = self
+            .model
+            .timers
+            .iter()
+            .map(|(id, timer)| (*id, timer.namespace.clone()))
+            .collect();
+        (!ids.is_empty()).then(|| ids[self.choices.below_usize(ids.len())].clone())
+    }
+
+    fn cancel(&mut self) {
+        let Some((id, namespace)) = self.known_timer() else {
+            return self.advance();
+        };
+        self.trace(&format!("cancel {id:016x}"));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Cancel {
+            timer: TimerRef {
+                namespace,
+                target: Target::Id(crate::domain::TimerId(id)),
+            },
+            reply,
+        });
+        self.calls.push(Call::Cancel { id, answer });
+    }
+
+    fn reschedule(&mut self) {
+        let Some((id, namespace)) = self.known_timer() else {
+            return self.advance();
+        };
+        let asked = self.now() + self.choices.below(300 * MILLISECOND);
+        self.trace(&format!("reschedule {id:016x} to {asked}"));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Reschedule(Box::new(Reschedule {
+            timer: TimerRef {
+                namespace,
+                target: Target::Id(crate::domain::TimerId(id)),
+            },
+            due: Due::AtUnix(asked),
+            payload: None,
+            reply,
+        })));
+        self.calls.push(Call::Reschedule { id, asked, answer });
+    }
+
+    fn subscribe(&mut self) {
+        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
+        let ack_timeout = 50 * MILLISECOND + self.choices.below(400 * MILLISECOND);
+        let subscription = self.node().subscribe(SubscribeOptions {
+            namespace: namespace.to_owned(),
+            observer: false,
+            ack_timeout: Some(Duration::from_nanos(ack_timeout)),
+            max_unacked: Some(1_000),
+            auto_ack: false,
+        });
+        let number = self.ledger.subscribed();
+        self.trace(&format!(
+            "subscribe {number} {namespace} timeout={ack_timeout}"
+        ));
+        self.clients.push(Client {
+            namespace,
+            subscription,
+            ack_timeout,
+            number,
+        });
+    }
+
+    fn unsubscribe(&mut self) {
+        if self.clients.is_empty() {
+            return self.advance();
+        }
+        let client = self
+            .clients
+            .remove(self.choices.below_usize(self.clients.len()));
+        self.trace(&format!("unsubscribe {}", client.number));
+        let another = self
+            .clients
+            .iter()
+            .any(|other| other.namespace == client.namespace);
+        self.ledger
+            .unsubscribed(client.number, self.now(), another, MAX_ATTEMPTS);
+        drop(client.subscription);
+    }
+
+    /// Acks one or two deliveries the clients received, possibly from before a restart.
+    fn ack(&mut self) {
+        let count = 1 + self.choices.below_usize(2);
+        let Some(held) = self.ledger.pick_to_ack(&mut self.choices, count) else {
+            return self.advance();
+        };
+        self.send_ack(held);
+    }
+
+    fn send_ack(&mut self, held: Vec<Held>) {
+        let (namespace, ids) = Ledger::ids(&held);
+        self.trace(&format!("ack send {namespace} {ids:x?}"));
+        let later = self.node().ack(namespace, ids);
+        let now = self.now();
+        self.acks.push((later, held, now));
+    }
+
+    /// Moves the clock: a little, or to the next thing due.
+    fn advance(&mut self) {
+        let next = self.node.as_ref().and_then(Node::next_wakeup);
+        let now = self.clock_monotonic();
+        let by = match next {
+            Some(due) if due > now && self.choices.chance(1, 2) => due - now,
+            _ => 1 + self.choices.below(40 * MILLISECOND),
+        };
+        self.trace(&format!("advance {by}"));
+        self.clock.advance(by);
+    }
+
+    fn process_gone(&mut self, machine: bool) {
+        self.node = None;
+        self.clients.clear();
+        self.acks.clear();
+        self.calls.clear();
+        self.model.crashed();
+        self.ledger.crashed(machine);
+    }
+
+    /// SIGKILL, or (`machine`) a power cut that keeps only what was synced.
+    fn crash(&mut self, machine: bool) -> Result<(), Violation> {
+        self.trace(if machine {
+            "crash machine"
+        } else {
+            "crash process"
+        });
+        // Answers already sent are answers: take them in before the process is gone.
+        self.answers()?;
+        self.process_gone(machine);
+        if machine {
+            self.disk.crash_machine();
+        } else {
+            self.disk.crash_process();
+        }
+        Ok(())
+    }
+
+    fn clean_restart(&mut self) -> Result<(), Violation> {
+        self.trace("stop");
+        if let Some(node) = self.node.take() {
+            node.stop();
+        }
+        self.answers()?;
+        self.process_gone(false);
+        self.disk.crash_process();
+        Ok(())
+    }
+
+    fn inject_fault(&mut self) {
+        let fault = self.choices.below(6);
+        self.trace(&format!("fault {fault}"));
+        match fault {
+            0 => self.disk.fail_append_next(),
+            1 => self.disk.enospc_next_append(),
+            2 => self.disk.fail_sync_next(),
+            3 => self.disk.fail_set_len_next(),
+            4 => self.disk.fail_read_next(),
+            _ => self.disk.crash_at_call(1 + self.choices.below(6)),
+        }
+    }
+
+    /// Damage at rest to a synced byte of some file, then a restart that must refuse it
+    /// (or start with nothing acknowledged missing).
+    fn flip_bit(&mut self) {
+        let files = self.disk.files();
+        if files.is_empty() {
+            return self.advance();
+        }
+        let (path, length) = files[self.choices.below_usize(files.len())].clone();
+        if length == 0 {
+            return self.advance();
+        }
+        let bit = self.choices.below(length * 8);
+        self.trace(&format!("flip {} bit {bit}", path.display()));
+        if self.disk.flip_bit_at_rest(&path, bit).is_ok() {
+            self.ledger.damaged_at_rest = true;
+            let _ = self.crash(false);
+        }
+    }
+
+    /// Faults off, the clock past every deadline, one subscriber per namespace acking
+    /// everything: every promised firing must come, and be delivered.
+    fn liveness(&mut self) -> Result<(), Violation> {
+        if self.refused_to_start {
+            return Ok(());
+        }
+        self.trace("liveness");
+        self.disk.disarm();
+        if self.disk.crashed() {
+            self.disk.crash_process();
+        }
+        for _ in 0..3 {
+            if self.node.is_none() {
+                self.restart()?;
+            }
+            if self.refused_to_start {
+                return Ok(());
+            }
+        }
+        if self.node.is_none() {
+            return Err(Violation("tickd does not start once faults are off".into()));
+        }
+        for namespace in NAMESPACES {
+            if !self
+                .clients
+                .iter()
+                .any(|client| client.namespace == namespace)
+            {
+                let subscription = self.node().subscribe(SubscribeOptions {
+                    namespace: namespace.to_owned(),
+                    observer: false,
+                    ack_timeout: Some(Duration::from_secs(5)),
+                    max_unacked: Some(1_000),
+                    auto_ack: false,
+                });
+                let number = self.ledger.subscribed();
+                self.clients.push(Client {
+                    namespace,
+                    subscription,
+                    ack_timeout: 5_000 * MILLISECOND,
+                    number,
+                });
+            }
+        }
+        for _ in 0..2_000 {
+            if let Some(held) = self.ledger.pick_to_ack(&mut self.choices, 64) {
+                self.send_ack(held);
+            } else {
+                let now = self.clock_monotonic();
+                match self.node.as_ref().and_then(Node::next_wakeup) {
+                    Some(due) => self.clock.advance(due.saturating_sub(now).max(1)),
+                    None if self.model.unfired().is_empty() => break,
+                    None => self.clock.advance(100 * MILLISECOND),
+                }
+            }
+            self.settle()?;
+            if self.node.is_none() {
+                return Err(Violation("tickd stopped during the liveness phase".into()));
+            }
+        }
+        let unfired = self.model.unfired();
+        if !unfired.is_empty() {
+            return Err(Violation(format!(
+                "acknowledged timers never fired: {:016x?}",
+                &unfired[..unfired.len().min(8)]
+            )));
+        }
+        Ok(())
+    }
+}

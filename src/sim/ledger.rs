@@ -1,0 +1,274 @@
+//! The delivery ledger: every delivery the clients received and every ack answer, checked
+//! against delivery's promises:
+//! - an expiration comes again only after its ack timeout, its subscriber's loss, or a
+//!   restart, and never after an ack of it was answered;
+//! - attempts rise with each delivery (across a machine crash they may repeat the last,
+//!   whose record the crash can take, never fall below it) and never pass the maximum;
+//! - an ack settles exactly the deliveries it names that await one: one from an earlier
+//!   process, or one already taken back, is unknown, and settles nothing else.
+
+use std::collections::BTreeMap;
+
+use super::model::Violation;
+use super::rng::Rng;
+use crate::domain::{AckOutcome, Delivered};
+use crate::store::SyncMode;
+
+/// The ack deadlines' wheel may take back a delivery up to a tick after its deadline.
+const ACK_DEADLINE_SLACK: u64 = 2_000_000;
+
+/// When and by whom a delivery was received.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Receipt {
+    pub(crate) subscription: u64,
+    pub(crate) ack_timeout: u64,
+    pub(crate) at: u64,
+}
+
+/// One delivery a client holds and may ack.
+#[derive(Clone, Debug)]
+pub(crate) struct Held {
+    namespace: String,
+    delivery_id: u64,
+    boot: u64,
+    firing: (u64, u64),
+    receipt: Receipt,
+}
+
+/// The latest delivery of one firing.
+#[derive(Clone, Copy, Debug)]
+struct Latest {
+    delivery_id: u64,
+    attempt: u32,
+    boot: u64,
+    receipt: Receipt,
+}
+
+#[derive(Default)]
+struct Firing {
+    latest: Option<Latest>,
+    /// When an ack of it was answered.
+    settled_at: Option<u64>,
+    /// A machine crash came after its latest delivery: its attempt may come again.
+    machine_crash_since: bool,
+}
+
+pub(crate) struct Ledger {
+    #[allow(dead_code)]
+    sync: SyncMode,
+    boot: u64,
+    subscriptions: u64,
+    /// Subscriptions ended, with when.
+    ended: BTreeMap<u64, u64>,
+    firings: BTreeMap<(u64, u64), Firing>,
+    held: Vec<Held>,
+    /// Firings whose subscriber just went while another could take them: they must be
+    /// delivered again within the step.
+    orphaned: Vec<((u64, u64), u64)>,
+    /// Set once damage was injected at rest: a refusal to start is then expected.
+    pub(crate) damaged_at_rest: bool,
+}
+
+impl Ledger {
+    pub(crate) fn new(sync: SyncMode) -> Self {
+        Self {
+            sync,
+            boot: 0,
+            subscriptions: 0,
+            ended: BTreeMap::new(),
+            firings: BTreeMap::new(),
+            held: Vec::new(),
+            orphaned: Vec::new(),
+            damaged_at_rest: false,
+        }
+    }
+
+    pub(crate) fn restarted(&mut self) {
+        self.boot += 1;
+    }
+
+    pub(crate) fn subscribed(&mut self) -> u64 {
+        self.subscriptions += 1;
+        self.subscriptions
+    }
+
+    /// A subscription ended; with `another` of its namespace still there, what it held
+    /// unsettled must go to that one at once.
+    pub(crate) fn unsubscribed(&mut self, number: u64, now: u64, another: bool, max_attempts: u32) {
+        self.ended.insert(number, now);
+        if !another {
+            return;
+        }
+        for (firing, state) in &self.firings {
+            let Some(latest) = state.latest else { continue };
+            let in_flight = now < latest.receipt.at + latest.receipt.ack_timeout;
+            if latest.receipt.subscription == number
+                && latest.boot == self.boot
+                && state.settled_at.is_none()
+                && in_flight
+                && latest.attempt < max_attempts
+            {
+                self.orphaned.push((*firing, latest.delivery_id));
+            }
+        }
+    }
+
+    /// After the step of an unsubscription: each orphan came again.
+    pub(crate) fn check_orphans(&mut self) -> Result<(), Violation> {
+        for (firing, old) in std::mem::take(&mut self.orphaned) {
+            let latest = self.firings[&firing].latest.expect("was delivered");
+            if latest.delivery_id == old {
+                return Err(Violation(format!(
+                    "{:016x}/{}: its subscriber went away, another could take it, and it was not delivered again",
+                    firing.0, firing.1
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The process is gone (its subscriptions with it).
+    pub(crate) fn crashed(&mut self, machine: bool) {
+        if machine {
+            for firing in self.firings.values_mut() {
+                firing.machine_crash_since = true;
+            }
+        }
+        self.orphaned.clear();
+    }
+
+    /// A client received `delivered`: checks it may come now, with this attempt.
+    pub(crate) fn received(
+        &mut self,
+        receipt: Receipt,
+        delivered: &Delivered,
+        max_attempts: u32,
+    ) -> Result<(), Violation> {
+        let expiration = &delivered.expiration;
+        let key = (expiration.id.0, expiration.fired_count);
+        let name = format!("{:016x}/{}", key.0, key.1);
+        if delivered.attempt == 0 || delivered.attempt > max_attempts {
+            return Err(Violation(format!(
+                "{name} delivered as attempt {} (the maximum is {max_attempts})",
+                delivered.attempt
+            )));
+        }
+        let firing = self.firings.entry(key).or_default();
+        if let Some(settled_at) = firing.settled_at {
+            return Err(Violation(format!(
+                "{name} delivered again (attempt {}) after an ack of it was answered at {settled_at}",
+                delivered.attempt
+            )));
+        }
+        if let Some(latest) = firing.latest {
+            let restarted = latest.boot != self.boot;
+            if !restarted {
+                let timed_out = receipt.at >= latest.receipt.at + latest.receipt.ack_timeout;
+                let lost = self.ended.contains_key(&latest.receipt.subscription);
+                if !timed_out && !lost {
+                    return Err(Violation(format!(
+                        "{name} delivered again {} ns after attempt {}, before its ack timeout of {} ns, its subscriber still there",
+                        receipt.at - latest.receipt.at, latest.attempt, latest.receipt.ack_timeout
+                    )));
+                }
+            }
+            let lowest = if firing.machine_crash_since {
+                latest.attempt
+            } else {
+                latest.attempt + 1
+            };
+            if delivered.attempt < lowest {
+                return Err(Violation(format!(
+                    "{name} delivered as attempt {} after attempt {}",
+                    delivered.attempt, latest.attempt
+                )));
+            }
+        }
+        firing.latest = Some(Latest {
+            delivery_id: delivered.delivery_id,
+            attempt: delivered.attempt,
+            boot: self.boot,
+            receipt,
+        });
+        firing.machine_crash_since = false;
+        self.held.push(Held {
+            namespace: expiration.namespace.to_string(),
+            delivery_id: delivered.delivery_id,
+            boot: self.boot,
+            firing: key,
+            receipt,
+        });
+        Ok(())
+    }
+
+    /// Up to `count` deliveries of one namespace for a client to ack (any boot's).
+    pub(crate) fn pick_to_ack(&mut self, rng: &mut Rng, count: usize) -> Option<Vec<Held>> {
+        if self.held.is_empty() {
+            return None;
+        }
+        let first = self.held.remove(rng.below_usize(self.held.len()));
+        let mut picked = vec![first];
+        while picked.len() < count {
+            let same: Vec<usize> = (0..self.held.len())
+                .filter(|&index| self.held[index].namespace == picked[0].namespace)
+                .collect();
+            if same.is_empty() {
+                break;
+            }
+            picked.push(self.held.remove(same[rng.below_usize(same.len())]));
+        }
+        Some(picked)
+    }
+
+    /// The namespace and ids of deliveries picked to ack.
+    pub(crate) fn ids(held: &[Held]) -> (String, Vec<u64>) {
+        let ids = held.iter().map(|held| held.delivery_id).collect();
+        (held[0].namespace.clone(), ids)
+    }
+
+    /// An ack sent at `sent_at` was answered `outcome`.
+    pub(crate) fn acked(
+        &mut self,
+        held: &[Held],
+        outcome: &AckOutcome,
+        sent_at: u64,
+    ) -> Result<(), Violation> {
+        let mut acknowledged = 0;
+        for delivery in held {
+            let firing = self.firings.entry(delivery.firing).or_default();
+            let latest = firing.latest.expect("a held delivery was received");
+            let current = delivery.boot == self.boot
+                && latest.delivery_id == delivery.delivery_id
+                && latest.boot == delivery.boot
+                && firing.settled_at.is_none()
+                && !self.ended.contains_key(&delivery.receipt.subscription);
+            let deadline = delivery.receipt.at + delivery.receipt.ack_timeout;
+            let unknown = outcome.unknown.contains(&delivery.delivery_id);
+            let name = format!(
+                "delivery {:x} of {:016x}/{}",
+                delivery.delivery_id, delivery.firing.0, delivery.firing.1
+            );
+            if !unknown {
+                if !current || sent_at >= deadline + ACK_DEADLINE_SLACK {
+                    return Err(Violation(format!(
+                        "an ack of {name} (boot {}, now {}) settled something, but it was not awaiting one",
+                        delivery.boot, self.boot
+                    )));
+                }
+                acknowledged += 1;
+                firing.settled_at = Some(sent_at);
+            } else if current && sent_at < deadline {
+                return Err(Violation(format!(
+                    "an ack of {name}, awaiting one, was answered unknown"
+                )));
+            }
+        }
+        if acknowledged != outcome.acknowledged as usize {
+            return Err(Violation(format!(
+                "an ack counted {} settled where {acknowledged} of its ids were",
+                outcome.acknowledged
+            )));
+        }
+        Ok(())
+    }
+}

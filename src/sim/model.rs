@@ -1,0 +1,279 @@
+//! The reference model: what tickd promised, from the answers it gave, and the check of
+//! every expiration it delivers against those promises.
+//!
+//! The model knows only what a client knows: the calls it made and the answers it got.
+//! A call answered is a promise; a call never answered (its process crashed, or its log
+//! failed) is in doubt, and both of its outcomes are allowed; a call refused must never
+//! take effect. Each registration carries a unique payload (its token), so that an
+//! expiration names the registration it came from even when its answer never came.
+
+use std::collections::BTreeMap;
+
+use crate::domain::{Delivered, Registered};
+
+/// A registration as the client made it.
+#[derive(Debug, Clone)]
+pub(crate) struct Registration {
+    pub(crate) namespace: String,
+    pub(crate) key: Option<String>,
+    pub(crate) deadline_unix: u64,
+    pub(crate) repeat: Option<u64>,
+    pub(crate) outcome: Outcome,
+}
+
+/// What became of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Waiting,
+    /// Answered; for a registration, with its timer's id.
+    Answered(u64),
+    /// Refused with a definite error: it must never take effect.
+    Refused,
+    /// Never answered: either outcome is allowed.
+    InDoubt,
+}
+
+/// A timer the model knows by id.
+#[derive(Debug, Clone)]
+pub(crate) struct Timer {
+    pub(crate) namespace: String,
+    /// Tokens its expirations may carry, and deadlines its next firing may have: the
+    /// acknowledged ones, and those of calls in doubt.
+    pub(crate) tokens: Vec<u64>,
+    pub(crate) deadlines: Vec<u64>,
+    pub(crate) repeat: bool,
+    pub(crate) state: TimerState,
+    /// True while an acknowledged registration promises a firing.
+    pub(crate) must_fire: bool,
+    /// When its latest acknowledged change was answered (sim time, unix nanos).
+    pub(crate) changed_at: u64,
+    /// Firings seen, by fired count, each with its fired time.
+    pub(crate) fired: BTreeMap<u64, u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimerState {
+    Pending,
+    /// A cancel answered true at this time: nothing fires after it.
+    Cancelled(u64),
+    /// A cancel in doubt: it may or may not fire.
+    MaybeCancelled,
+}
+
+/// A violated promise: what, and of which timer or delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Violation(pub(crate) String);
+
+/// Everything promised so far.
+#[derive(Default)]
+pub(crate) struct Model {
+    pub(crate) registrations: Vec<Registration>,
+    pub(crate) timers: BTreeMap<u64, Timer>,
+}
+
+impl Model {
+    /// A new registration; its token is its index.
+    pub(crate) fn registered(&mut self, registration: Registration) -> u64 {
+        self.registrations.push(registration);
+        (self.registrations.len() - 1) as u64
+    }
+
+    /// A registration's answer: its timer is now promised (or refused).
+    pub(crate) fn register_answered(
+        &mut self,
+        token: u64,
+        answer: Result<&Registered, bool>,
+        now: u64,
+    ) {
+        let registration = &mut self.registrations[token as usize];
+        let registered = match answer {
+            Ok(registered) => registered,
+            Err(definite) => {
+                registration.outcome = if definite {
+                    Outcome::Refused
+                } else {
+                    Outcome::InDoubt
+                };
+                return;
+            }
+        };
+        let id = registered.timer.id.0;
+        registration.outcome = Outcome::Answered(id);
+        let registration = registration.clone();
+        if !registered.created && !registered.replaced {
+            // The key's pending timer was returned, unchanged.
+            return;
+        }
+        let timer = self.timers.entry(id).or_insert_with(|| Timer {
+            namespace: registration.namespace.clone(),
+            tokens: Vec::new(),
+            deadlines: Vec::new(),
+            repeat: false,
+            state: TimerState::Pending,
+            must_fire: false,
+            changed_at: now,
+            fired: BTreeMap::new(),
+        });
+        // Tokens only accumulate: a firing from before the change may still be delivered.
+        timer.tokens.push(token);
+        timer.deadlines = vec![registered.timer.deadline_unix];
+        timer.repeat = registration.repeat.is_some();
+        timer.state = TimerState::Pending;
+        timer.must_fire = true;
+        timer.changed_at = now;
+    }
+
+    /// A reschedule's answer (`Some(deadline)`), or its doubt (`None`).
+    pub(crate) fn rescheduled(&mut self, id: u64, deadline: Option<u64>, asked: u64, now: u64) {
+        let Some(timer) = self.timers.get_mut(&id) else {
+            return;
+        };
+        match deadline {
+            Some(deadline) => {
+                timer.deadlines = vec![deadline];
+                timer.changed_at = now;
+            }
+            None => timer.deadlines.push(asked),
+        }
+    }
+
+    /// A cancel's answer (`Some(found)`), or its doubt (`None`).
+    pub(crate) fn cancelled(&mut self, id: u64, found: Option<bool>, now: u64) {
+        let Some(timer) = self.timers.get_mut(&id) else {
+            return;
+        };
+        match found {
+            Some(true) => {
+                timer.state = TimerState::Cancelled(now);
+                timer.must_fire = false;
+            }
+            Some(false) => {}
+            None => {
+                timer.state = TimerState::MaybeCancelled;
+                timer.must_fire = false;
+            }
+        }
+    }
+
+    /// Checks an expiration the first time any subscriber receives it.
+    pub(crate) fn check_firing(&mut self, delivered: &Delivered) -> Result<(), Violation> {
+        let expiration = &delivered.expiration;
+        let id = expiration.id.0;
+        let fired_count = expiration.fired_count;
+        let token = token_of(&expiration.payload).ok_or_else(|| {
+            Violation(format!("timer {id:016x} fired with a payload no call sent"))
+        })?;
+        let registration = self
+            .registrations
+            .get(token as usize)
+            .ok_or_else(|| Violation(format!("timer {id:016x}: unknown token {token}")))?
+            .clone();
+        if registration.outcome == Outcome::Refused {
+            return Err(Violation(format!(
+                "registration {token} was refused, yet timer {id:016x} fired from it"
+            )));
+        }
+        if expiration.fired_unix < expiration.deadline_unix {
+            return Err(Violation(format!(
+                "timer {id:016x} fired {} ns before its deadline",
+                expiration.deadline_unix - expiration.fired_unix
+            )));
+        }
+        let timer = match self.timers.get_mut(&id) {
+            Some(timer) => timer,
+            None => {
+                // Its registration was in doubt (or still waiting): learned from the firing.
+                if registration.deadline_unix != expiration.deadline_unix && fired_count == 1 {
+                    return Err(Violation(format!(
+                        "timer {id:016x} (registration {token}, in doubt) fired at deadline {} instead of {}",
+                        expiration.deadline_unix, registration.deadline_unix
+                    )));
+                }
+                self.timers.insert(
+                    id,
+                    Timer {
+                        namespace: registration.namespace.clone(),
+                        tokens: vec![token],
+                        deadlines: vec![expiration.deadline_unix],
+                        repeat: registration.repeat.is_some(),
+                        state: TimerState::Pending,
+                        must_fire: false,
+                        changed_at: expiration.fired_unix,
+                        fired: BTreeMap::new(),
+                    },
+                );
+                self.timers.get_mut(&id).expect("inserted")
+            }
+        };
+        if timer.fired.contains_key(&fired_count) {
+            return Ok(());
+        }
+        // A keyed registration in doubt may have made the timer (a later one under its key
+        // then returned or replaced it) or replaced it: its payload and deadline may be
+        // the timer's.
+        let replaced_in_doubt = registration.key.is_some()
+            && matches!(registration.outcome, Outcome::InDoubt | Outcome::Waiting);
+        if !timer.tokens.contains(&token) && !replaced_in_doubt {
+            return Err(Violation(format!(
+                "timer {id:016x} fired with registration {token}'s payload, which it never had"
+            )));
+        }
+        if let TimerState::Cancelled(at) = timer.state {
+            if expiration.fired_unix > at {
+                return Err(Violation(format!(
+                    "timer {id:016x} fired at {} after its cancel was acknowledged at {at}",
+                    expiration.fired_unix
+                )));
+            }
+        }
+        // A firing after the timer's last acknowledged change must be at a deadline that
+        // change (or a call in doubt since) set; one before it may still be the old one.
+        let allowed = timer.deadlines.contains(&expiration.deadline_unix)
+            || (replaced_in_doubt && registration.deadline_unix == expiration.deadline_unix);
+        let repeating = timer.repeat || (replaced_in_doubt && registration.repeat.is_some());
+        if !repeating && expiration.fired_unix > timer.changed_at && !allowed {
+            return Err(Violation(format!(
+                "timer {id:016x} fired at deadline {}, which no call asked for (allowed {:?})",
+                expiration.deadline_unix, timer.deadlines
+            )));
+        }
+        timer.fired.insert(fired_count, expiration.fired_unix);
+        if !timer.repeat {
+            timer.must_fire = false;
+        } else if expiration.fired_unix >= timer.changed_at {
+            // A repeating timer kept its promise once it fired after its last change.
+            timer.must_fire = false;
+        }
+        Ok(())
+    }
+
+    /// Timers an acknowledged call promised a firing of that never came.
+    pub(crate) fn unfired(&self) -> Vec<u64> {
+        self.timers
+            .iter()
+            .filter(|(_, timer)| timer.must_fire)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Calls still waiting for an answer are in doubt once their process is gone.
+    pub(crate) fn crashed(&mut self) {
+        for registration in &mut self.registrations {
+            if registration.outcome == Outcome::Waiting {
+                registration.outcome = Outcome::InDoubt;
+            }
+        }
+    }
+}
+
+/// The payload that carries registration `token`.
+pub(crate) fn payload_of(token: u64) -> bytes::Bytes {
+    bytes::Bytes::from(format!("r{token}"))
+}
+
+fn token_of(payload: &[u8]) -> Option<u64> {
+    std::str::from_utf8(payload.strip_prefix(b"r")?)
+        .ok()?
+        .parse()
+        .ok()
+}

@@ -1,0 +1,252 @@
+//! One simulated tickd process: the local backend's real parts (the timer table, the
+//! store's writer, the delivery task), assembled as `server::backend` assembles them, but
+//! stepped on the simulation's thread instead of running on their own.
+//!
+//! A wake-up ([`Node::run`]) does what the worker thread does in one turn (fire what is
+//! due and hand it over, apply the commands queued, end the batch), then lets the store
+//! and the delivery task work until neither has anything queued. A crash is dropping the
+//! node without its clean stop; a restart is [`Node::start`] again on the same disk.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::oneshot;
+
+use super::disk::SimDisk;
+use crate::budget::MemoryBudget;
+use crate::clock::{Clock, ManualClock};
+use crate::delivery::{DeliveryConfig, DeliveryHandle, SteppedDelivery, Subscription};
+use crate::domain::{AckOutcome, Delivered, Handoff, SubscribeOptions};
+use crate::metrics::Metrics;
+use crate::store::stepped::SteppedStore;
+use crate::store::{StoreError, SyncMode};
+use crate::worker::command::Command;
+use crate::worker::journal::Journal;
+use crate::worker::table::{TableConfig, TimerTable};
+use crate::worker::TimerState;
+
+/// The data directory every simulated process uses.
+pub(crate) const DATA_DIR: &str = "/sim/data";
+
+/// What a simulated process is started with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeConfig {
+    pub(crate) sync: SyncMode,
+    pub(crate) delivery: DeliveryConfig,
+    pub(crate) table: TableConfig,
+}
+
+/// A running simulated process.
+pub(crate) struct Node {
+    clock: ManualClock,
+    table: TimerTable,
+    store: SteppedStore,
+    delivery: DeliveryHandle,
+    delivery_task: SteppedDelivery,
+    sink: Box<dyn FnMut(Vec<Handoff>)>,
+    /// Commands sent and not yet applied: the worker's queue.
+    queued: Vec<Command>,
+}
+
+impl Node {
+    /// Starts a process on `disk`: recovery, the boot record, the delivery of what was
+    /// fired and never settled. An error is the store's refusal to start.
+    pub(crate) fn start(
+        disk: &SimDisk,
+        clock: &ManualClock,
+        config: &NodeConfig,
+    ) -> Result<Node, StoreError> {
+        let metrics = Metrics::new();
+        let mut table = TimerTable::on_clock(config.table, metrics.clone(), clock);
+        let now = clock.now();
+        let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+        let (store, unsettled) = SteppedStore::open(
+            Arc::new(disk.clone()),
+            shared_clock.clone(),
+            Path::new(DATA_DIR),
+            config.sync,
+            metrics.clone(),
+            |record| table.replay(record, now),
+        )?;
+        // No snapshots: the snapshot thread is not stepped (see the module docs of `sim`).
+        table.attach_journal(Journal::new(
+            store.handle().clone(),
+            usize::MAX,
+            store.recovered_snapshot_bytes(),
+        ));
+        let recovered = crate::worker::table::held_again(unsettled, &MemoryBudget::unlimited());
+        let (delivery, delivery_task) = DeliveryHandle::stepped(
+            config.delivery,
+            Some(store.handle().clone()),
+            store.boot(),
+            recovered,
+            (metrics, table.live_namespaces(), shared_clock),
+        );
+        let sink = Box::new(delivery.clone().after_the_log(Some(store.handle().clone())));
+        let mut node = Node {
+            clock: clock.clone(),
+            table,
+            store,
+            delivery,
+            delivery_task,
+            sink,
+            queued: Vec::new(),
+        };
+        node.settle();
+        Ok(node)
+    }
+
+    /// Queues a command for the worker's next turn.
+    pub(crate) fn send(&mut self, command: Command) {
+        self.queued.push(command);
+    }
+
+    pub(crate) fn subscribe(&self, options: SubscribeOptions) -> Subscription {
+        self.delivery
+            .subscribe(options)
+            .expect("the stepped delivery task runs while the node does")
+    }
+
+    /// Sends an ack; its answer comes with a later [`Node::run`].
+    pub(crate) fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Later<AckOutcome> {
+        let delivery = self.delivery.clone();
+        Later::new(async move { delivery.ack(namespace, delivery_ids).await.ok() })
+    }
+
+    /// One turn of the worker at the clock's time, then the store and delivery until idle.
+    pub(crate) fn run(&mut self) {
+        let now = self.clock.now();
+        let mut fired = Vec::new();
+        if self
+            .table
+            .next_expiration()
+            .is_some_and(|due| due <= now.monotonic)
+        {
+            self.table.fire_due(now, &mut fired);
+        }
+        if !fired.is_empty() {
+            (self.sink)(fired);
+        }
+        for command in self.queued.drain(..) {
+            self.table.apply(command, now);
+        }
+        self.table.end_batch();
+        self.settle();
+    }
+
+    /// Lets the store and the delivery task hand work to each other until both are idle.
+    fn settle(&mut self) {
+        loop {
+            // Delivery first: its ack deadlines may dispatch, and what it appends (attempts,
+            // settlements) must be committed in this same settling, as the store thread
+            // would at once.
+            let handled = self.delivery_task.step();
+            let stored = self.store.step();
+            if handled == 0 && !stored {
+                break;
+            }
+        }
+    }
+
+    /// The next time something is due: a timer, an ack deadline or an interval fsync.
+    pub(crate) fn next_wakeup(&self) -> Option<u64> {
+        [
+            self.table.next_expiration(),
+            self.delivery_task.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// True once the log failed: the process must stop (tickd exits).
+    pub(crate) fn store_failed(&self) -> bool {
+        self.store.handle().has_failed()
+    }
+
+    /// A clean stop (SIGTERM): the worker's last batch, delivery let go of the store, the
+    /// store's last commit and sync.
+    pub(crate) fn stop(mut self) {
+        self.run();
+        self.delivery.shutdown();
+        let mut closed = Later::new({
+            let delivery = self.delivery.clone();
+            async move {
+                delivery.close().await;
+                Some(())
+            }
+        });
+        closed.poll();
+        self.settle();
+        closed.poll();
+        let Node {
+            store,
+            table,
+            delivery,
+            delivery_task,
+            sink,
+            ..
+        } = self;
+        drop((table, delivery, delivery_task, sink));
+        store.finish();
+    }
+}
+
+/// An answer that arrives after some steps: a future polled by hand, never waiting.
+pub(crate) struct Later<T> {
+    future: Pin<Box<dyn Future<Output = Option<T>>>>,
+    answer: Option<Option<T>>,
+}
+
+impl<T> Later<T> {
+    pub(crate) fn new(future: impl Future<Output = Option<T>> + 'static) -> Self {
+        let mut later = Self {
+            future: Box::pin(future),
+            answer: None,
+        };
+        // The first poll sends the request.
+        later.poll();
+        later
+    }
+
+    /// The answer if it has come: `Some(None)` when the process stopped without one.
+    pub(crate) fn poll(&mut self) -> Option<&Option<T>> {
+        if self.answer.is_none() {
+            let mut context = Context::from_waker(Waker::noop());
+            if let Poll::Ready(answer) = self.future.as_mut().poll(&mut context) {
+                self.answer = Some(answer);
+            }
+        }
+        self.answer.as_ref()
+    }
+}
+
+/// Takes the next delivery a subscription has ready, if any, as a client's stream would.
+pub(crate) fn take_delivery(subscription: &mut Subscription) -> Option<Delivered> {
+    let mut context = Context::from_waker(Waker::noop());
+    match tokio_stream::Stream::poll_next(Pin::new(subscription), &mut context) {
+        Poll::Ready(delivered) => delivered,
+        Poll::Pending => None,
+    }
+}
+
+/// A reply the worker sends on a oneshot channel, if it has come.
+pub(crate) fn reply<T>(receiver: &mut oneshot::Receiver<T>) -> Reply<T> {
+    match receiver.try_recv() {
+        Ok(answer) => Reply::Answered(answer),
+        Err(oneshot::error::TryRecvError::Empty) => Reply::Waiting,
+        Err(oneshot::error::TryRecvError::Closed) => Reply::Dropped,
+    }
+}
+
+/// Where a call's answer is.
+pub(crate) enum Reply<T> {
+    Answered(T),
+    /// Not yet: its record is not durable yet.
+    Waiting,
+    /// Never: the process dropped it (the store failed, or the process is gone).
+    Dropped,
+}
