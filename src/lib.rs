@@ -31,7 +31,7 @@ mod pem;
 pub mod proto;
 pub mod reference;
 pub mod server;
-#[cfg(feature = "sim")]
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod store;
 pub mod wheel;

@@ -174,7 +174,7 @@ impl DeliveryHandle {
     }
 
     /// [`Self::spawn`] without a runtime: the task is stepped by hand (the simulation).
-    #[cfg(feature = "sim")]
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn stepped(
         config: DeliveryConfig,
         store: Option<StoreHandle>,
@@ -286,13 +286,13 @@ impl DeliveryHandle {
 }
 
 /// The delivery task run by hand, one step at a time (the simulation).
-#[cfg(feature = "sim")]
+#[cfg(any(test, feature = "sim"))]
 pub(crate) struct SteppedDelivery {
     delivery: task::Delivery,
     requests: mpsc::UnboundedReceiver<Request>,
 }
 
-#[cfg(feature = "sim")]
+#[cfg(any(test, feature = "sim"))]
 impl SteppedDelivery {
     /// Handles every request queued, then the ack deadlines passed: what one wake-up of
     /// the task does. Returns how many requests it handled.

@@ -106,7 +106,7 @@ impl Delivery {
     }
 
     /// The earliest ack deadline, on the clock's monotonic time.
-    #[cfg(feature = "sim")]
+    #[cfg(any(test, feature = "sim"))]
     pub(super) fn next_ack_deadline(&self) -> Option<u64> {
         self.ack_deadlines.next_expiration()
     }

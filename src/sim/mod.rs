@@ -7,6 +7,8 @@
 //! delivery by hand instead of on their thread and task.
 
 pub mod disk;
+#[cfg(test)]
+mod found;
 mod harness;
 mod ledger;
 mod model;

@@ -28,7 +28,7 @@ pub(crate) mod recovery;
 pub mod repair;
 pub mod scan;
 mod snapshot_writer;
-#[cfg(feature = "sim")]
+#[cfg(any(test, feature = "sim"))]
 pub(crate) mod stepped;
 mod timer_fields;
 mod writer;
