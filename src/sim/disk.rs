@@ -132,7 +132,6 @@ struct State {
     generation: u64,
     calls: u64,
     faults: Faults,
-    /// The last power loss left garbage in some file's unsynced bytes.
     garbled: bool,
 }
 
@@ -353,8 +352,7 @@ impl SimDisk {
         state.faults.crash_at = Some(state.calls + n.max(1));
     }
 
-    /// Every fault armed and not yet fired is off (a crash that happened stays, for the
-    /// harness to carry out).
+    /// Every armed fault off (a crash that happened stays, for the harness to carry out).
     pub fn disarm(&self) {
         let mut state = self.lock();
         let crashed = state.faults.crashed;
@@ -364,8 +362,7 @@ impl SimDisk {
         };
     }
 
-    /// Whether the last machine crash left garbage in bytes that were never synced: no
-    /// acknowledged record is damaged, but a start may refuse the log (see the harness).
+    /// Whether the last machine crash left garbage in bytes that were never synced.
     pub fn garbled_on_power_loss(&self) -> bool {
         self.lock().garbled
     }

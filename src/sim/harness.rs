@@ -12,18 +12,16 @@ use tokio::sync::oneshot;
 
 use super::disk::SimDisk;
 use super::ledger::{Held, Ledger, Receipt};
-use super::model::{payload_of, Model, Outcome, Registration, Violation};
+use super::model::{Model, Violation};
 use super::node::{reply, take_delivery, Later, Node, NodeConfig, Reply};
 use super::rng::Rng;
 use crate::clock::ManualClock;
 use crate::delivery::{DeliveryConfig, Subscription};
-use crate::domain::{
-    AckOutcome, Due, NewTimer, Registered, SubscribeOptions, Target, TimerError, TimerRef,
-    TimerView,
-};
+use crate::domain::{AckOutcome, Registered, SubscribeOptions, TimerError, TimerView};
 use crate::store::{StoreError, SyncMode};
-use crate::worker::command::{Command, Reschedule};
 use crate::worker::table::TableConfig;
+
+mod calls;
 
 const MILLISECOND: u64 = 1_000_000;
 /// The simulation's wall clock starts here (2023-11-14), the same for every seed.
@@ -130,7 +128,7 @@ impl Harness {
             acks: Vec::new(),
             clients: Vec::new(),
             model: Model::default(),
-            ledger: Ledger::new(sync),
+            ledger: Ledger::new(),
             trace: 0xcbf2_9ce4_8422_2325,
             verbose: std::env::var_os("TICKD_DST_VERBOSE").is_some(),
             restarts: 0,
@@ -306,7 +304,6 @@ impl Harness {
     /// Takes in the answers that came, checking each against the model.
     fn answers(&mut self) -> Result<(), Violation> {
         let now = self.now();
-        let _ = now;
         let mut still = Vec::new();
         let mut answered = Vec::new();
         for mut call in std::mem::take(&mut self.calls) {
@@ -388,164 +385,6 @@ impl Harness {
         }
         self.acks = waiting;
         Ok(())
-    }
-
-    fn node(&mut self) -> &mut Node {
-        self.node.as_mut().expect("a step runs on a started node")
-    }
-
-    fn register(&mut self) {
-        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
-        let key = self
-            .choices
-            .chance(1, 3)
-            .then(|| KEYS[self.choices.below_usize(KEYS.len())].to_owned());
-        let replace = key.is_some() && self.choices.chance(1, 2);
-        let delay = self.choices.below(300 * MILLISECOND);
-        let repeat = self
-            .choices
-            .chance(1, 8)
-            .then(|| 20 * MILLISECOND + self.choices.below(200 * MILLISECOND));
-        let deadline_unix = self.now() + delay;
-        let token = self.model.registered(Registration {
-            namespace: namespace.to_owned(),
-            key: key.clone(),
-            deadline_unix,
-            repeat,
-            outcome: Outcome::Waiting,
-        });
-        self.trace(&format!(
-            "register {token} {namespace} {key:?} replace={replace} at={deadline_unix} repeat={repeat:?}"
-        ));
-        let (reply, answer) = oneshot::channel();
-        self.node().send(Command::Register {
-            timers: vec![NewTimer {
-                namespace: namespace.to_owned(),
-                key,
-                due: Due::AtUnix(deadline_unix),
-                payload: payload_of(token),
-                repeat: repeat.map(Duration::from_nanos),
-                ttl: None,
-                calendar: None,
-                replace,
-            }],
-            reply,
-        });
-        self.calls.push(Call::Register { token, answer });
-    }
-
-    /// A timer the model knows, by id, with its namespace.
-    fn known_timer(&mut self) -> Option<(u64, String)> {
-        let ids: Vec<(u64, String)> = self
-            .model
-            .timers
-            .iter()
-            .map(|(id, timer)| (*id, timer.namespace.clone()))
-            .collect();
-        (!ids.is_empty()).then(|| ids[self.choices.below_usize(ids.len())].clone())
-    }
-
-    fn cancel(&mut self) {
-        let Some((id, namespace)) = self.known_timer() else {
-            return self.advance();
-        };
-        self.trace(&format!("cancel {id:016x}"));
-        let (reply, answer) = oneshot::channel();
-        self.node().send(Command::Cancel {
-            timer: TimerRef {
-                namespace,
-                target: Target::Id(crate::domain::TimerId(id)),
-            },
-            reply,
-        });
-        self.calls.push(Call::Cancel { id, answer });
-    }
-
-    fn reschedule(&mut self) {
-        let Some((id, namespace)) = self.known_timer() else {
-            return self.advance();
-        };
-        let asked = self.now() + self.choices.below(300 * MILLISECOND);
-        self.trace(&format!("reschedule {id:016x} to {asked}"));
-        let (reply, answer) = oneshot::channel();
-        self.node().send(Command::Reschedule(Box::new(Reschedule {
-            timer: TimerRef {
-                namespace,
-                target: Target::Id(crate::domain::TimerId(id)),
-            },
-            due: Due::AtUnix(asked),
-            payload: None,
-            reply,
-        })));
-        self.calls.push(Call::Reschedule { id, asked, answer });
-    }
-
-    fn subscribe(&mut self) {
-        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
-        let ack_timeout = 50 * MILLISECOND + self.choices.below(400 * MILLISECOND);
-        let subscription = self.node().subscribe(SubscribeOptions {
-            namespace: namespace.to_owned(),
-            observer: false,
-            ack_timeout: Some(Duration::from_nanos(ack_timeout)),
-            max_unacked: Some(1_000),
-            auto_ack: false,
-        });
-        let number = self.ledger.subscribed();
-        self.trace(&format!(
-            "subscribe {number} {namespace} timeout={ack_timeout}"
-        ));
-        self.clients.push(Client {
-            namespace,
-            subscription,
-            ack_timeout,
-            number,
-        });
-    }
-
-    fn unsubscribe(&mut self) {
-        if self.clients.is_empty() {
-            return self.advance();
-        }
-        let client = self
-            .clients
-            .remove(self.choices.below_usize(self.clients.len()));
-        self.trace(&format!("unsubscribe {}", client.number));
-        let another = self
-            .clients
-            .iter()
-            .any(|other| other.namespace == client.namespace);
-        self.ledger
-            .unsubscribed(client.number, self.now(), another, MAX_ATTEMPTS);
-        drop(client.subscription);
-    }
-
-    /// Acks one or two deliveries the clients received, possibly from before a restart.
-    fn ack(&mut self) {
-        let count = 1 + self.choices.below_usize(2);
-        let Some(held) = self.ledger.pick_to_ack(&mut self.choices, count) else {
-            return self.advance();
-        };
-        self.send_ack(held);
-    }
-
-    fn send_ack(&mut self, held: Vec<Held>) {
-        let (namespace, ids) = Ledger::ids(&held);
-        self.trace(&format!("ack send {namespace} {ids:x?}"));
-        let later = self.node().ack(namespace, ids);
-        let now = self.now();
-        self.acks.push((later, held, now));
-    }
-
-    /// Moves the clock: a little, or to the next thing due.
-    fn advance(&mut self) {
-        let next = self.node.as_ref().and_then(Node::next_wakeup);
-        let now = self.clock_monotonic();
-        let by = match next {
-            Some(due) if due > now && self.choices.chance(1, 2) => due - now,
-            _ => 1 + self.choices.below(40 * MILLISECOND),
-        };
-        self.trace(&format!("advance {by}"));
-        self.clock.advance(by);
     }
 
     fn process_gone(&mut self, machine: bool) {

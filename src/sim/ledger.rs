@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use super::model::Violation;
 use super::rng::Rng;
 use crate::domain::{AckOutcome, Delivered};
-use crate::store::SyncMode;
 
 /// The ack deadlines' wheel may take back a delivery up to a tick after its deadline.
 const ACK_DEADLINE_SLACK: u64 = 2_000_000;
@@ -54,8 +53,6 @@ struct Firing {
 }
 
 pub(crate) struct Ledger {
-    #[allow(dead_code)]
-    sync: SyncMode,
     boot: u64,
     subscriptions: u64,
     /// Subscriptions ended, with when.
@@ -70,9 +67,8 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    pub(crate) fn new(sync: SyncMode) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
-            sync,
             boot: 0,
             subscriptions: 0,
             ended: BTreeMap::new(),

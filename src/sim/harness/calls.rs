@@ -1,0 +1,173 @@
+//! The harness's client calls: each queues one call to the simulated process, or acts as
+//! a client would (subscribing, acking what it received, letting time pass).
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::{Call, Client, Harness, KEYS, MAX_ATTEMPTS, MILLISECOND, NAMESPACES};
+use crate::domain::{Due, NewTimer, SubscribeOptions, Target, TimerId, TimerRef};
+use crate::sim::ledger::{Held, Ledger};
+use crate::sim::model::{payload_of, Outcome, Registration};
+use crate::sim::node::Node;
+use crate::worker::command::{Command, Reschedule};
+
+impl Harness {
+    pub(super) fn node(&mut self) -> &mut Node {
+        self.node.as_mut().expect("a step runs on a started node")
+    }
+
+    pub(super) fn register(&mut self) {
+        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
+        let key = self
+            .choices
+            .chance(1, 3)
+            .then(|| KEYS[self.choices.below_usize(KEYS.len())].to_owned());
+        let replace = key.is_some() && self.choices.chance(1, 2);
+        let delay = self.choices.below(300 * MILLISECOND);
+        let repeat = self
+            .choices
+            .chance(1, 8)
+            .then(|| 20 * MILLISECOND + self.choices.below(200 * MILLISECOND));
+        let deadline_unix = self.now() + delay;
+        let token = self.model.registered(Registration {
+            namespace: namespace.to_owned(),
+            key: key.clone(),
+            deadline_unix,
+            repeat,
+            outcome: Outcome::Waiting,
+        });
+        self.trace(&format!(
+            "register {token} {namespace} {key:?} replace={replace} at={deadline_unix} repeat={repeat:?}"
+        ));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Register {
+            timers: vec![NewTimer {
+                namespace: namespace.to_owned(),
+                key,
+                due: Due::AtUnix(deadline_unix),
+                payload: payload_of(token),
+                repeat: repeat.map(Duration::from_nanos),
+                ttl: None,
+                calendar: None,
+                replace,
+            }],
+            reply,
+        });
+        self.calls.push(Call::Register { token, answer });
+    }
+
+    /// A timer the model knows, by id, with its namespace.
+    pub(super) fn known_timer(&mut self) -> Option<(u64, String)> {
+        let ids: Vec<(u64, String)> = self
+            .model
+            .timers
+            .iter()
+            .map(|(id, timer)| (*id, timer.namespace.clone()))
+            .collect();
+        (!ids.is_empty()).then(|| ids[self.choices.below_usize(ids.len())].clone())
+    }
+
+    pub(super) fn cancel(&mut self) {
+        let Some((id, namespace)) = self.known_timer() else {
+            return self.advance();
+        };
+        self.trace(&format!("cancel {id:016x}"));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Cancel {
+            timer: TimerRef {
+                namespace,
+                target: Target::Id(TimerId(id)),
+            },
+            reply,
+        });
+        self.calls.push(Call::Cancel { id, answer });
+    }
+
+    pub(super) fn reschedule(&mut self) {
+        let Some((id, namespace)) = self.known_timer() else {
+            return self.advance();
+        };
+        let asked = self.now() + self.choices.below(300 * MILLISECOND);
+        self.trace(&format!("reschedule {id:016x} to {asked}"));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Reschedule(Box::new(Reschedule {
+            timer: TimerRef {
+                namespace,
+                target: Target::Id(TimerId(id)),
+            },
+            due: Due::AtUnix(asked),
+            payload: None,
+            reply,
+        })));
+        self.calls.push(Call::Reschedule { id, asked, answer });
+    }
+
+    pub(super) fn subscribe(&mut self) {
+        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
+        let ack_timeout = 50 * MILLISECOND + self.choices.below(400 * MILLISECOND);
+        let subscription = self.node().subscribe(SubscribeOptions {
+            namespace: namespace.to_owned(),
+            observer: false,
+            ack_timeout: Some(Duration::from_nanos(ack_timeout)),
+            max_unacked: Some(1_000),
+            auto_ack: false,
+        });
+        let number = self.ledger.subscribed();
+        self.trace(&format!(
+            "subscribe {number} {namespace} timeout={ack_timeout}"
+        ));
+        self.clients.push(Client {
+            namespace,
+            subscription,
+            ack_timeout,
+            number,
+        });
+    }
+
+    pub(super) fn unsubscribe(&mut self) {
+        if self.clients.is_empty() {
+            return self.advance();
+        }
+        let client = self
+            .clients
+            .remove(self.choices.below_usize(self.clients.len()));
+        self.trace(&format!("unsubscribe {}", client.number));
+        let another = self
+            .clients
+            .iter()
+            .any(|other| other.namespace == client.namespace);
+        self.ledger
+            .unsubscribed(client.number, self.now(), another, MAX_ATTEMPTS);
+        drop(client.subscription);
+    }
+
+    /// Acks one or two deliveries the clients received, possibly from before a restart.
+    pub(super) fn ack(&mut self) {
+        let count = 1 + self.choices.below_usize(2);
+        let Some(held) = self.ledger.pick_to_ack(&mut self.choices, count) else {
+            return self.advance();
+        };
+        self.send_ack(held);
+    }
+
+    pub(super) fn send_ack(&mut self, held: Vec<Held>) {
+        let (namespace, ids) = Ledger::ids(&held);
+        self.trace(&format!("ack send {namespace} {ids:x?}"));
+        let later = self.node().ack(namespace, ids);
+        let now = self.now();
+        self.acks.push((later, held, now));
+    }
+
+    /// Moves the clock: a little, or to the next thing due.
+    pub(super) fn advance(&mut self) {
+        let next = self.node.as_ref().and_then(Node::next_wakeup);
+        let now = self.clock_monotonic();
+        let by = match next {
+            Some(due) if due > now && self.choices.chance(1, 2) => due - now,
+            _ => 1 + self.choices.below(40 * MILLISECOND),
+        };
+        self.trace(&format!("advance {by}"));
+        self.clock.advance(by);
+    }
+}
