@@ -6,6 +6,7 @@
 //! the choices all draw from generators forked from the seed, nothing reads real time, and
 //! every step is folded into the trace hash, so a failure replays exactly.
 
+use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -144,15 +145,16 @@ impl Harness {
         crate::clock::Clock::now(&self.clock).monotonic
     }
 
-    /// Folds `event` into the trace hash (FNV-1a); prints it with `TICKD_DST_VERBOSE=1`.
-    fn trace(&mut self, event: &str) {
+    /// Folds `event` into the trace hash (FNV-1a) as it is formatted, without building a
+    /// string; prints it with `TICKD_DST_VERBOSE=1`.
+    fn trace(&mut self, event: impl fmt::Display) {
         if self.verbose {
             eprintln!("{} {event}", self.now() - UNIX_ORIGIN);
         }
-        for byte in event.bytes().chain([b'\n']) {
-            self.trace ^= u64::from(byte);
-            self.trace = self.trace.wrapping_mul(0x0100_0000_01b3);
-        }
+        let mut hash = TraceHash(self.trace);
+        // Writing to a hash cannot fail.
+        let _ = writeln!(hash, "{event}");
+        self.trace = hash.0;
     }
 
     /// Runs `steps` steps, then the liveness phase.
@@ -189,12 +191,13 @@ impl Harness {
             Ok(node) => {
                 self.restarts += 1;
                 self.ledger.restarted();
-                self.trace(&format!("start boot={}", self.restarts));
+                let boot = self.restarts;
+                self.trace(format_args!("start boot={boot}"));
                 self.node = Some(node);
                 self.settle()
             }
             Err(StoreError::Corrupt { path, offset, .. }) => {
-                self.trace(&format!("refused {} at {offset}", path.display()));
+                self.trace(format_args!("refused {} at {offset}", path.display()));
                 // Damage tickd did not make: bits flipped at rest, or garbage a power loss
                 // left where an append was never synced (which recovery cannot tell from
                 // damage to synced bytes, so it refuses both: a refusal, nothing lost).
@@ -214,7 +217,7 @@ impl Harness {
             }
             Err(StoreError::Io { path, source }) => {
                 // A fault injected into recovery: the process exits; try again next step.
-                self.trace(&format!("start failed {}: {source}", path.display()));
+                self.trace(format_args!("start failed {}: {source}", path.display()));
                 self.disk.crash_process();
                 Ok(())
             }
@@ -279,7 +282,7 @@ impl Harness {
             }
         }
         for (subscription, ack_timeout, delivered) in received {
-            self.trace(&format!(
+            self.trace(format_args!(
                 "delivered {:016x}/{} attempt {} id {:x} to {subscription}",
                 delivered.expiration.id.0,
                 delivered.expiration.fired_count,
@@ -368,7 +371,7 @@ impl Harness {
         }
         self.calls = still;
         for event in answered {
-            self.trace(&event);
+            self.trace(event);
         }
         let mut waiting = Vec::new();
         for (mut later, held, sent_at) in std::mem::take(&mut self.acks) {
@@ -378,7 +381,7 @@ impl Harness {
                 Some(Some(outcome)) => {
                     let outcome = outcome.clone();
                     let (_, ids) = Ledger::ids(&held);
-                    self.trace(&format!("ack {ids:x?} -> {outcome:?}"));
+                    self.trace(format_args!("ack {ids:x?} -> {outcome:?}"));
                     self.ledger.acked(&held, &outcome, sent_at)?;
                 }
             }
@@ -427,7 +430,7 @@ impl Harness {
 
     fn inject_fault(&mut self) {
         let fault = self.choices.below(6);
-        self.trace(&format!("fault {fault}"));
+        self.trace(format_args!("fault {fault}"));
         match fault {
             0 => self.disk.fail_append_next(),
             1 => self.disk.enospc_next_append(),
@@ -450,7 +453,7 @@ impl Harness {
             return self.advance();
         }
         let bit = self.choices.below(length * 8);
-        self.trace(&format!("flip {} bit {bit}", path.display()));
+        self.trace(format_args!("flip {} bit {bit}", path.display()));
         if self.disk.flip_bit_at_rest(&path, bit).is_ok() {
             self.ledger.damaged_at_rest = true;
             let _ = self.crash(false);
@@ -504,11 +507,14 @@ impl Harness {
         for _ in 0..2_000 {
             if let Some(held) = self.ledger.pick_to_ack(&mut self.choices, 64) {
                 self.send_ack(held);
+            } else if !self.model.owes_a_firing() {
+                // Everything owed has fired and every delivery is settled. Repeating and cron
+                // timers would fire for ever: waiting on them checks nothing more.
+                break;
             } else {
                 let now = self.clock_monotonic();
                 match self.node.as_ref().and_then(Node::next_wakeup) {
                     Some(due) => self.clock.advance(due.saturating_sub(now).max(1)),
-                    None if self.model.unfired().is_empty() => break,
                     None => self.clock.advance(100 * MILLISECOND),
                 }
             }
@@ -523,6 +529,19 @@ impl Harness {
                 "acknowledged timers never fired: {:016x?}",
                 &unfired[..unfired.len().min(8)]
             )));
+        }
+        Ok(())
+    }
+}
+
+/// An FNV-1a hash that text is written into.
+struct TraceHash(u64);
+
+impl fmt::Write for TraceHash {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        for byte in text.bytes() {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
         Ok(())
     }

@@ -142,17 +142,20 @@ impl Ledger {
     ) -> Result<(), Violation> {
         let expiration = &delivered.expiration;
         let key = (expiration.id.0, expiration.fired_count);
-        let name = format!("{:016x}/{}", key.0, key.1);
+        // Named only in a violation: formatting on every delivery is most of a step's cost.
+        let name = || format!("{:016x}/{}", key.0, key.1);
         if delivered.attempt == 0 || delivered.attempt > max_attempts {
             return Err(Violation(format!(
-                "{name} delivered as attempt {} (the maximum is {max_attempts})",
+                "{} delivered as attempt {} (the maximum is {max_attempts})",
+                name(),
                 delivered.attempt
             )));
         }
         let firing = self.firings.entry(key).or_default();
         if let Some(settled_at) = firing.settled_at {
             return Err(Violation(format!(
-                "{name} delivered again (attempt {}) after an ack of it was answered at {settled_at}",
+                "{} delivered again (attempt {}) after an ack of it was answered at {settled_at}",
+                name(),
                 delivered.attempt
             )));
         }
@@ -163,7 +166,8 @@ impl Ledger {
                 let lost = self.ended.contains_key(&latest.receipt.subscription);
                 if !timed_out && !lost {
                     return Err(Violation(format!(
-                        "{name} delivered again {} ns after attempt {}, before its ack timeout of {} ns, its subscriber still there",
+                        "{} delivered again {} ns after attempt {}, before its ack timeout of {} ns, its subscriber still there",
+                        name(),
                         receipt.at - latest.receipt.at, latest.attempt, latest.receipt.ack_timeout
                     )));
                 }
@@ -175,8 +179,10 @@ impl Ledger {
             };
             if delivered.attempt < lowest {
                 return Err(Violation(format!(
-                    "{name} delivered as attempt {} after attempt {}",
-                    delivered.attempt, latest.attempt
+                    "{} delivered as attempt {} after attempt {}",
+                    name(),
+                    delivered.attempt,
+                    latest.attempt
                 )));
             }
         }
@@ -240,14 +246,17 @@ impl Ledger {
                 && !self.ended.contains_key(&delivery.receipt.subscription);
             let deadline = delivery.receipt.at + delivery.receipt.ack_timeout;
             let unknown = outcome.unknown.contains(&delivery.delivery_id);
-            let name = format!(
-                "delivery {:x} of {:016x}/{}",
-                delivery.delivery_id, delivery.firing.0, delivery.firing.1
-            );
+            let name = || {
+                format!(
+                    "delivery {:x} of {:016x}/{}",
+                    delivery.delivery_id, delivery.firing.0, delivery.firing.1
+                )
+            };
             if !unknown {
                 if !current || sent_at >= deadline + ACK_DEADLINE_SLACK {
                     return Err(Violation(format!(
-                        "an ack of {name} (boot {}, now {}) settled something, but it was not awaiting one",
+                        "an ack of {} (boot {}, now {}) settled something, but it was not awaiting one",
+                        name(),
                         delivery.boot, self.boot
                     )));
                 }
@@ -255,7 +264,8 @@ impl Ledger {
                 firing.settled_at = Some(sent_at);
             } else if current && sent_at < deadline {
                 return Err(Violation(format!(
-                    "an ack of {name}, awaiting one, was answered unknown"
+                    "an ack of {}, awaiting one, was answered unknown",
+                    name()
                 )));
             }
         }

@@ -247,6 +247,11 @@ impl Model {
         Ok(())
     }
 
+    /// True while an acknowledged timer has yet to fire (see [`Model::unfired`]).
+    pub(crate) fn owes_a_firing(&self) -> bool {
+        self.timers.values().any(|timer| timer.must_fire)
+    }
+
     /// Timers an acknowledged call promised a firing of that never came.
     pub(crate) fn unfired(&self) -> Vec<u64> {
         self.timers

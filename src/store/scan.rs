@@ -125,21 +125,34 @@ pub(crate) fn scan_on(
     mut replay: impl FnMut(Record),
 ) -> Result<Scan, StoreError> {
     let listing = list(disk, dir)?;
-    // Reading, checksumming and decoding run on their own thread while this one applies
-    // the records: recovery takes the slower of the two, not their sum.
-    let (chunks, decoded) = mpsc::sync_channel::<Vec<Record>>(DECODED_CHUNKS_IN_FLIGHT);
-    let read = std::thread::scope(|scope| {
-        let decoder = std::thread::Builder::new()
-            .name("tickd-recovery".into())
-            .spawn_scoped(scope, || read_files(disk, &listing.to_read, chunks))
-            .map_err(io_error(dir))?;
-        for chunk in decoded {
-            chunk.into_iter().for_each(&mut replay);
-        }
-        decoder
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })?;
+    let to_read: u64 = listing.to_read.iter().map(|(_, length, _)| *length).sum();
+    let read = if to_read <= DECODE_INLINE_BYTES {
+        // A small log: starting a thread would cost more than the overlap saves.
+        read_files(disk, &listing.to_read, |chunk| {
+            chunk.into_iter().for_each(&mut replay)
+        })?
+    } else {
+        // Reading, checksumming and decoding run on their own thread while this one
+        // applies the records: recovery takes the slower of the two, not their sum.
+        let (chunks, decoded) = mpsc::sync_channel::<Vec<Record>>(DECODED_CHUNKS_IN_FLIGHT);
+        std::thread::scope(|scope| {
+            let decoder = std::thread::Builder::new()
+                .name("tickd-recovery".into())
+                .spawn_scoped(scope, || {
+                    // A closed channel means the applying side is gone; its error wins.
+                    read_files(disk, &listing.to_read, |chunk| {
+                        let _ = chunks.send(chunk);
+                    })
+                })
+                .map_err(io_error(dir))?;
+            for chunk in decoded {
+                chunk.into_iter().for_each(&mut replay);
+            }
+            decoder
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?
+    };
     let unread = listing
         .to_read
         .into_iter()
@@ -223,6 +236,8 @@ const RECORDS_PER_CHUNK: usize = 4_096;
 const CHUNK_BYTES: usize = 1 << 20;
 /// Chunks decoded ahead of the one being applied.
 const DECODED_CHUNKS_IN_FLIGHT: usize = 8;
+/// Logs up to this size are read on the applying thread.
+const DECODE_INLINE_BYTES: u64 = CHUNK_BYTES as u64;
 
 /// What [`read_files`] found.
 struct Reading {
@@ -233,12 +248,12 @@ struct Reading {
     boot: u64,
 }
 
-/// Reads the files in order until the end or the first damage, sending their records in
-/// chunks. Stops early if the applying side has gone.
+/// Reads the files in order until the end or the first damage, handing their records to
+/// `deliver` in chunks.
 fn read_files(
     disk: &dyn Disk,
     files: &[(PathBuf, u64, bool)],
-    chunks: mpsc::SyncSender<Vec<Record>>,
+    mut deliver: impl FnMut(Vec<Record>),
 ) -> Result<Reading, StoreError> {
     let mut read = Reading {
         files: Vec::with_capacity(files.len()),
@@ -247,7 +262,8 @@ fn read_files(
         unsettled: FxHashMap::default(),
         boot: 0,
     };
-    let mut chunk = Vec::with_capacity(RECORDS_PER_CHUNK);
+    // Grown as records come: most logs a restart reads are far smaller than a chunk.
+    let mut chunk = Vec::new();
     let mut chunk_bytes = 0;
     for (path, length, newest) in files {
         let (file, stop) = read_file(disk, path, *length, *newest, &mut |record, body| {
@@ -256,9 +272,7 @@ fn read_files(
             chunk_bytes += body.len();
             if chunk.len() == RECORDS_PER_CHUNK || chunk_bytes >= CHUNK_BYTES {
                 chunk_bytes = 0;
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(RECORDS_PER_CHUNK));
-                // A closed channel means the applying side is gone; its error wins.
-                let _ = chunks.send(full);
+                deliver(std::mem::take(&mut chunk));
             }
         })?;
         read.records += file.records;
@@ -269,7 +283,7 @@ fn read_files(
         }
     }
     if !chunk.is_empty() {
-        let _ = chunks.send(chunk);
+        deliver(chunk);
     }
     Ok(read)
 }
@@ -325,7 +339,9 @@ fn read_file(
     apply: &mut impl FnMut(Record, &[u8]),
 ) -> Result<(FileScan, Option<Stop>), StoreError> {
     let file = disk.read_from(path, 0).map_err(io_error(path))?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    // A buffer no larger than the file: restarts of a small log stay cheap.
+    let buffer = usize::try_from(length).map_or(1 << 20, |length| length.clamp(8 << 10, 1 << 20));
+    let mut reader = BufReader::with_capacity(buffer, file);
     let mut scanned = FileScan {
         path: path.to_owned(),
         format: None,
@@ -401,7 +417,7 @@ fn torn_tail(
     let mut file = disk.read_from(path, offset)?;
     let mut written = 0u64;
     let mut read = 0u64;
-    let mut buffer = vec![0; 1 << 20];
+    let mut buffer = vec![0; 64 << 10];
     loop {
         let count = file.read(&mut buffer)?;
         if count == 0 {

@@ -6,6 +6,7 @@
 /// How often the store thread looks whether a snapshot sealing in the background is done.
 const SEAL_POLL: Duration = Duration::from_millis(5);
 
+use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -314,11 +315,10 @@ impl Writer {
         if self.failed {
             return Ok(());
         }
-        let path = segment_path(&self.dir, self.segment_sequence);
         if !pending.frames.is_empty() {
             self.segment
                 .append(&pending.frames)
-                .map_err(io_error(&path))?;
+                .map_err(|source| self.segment_error(source))?;
             let written = pending.frames.len() as u64;
             self.written_bytes += written;
             self.on_disk += written;
@@ -349,7 +349,9 @@ impl Writer {
         }
         if sync_now && !crate::faults::planted("skip-fsync") {
             let started = Instant::now();
-            self.segment.sync_data().map_err(io_error(&path))?;
+            self.segment
+                .sync_data()
+                .map_err(|source| self.segment_error(source))?;
             self.metrics
                 .log_fsync_seconds
                 .observe(started.elapsed().as_secs_f64());
@@ -364,6 +366,12 @@ impl Writer {
         }
         pending.held.clear();
         Ok(())
+    }
+
+    /// The error of a failed write or sync of the open segment. Its path is made only then:
+    /// a commit is the store's hot path, and naming the file costs a formatted string.
+    fn segment_error(&self, source: io::Error) -> StoreError {
+        io_error(&segment_path(&self.dir, self.segment_sequence))(source)
     }
 
     fn begin_snapshot(&mut self) -> Result<(), StoreError> {

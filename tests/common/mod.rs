@@ -17,7 +17,8 @@
 //! - [`tmpfs`]: a small tmpfs, for a disk that fills up;
 //! - [`wait`]: checking a condition until it holds, for states with no event to await;
 //! - [`tooling`]: running commands, install locks, Python venvs, and the switches that skip
-//!   tests needing what may be missing offline (`TICKD_SKIP_POLYGLOT`, `TICKD_SKIP_POSTGRES`).
+//!   tests needing what may be missing offline (`TICKD_SKIP_POLYGLOT`, `TICKD_SKIP_POSTGRES`)
+//!   or taking long (`TICKD_SKIP_SIMULATION`).
 //!
 //! Every test binary (`tests/*.rs`) compiles this module anew with `mod common;` and uses
 //! only part of it, so what one binary leaves unused would warn there: hence the one

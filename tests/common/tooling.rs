@@ -33,6 +33,12 @@ pub(crate) fn skip_postgres(what: &str) -> bool {
     skip_when_set("TICKD_SKIP_POSTGRES", what)
 }
 
+/// True (and said on stderr) when `TICKD_SKIP_SIMULATION=1`: the release build of the
+/// simulation swarm (tests/simulation_swarm.rs) is left out.
+pub(crate) fn skip_simulation(what: &str) -> bool {
+    skip_when_set("TICKD_SKIP_SIMULATION", what)
+}
+
 fn skip_when_set(variable: &str, what: &str) -> bool {
     let skip = std::env::var_os(variable).is_some_and(|value| value == "1");
     if skip {

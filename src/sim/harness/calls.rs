@@ -37,7 +37,7 @@ impl Harness {
             repeat,
             outcome: Outcome::Waiting,
         });
-        self.trace(&format!(
+        self.trace(format_args!(
             "register {token} {namespace} {key:?} replace={replace} at={deadline_unix} repeat={repeat:?}"
         ));
         let (reply, answer) = oneshot::channel();
@@ -72,7 +72,7 @@ impl Harness {
         let Some((id, namespace)) = self.known_timer() else {
             return self.advance();
         };
-        self.trace(&format!("cancel {id:016x}"));
+        self.trace(format_args!("cancel {id:016x}"));
         let (reply, answer) = oneshot::channel();
         self.node().send(Command::Cancel {
             timer: TimerRef {
@@ -89,7 +89,7 @@ impl Harness {
             return self.advance();
         };
         let asked = self.now() + self.choices.below(300 * MILLISECOND);
-        self.trace(&format!("reschedule {id:016x} to {asked}"));
+        self.trace(format_args!("reschedule {id:016x} to {asked}"));
         let (reply, answer) = oneshot::channel();
         self.node().send(Command::Reschedule(Box::new(Reschedule {
             timer: TimerRef {
@@ -114,7 +114,7 @@ impl Harness {
             auto_ack: false,
         });
         let number = self.ledger.subscribed();
-        self.trace(&format!(
+        self.trace(format_args!(
             "subscribe {number} {namespace} timeout={ack_timeout}"
         ));
         self.clients.push(Client {
@@ -132,7 +132,7 @@ impl Harness {
         let client = self
             .clients
             .remove(self.choices.below_usize(self.clients.len()));
-        self.trace(&format!("unsubscribe {}", client.number));
+        self.trace(format_args!("unsubscribe {}", client.number));
         let another = self
             .clients
             .iter()
@@ -153,7 +153,7 @@ impl Harness {
 
     pub(super) fn send_ack(&mut self, held: Vec<Held>) {
         let (namespace, ids) = Ledger::ids(&held);
-        self.trace(&format!("ack send {namespace} {ids:x?}"));
+        self.trace(format_args!("ack send {namespace} {ids:x?}"));
         let later = self.node().ack(namespace, ids);
         let now = self.now();
         self.acks.push((later, held, now));
@@ -167,7 +167,7 @@ impl Harness {
             Some(due) if due > now && self.choices.chance(1, 2) => due - now,
             _ => 1 + self.choices.below(40 * MILLISECOND),
         };
-        self.trace(&format!("advance {by}"));
+        self.trace(format_args!("advance {by}"));
         self.clock.advance(by);
     }
 }
