@@ -135,12 +135,15 @@ pub(crate) fn scan_on(
         // Reading, checksumming and decoding run on their own thread while this one
         // applies the records: recovery takes the slower of the two, not their sum.
         let (chunks, decoded) = mpsc::sync_channel::<Vec<Record>>(DECODED_CHUNKS_IN_FLIGHT);
+        let to_read = &listing.to_read;
         std::thread::scope(|scope| {
             let decoder = std::thread::Builder::new()
                 .name("tickd-recovery".into())
-                .spawn_scoped(scope, || {
+                // `chunks` moves into the thread and is dropped when it ends: that ends the
+                // loop below, which would otherwise wait for another chunk for ever.
+                .spawn_scoped(scope, move || {
                     // A closed channel means the applying side is gone; its error wins.
-                    read_files(disk, &listing.to_read, |chunk| {
+                    read_files(disk, to_read, move |chunk| {
                         let _ = chunks.send(chunk);
                     })
                 })
@@ -448,4 +451,57 @@ fn read_up_to(reader: &mut impl Read, buffer: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::frame::{encode, FILE_HEADER};
+    use crate::store::records::{record::Kind, Settled};
+
+    /// A segment of `count` records of about 100 bytes each.
+    fn segment(dir: &Path, count: u64) {
+        let mut bytes = FILE_HEADER.to_vec();
+        for id in 0..count {
+            let record = Record {
+                kind: Some(Kind::Settled(Settled {
+                    id: id << 40 | 0xff_ffff_ffff,
+                    fired_count: u64::MAX,
+                })),
+            };
+            encode(&record, &mut bytes);
+        }
+        std::fs::write(crate::store::segment_path(dir, 1), bytes).unwrap();
+    }
+
+    /// Both ways of reading: on the applying thread (a small log) and on a decoding thread
+    /// (a log over `DECODE_INLINE_BYTES`, in many chunks). Each hands every record over once,
+    /// in order, and returns.
+    #[test]
+    fn small_and_large_logs_are_read_whole() {
+        for count in [10, 200_000] {
+            let dir = tempfile::tempdir().unwrap();
+            segment(dir.path(), count);
+            let length = std::fs::metadata(crate::store::segment_path(dir.path(), 1))
+                .unwrap()
+                .len();
+            assert_eq!(
+                length > DECODE_INLINE_BYTES,
+                count > 10,
+                "the test's logs take both paths"
+            );
+            let mut seen = Vec::new();
+            let scan = scan(dir.path(), |record| seen.push(record)).unwrap();
+            assert_eq!(scan.records, count);
+            assert_eq!(seen.len() as u64, count);
+            assert!(scan.stop.is_none());
+            assert_eq!(
+                seen.last().and_then(|record| record.kind.clone()),
+                Some(Kind::Settled(Settled {
+                    id: (count - 1) << 40 | 0xff_ffff_ffff,
+                    fired_count: u64::MAX,
+                }))
+            );
+        }
+    }
 }
