@@ -131,6 +131,66 @@ impl Registrar {
         }
     }
 
+    /// Registers about `per_second` timers a second until `stop`: every [`LOAD_PACE`], one
+    /// NewTimeouts call of the timers that tick is owed (more after a slow call, so the
+    /// rate holds on average), each call through the next live replica. An item or a call
+    /// refused leaves its timers' outcome unknown (not required to fire), as in
+    /// [`Registrar::register_one`].
+    pub(crate) async fn run_at_rate(mut self, per_second: u64, mut stop: watch::Receiver<bool>) {
+        let started = tokio::time::Instant::now();
+        let mut sent: u64 = 0;
+        let mut ticks = tokio::time::interval(LOAD_PACE);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !*stop.borrow() {
+            let owed = (started.elapsed().as_millis() as u64 * per_second / 1_000)
+                .saturating_sub(sent);
+            if owed > 0 {
+                self.register_batch(owed as usize).await;
+                sent += owed;
+            }
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+        }
+    }
+
+    /// `count` timers in one NewTimeouts call through the next live replica.
+    async fn register_batch(&mut self, count: usize) {
+        self.sequence += 1;
+        let Some(replica) = self.live.in_turn(self.sequence as usize, &self.avoided) else {
+            self.ledger.lock().unwrap().register_errors += count as u64;
+            return;
+        };
+        let mut client = self
+            .clients
+            .entry(replica.addr)
+            .or_insert_with(|| client_for(replica.addr, Some(CALL_TIMEOUT)))
+            .clone();
+        let timers = (0..count)
+            .map(|_| {
+                self.sequence += 1;
+                spec(NAMESPACE, self.next_delay(), b"")
+            })
+            .collect();
+        let answer = client.new_timeouts(NewTimeoutsRequest { timers }).await;
+        let mut ledger = self.ledger.lock().unwrap();
+        let Ok(response) = answer else {
+            ledger.register_errors += count as u64;
+            return;
+        };
+        for item in response.into_inner().results {
+            match item.result {
+                Some(new_timeout_result::Result::Registered(registered)) => {
+                    let timer = registered.timer.expect("timer");
+                    let deadline = unix_nanos(timer.deadline.as_ref().expect("deadline"));
+                    ledger.registered.insert(timer.id, deadline);
+                }
+                _ => ledger.register_errors += 1,
+            }
+        }
+    }
+
     /// One registration through the next live replica; an error (the replica died under
     /// the call) leaves the outcome unknown, so the timer is not required to fire.
     pub(crate) async fn register_one(&mut self) {

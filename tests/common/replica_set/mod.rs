@@ -154,8 +154,12 @@ impl ReplicaSet {
             .unwrap_or_else(|| panic!("{id} was not started through a proxy"))
     }
 
+    /// Each replica's connections carry its id as `application_name`, so that what the
+    /// database runs on a replica's behalf (a trigger a test installs, `pg_stat_activity`)
+    /// can tell which replica it is.
     async fn start_replica_on(&mut self, id: &str, store: &str) {
-        let command = self.command(id, store);
+        let store = format!("{store}?application_name={id}");
+        let command = self.command(id, &store);
         let daemon = tokio::task::spawn_blocking(move || Daemon::start(command))
             .await
             .expect("start replica");
@@ -360,6 +364,19 @@ pub(crate) async fn next_in_time(
 /// What a replica logs when it finds it lost partitions: its renewal was refused, or a
 /// firing was fenced off.
 const LOST_LEASE_LINES: [&str; 2] = ["partitions lost", "firing fenced"];
+
+/// What a replica logs each time its readiness (`tickd.v1.Timers`) turns NOT_SERVING.
+const NOT_READY_LINE: &str = "not ready";
+
+/// Every line in which `daemon` said it lost partitions.
+pub(crate) fn lost_lease_log(daemon: &Daemon) -> Vec<String> {
+    daemon.lines_with(&LOST_LEASE_LINES)
+}
+
+/// Every line in which `daemon` said it turned NOT_SERVING.
+pub(crate) fn not_ready_log(daemon: &Daemon) -> Vec<String> {
+    daemon.lines_with(&[NOT_READY_LINE])
+}
 
 /// How many times `daemon` has said it lost partitions so far.
 pub(crate) fn lost_lease_lines(daemon: &Daemon) -> usize {
