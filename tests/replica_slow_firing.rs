@@ -33,6 +33,8 @@ const PARTITIONS: usize = 16;
 /// The offered load of the trigger test, and for how long.
 const RATE: u64 = 500;
 const LOAD_FOR: Duration = Duration::from_secs(30);
+/// What the audit trigger costs each row, in waiting (its `pg_sleep`).
+const TRIGGER_MS: u64 = 5;
 /// Timers in the backlog of the drain test.
 const BACKLOG: i64 = 150_000;
 
@@ -40,7 +42,13 @@ const BACKLOG: i64 = 150_000;
 /// partition's row as the firing transaction sees it then (a PL/pgSQL function's queries
 /// each take a fresh snapshot, so this is the row as committed at that moment, not as the
 /// statement saw it when it began), and whether the replica that recorded it (its
-/// `application_name`) held that partition with a lease still running.
+/// `application_name`) held that partition with a lease still running. Each row also
+/// costs [`TRIGGER_MS`] of waiting (a slow disk, a heavier audit), so that the two
+/// replicas together can fire fewer timers a second than are offered: firing falls
+/// behind during the load and works off a backlog after it.
+///
+/// (Built with JIT on the firing connection, as bd334ee was, the audit alone cost 10 ms a
+/// row: see `GENERIC_PLAN_OPTIONS` in `cluster::database`.)
 const AUDIT: &str = r"
 CREATE TABLE firing_audit (
     seq BIGINT NOT NULL,
@@ -59,6 +67,7 @@ DECLARE
     v_seen TIMESTAMPTZ;
 BEGIN
     SELECT c.partitions INTO v_partitions FROM tickd_cluster c;
+    PERFORM pg_sleep(TRIGGER_SECONDS);
     v_seen := clock_timestamp();
     SELECT * INTO v_lease FROM tickd_partitions p
     WHERE p.partition = NEW.timer_id % v_partitions;
@@ -87,7 +96,7 @@ async fn slow_firing_under_an_audit_trigger_keeps_leases_and_readiness() {
     })
     .await;
     set.db
-        .batch_execute(AUDIT)
+        .batch_execute(&AUDIT.replace("TRIGGER_SECONDS", &format!("{}", TRIGGER_MS as f64 / 1e3)))
         .await
         .unwrap_or_else(|error| panic!("installing the audit trigger: {}", explain(&error)));
     let ledger = SharedLedger::default();
@@ -104,7 +113,9 @@ async fn slow_firing_under_an_audit_trigger_keeps_leases_and_readiness() {
         RATE
     );
 
+    let load_ended = Instant::now();
     let settled = settle(&set, &ledger).await;
+    eprintln!("settled {:?} after the load ended", load_ended.elapsed());
     consumers.stop().await;
     let audit = Audit::read(&set).await;
     let ledger = ledger.lock().unwrap();

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 /// How long a daemon may take to report the address it serves on.
 const START_PATIENCE: Duration = Duration::from_secs(30);
 
-/// `tickd --listen 127.0.0.1:0 --log-format text`, logging at info level without colours,
-/// its output piped: callers add the arguments of the mode under test, then
+/// `tickd --listen 127.0.0.1:0 --log-format text`, logging at info level (or as
+/// `TICKD_TEST_LOG` says, `TICKD_LOG`'s syntax) without colours, its output piped: callers add the arguments of the mode under test, then
 /// [`Daemon::start`] it. `TICKD_TEST_BIN` runs another binary (the release build, say)
 /// instead of the one cargo built for the tests.
 pub(crate) fn tickd_command() -> Command {
@@ -26,7 +26,10 @@ pub(crate) fn tickd_command_listening_on(listen: &str) -> Command {
     let mut command = Command::new(binary);
     command
         .args(["--listen", listen, "--log-format", "text"])
-        .env("TICKD_LOG", "info")
+        .env(
+            "TICKD_LOG",
+            std::env::var("TICKD_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -142,8 +142,8 @@ impl Registrar {
         let mut ticks = tokio::time::interval(LOAD_PACE);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !*stop.borrow() {
-            let owed = (started.elapsed().as_millis() as u64 * per_second / 1_000)
-                .saturating_sub(sent);
+            let owed =
+                (started.elapsed().as_millis() as u64 * per_second / 1_000).saturating_sub(sent);
             if owed > 0 {
                 self.register_batch(owed as usize).await;
                 sent += owed;
