@@ -4,21 +4,18 @@
 //! listener), and a description of it that never holds the password.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, Socket, Statement};
+use tokio_postgres::{Client, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
-use tracing::{info, warn};
+use tracing::warn;
 
+use super::connections::Answers;
 use super::tls::{self, SslMode};
 use super::ClusterError;
 
@@ -58,9 +55,17 @@ const SESSION_OPTIONS: &str = "-c statement_timeout=60000 \
      -c idle_in_transaction_session_timeout=60000 -c plan_cache_mode=force_custom_plan";
 
 /// What [`Database::with_generic_plans`]'s connections are given on top: one plan per
-/// prepared statement, reaching tables by index whatever the statistics say.
+/// prepared statement, reaching tables by index whatever the statistics say, and no JIT.
+///
+/// Why no JIT: with sequential scans off, the planner prices every scan it cannot avoid
+/// at 10^10, far above `jit_above_cost`, so any statement these sessions run that can
+/// only scan a table is compiled at every run. tickd's own statements reach their tables
+/// by index, but an operator's trigger runs in the same session: an audit trigger on
+/// `tickd_expirations` that read a one-row table cost 10 ms a row that way (JIT inlining
+/// 100 ms a call, measured with `EXPLAIN ANALYZE`), against 35 µs with JIT off, and made
+/// firing batches of a few thousand timers run past a minute.
 const GENERIC_PLAN_OPTIONS: &str = "-c plan_cache_mode=force_generic_plan \
-     -c enable_seqscan=off -c enable_mergejoin=off";
+     -c enable_seqscan=off -c enable_mergejoin=off -c jit=off";
 
 /// And [`Database::with_probe_plans`]' on top of those: no hash joins either, so that a
 /// table is reached only by probes from the other side of a join.
@@ -68,7 +73,7 @@ const PROBE_PLAN_OPTIONS: &str = "-c enable_hashjoin=off";
 
 /// How long [`Database::with_generic_plans`]'s connections keep a statement (and so its plan)
 /// before preparing it again.
-const GENERIC_PLAN_LIFETIME: Duration = Duration::from_millis(250);
+pub(super) const GENERIC_PLAN_LIFETIME: Duration = Duration::from_millis(250);
 
 /// Where the store is and how to talk to it: what every connection is opened from.
 #[derive(Clone)]
@@ -79,6 +84,9 @@ pub struct Database {
     /// Set: the server keeps one plan per prepared statement, and a statement is prepared
     /// again once this old ([`Database::with_generic_plans`]).
     generic_plan_lifetime: Option<Duration>,
+    /// When the database last answered any connection opened from this database or a
+    /// variant of it (shared by the clones).
+    answers: Answers,
 }
 
 impl Database {
@@ -138,6 +146,7 @@ impl Database {
             mode,
             tls,
             generic_plan_lifetime: None,
+            answers: Answers::default(),
         })
     }
 
@@ -189,8 +198,34 @@ impl Database {
         keeping
     }
 
+    /// The same database, its statements cancelled by the server once they have run for
+    /// `limit` (`statement_timeout`, after whatever the other options set). For the firing
+    /// connections: a firing statement must end within a bound its fence relies on (see
+    /// `firing::statement_bound`).
+    pub fn with_statement_timeout(&self, limit: Duration) -> Self {
+        let mut limited = self.clone();
+        let options = self.config.get_options().unwrap_or_default();
+        limited.config.options(format!(
+            "{options} -c statement_timeout={}",
+            limit.as_millis().max(1)
+        ));
+        limited
+    }
+
     pub(crate) fn ssl_mode(&self) -> SslMode {
         self.mode
+    }
+
+    /// How long connections opened from this database keep a prepared statement (none:
+    /// for as long as they live).
+    pub(super) fn plan_lifetime(&self) -> Option<Duration> {
+        self.generic_plan_lifetime
+    }
+
+    /// When the database last answered a statement of the connections opened from this
+    /// database and its variants.
+    pub(crate) fn answers(&self) -> &Answers {
+        &self.answers
     }
 
     /// Opens one connection and drives it on its own task.
@@ -331,159 +366,9 @@ fn decode(text: &str) -> Result<Cow<'_, str>, String> {
         .map_err(|_| "a query parameter is not valid UTF-8 once percent-decoded".to_owned())
 }
 
-/// A few connections used in turn for single statements. tokio-postgres pipelines
-/// statements on one connection, so concurrent calls share them without waiting for each
-/// other's round trips. A connection found closed (the server restarted, a proxy dropped
-/// it) is opened again on its next use, so no part of a replica is left without one.
-#[derive(Clone)]
-pub struct Connections {
-    database: Arc<Database>,
-    clients: Arc<Vec<tokio::sync::Mutex<Arc<StoreClient>>>>,
-    next: Arc<AtomicUsize>,
-}
-
-impl Connections {
-    pub async fn open(database: &Database, count: u32) -> Result<Self, ClusterError> {
-        let mut clients = Vec::with_capacity(count as usize);
-        for _ in 0..count.max(1) {
-            let client =
-                StoreClient::new(database.connect().await?, database.generic_plan_lifetime);
-            clients.push(tokio::sync::Mutex::new(Arc::new(client)));
-        }
-        Ok(Self {
-            database: Arc::new(database.clone()),
-            clients: Arc::new(clients),
-            next: Arc::new(AtomicUsize::new(0)),
-        })
-    }
-
-    /// The next connection in turn, reconnected first if it was closed.
-    pub(crate) async fn client(&self) -> Result<Arc<StoreClient>, ClusterError> {
-        let turn = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut client = self.clients[turn % self.clients.len()].lock().await;
-        if client.is_closed() {
-            *client = Arc::new(StoreClient::new(
-                self.database.connect().await?,
-                self.database.generic_plan_lifetime,
-            ));
-            info!("store connection reopened");
-        }
-        Ok(client.clone())
-    }
-}
-
-/// One connection with the statements it has prepared, by their text.
-///
-/// A statement given as text to tokio-postgres is prepared on every call: one round trip
-/// to parse it and describe its parameters before the one that runs it, and a fresh plan
-/// each time. Preparing each text once per connection halves the round trips of every
-/// statement a replica repeats (firing, claims, acks, registrations) and lets the server
-/// reuse its plan. `query`, `query_one`, `query_opt` and `execute` take the text as
-/// tokio-postgres' do; everything else is the [`Client`]'s own, through `Deref`.
-///
-/// With a plan lifetime ([`Database::with_generic_plans`]) a statement older than it is prepared
-/// again, so that the server plans it again; dropping the old one closes it on the server.
-pub(crate) struct StoreClient {
-    client: Client,
-    prepared: std::sync::Mutex<HashMap<String, (Statement, Instant)>>,
-    plan_lifetime: Option<Duration>,
-}
-
-impl StoreClient {
-    fn new(client: Client, plan_lifetime: Option<Duration>) -> Self {
-        Self {
-            client,
-            prepared: std::sync::Mutex::default(),
-            plan_lifetime,
-        }
-    }
-
-    /// `sql` prepared on this connection, once (or once per plan lifetime).
-    async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some((statement, prepared_at)) = self.lock().get(sql) {
-            if !outlived(*prepared_at, self.plan_lifetime, Instant::now()) {
-                return Ok(statement.clone());
-            }
-        }
-        let statement = self.client.prepare(sql).await?;
-        self.lock()
-            .insert(sql.to_owned(), (statement.clone(), Instant::now()));
-        Ok(statement)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Statement, Instant)>> {
-        self.prepared
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub(crate) async fn query(
-        &self,
-        sql: &str,
-        parameters: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.query(&statement, parameters).await
-    }
-
-    pub(crate) async fn query_one(
-        &self,
-        sql: &str,
-        parameters: &[&(dyn ToSql + Sync)],
-    ) -> Result<Row, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.query_one(&statement, parameters).await
-    }
-
-    pub(crate) async fn query_opt(
-        &self,
-        sql: &str,
-        parameters: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.query_opt(&statement, parameters).await
-    }
-
-    pub(crate) async fn execute(
-        &self,
-        sql: &str,
-        parameters: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.execute(&statement, parameters).await
-    }
-}
-
-impl std::ops::Deref for StoreClient {
-    type Target = Client;
-
-    fn deref(&self) -> &Client {
-        &self.client
-    }
-}
-
-/// Whether a statement prepared at `prepared_at` must be prepared again at `now`: never
-/// without a plan lifetime.
-fn outlived(prepared_at: Instant, plan_lifetime: Option<Duration>, now: Instant) -> bool {
-    plan_lifetime.is_some_and(|lifetime| now.saturating_duration_since(prepared_at) >= lifetime)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_statement_is_prepared_again_only_once_its_plan_lifetime_is_over() {
-        let prepared_at = Instant::now();
-        let later = |millis| prepared_at + Duration::from_millis(millis);
-        assert!(!outlived(prepared_at, None, later(3_600_000)));
-        let lifetime = Some(GENERIC_PLAN_LIFETIME);
-        assert!(!outlived(prepared_at, lifetime, prepared_at));
-        assert!(!outlived(prepared_at, lifetime, later(249)));
-        assert!(outlived(prepared_at, lifetime, later(250)));
-        // A clock reading from before the statement (another thread's) keeps it.
-        assert!(!outlived(later(10), lifetime, prepared_at));
-    }
 
     #[test]
     fn only_the_generic_plan_database_plans_once_and_prepares_again() {
@@ -503,6 +388,7 @@ mod tests {
             "{options}"
         );
         assert!(options.contains("enable_seqscan=off"), "{options}");
+        assert!(options.contains("jit=off"), "{options}");
         assert!(!options.contains("enable_hashjoin=off"), "{options}");
         let probes = database.with_probe_plans();
         assert_eq!(probes.generic_plan_lifetime, Some(GENERIC_PLAN_LIFETIME));
@@ -510,6 +396,14 @@ mod tests {
         assert!(options.contains("force_generic_plan"), "{options}");
         assert!(options.contains("enable_hashjoin=off"), "{options}");
         assert!(options.contains("statement_timeout=60000"), "{options}");
+        let firing = firing.with_statement_timeout(Duration::from_millis(500));
+        let options = firing.config.get_options().unwrap_or_default();
+        // The later setting is the one that holds.
+        assert!(
+            options.find("statement_timeout=60000") < options.find("statement_timeout=500"),
+            "{options}"
+        );
+        assert!(options.contains("force_generic_plan"), "{options}");
     }
 
     fn take(url: &str) -> (String, Option<String>, Option<String>) {

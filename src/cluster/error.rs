@@ -53,6 +53,13 @@ impl From<ClusterError> for TimerError {
 }
 
 impl ClusterError {
+    /// Whether the server cancelled the statement: its `statement_timeout` ran out (or an
+    /// operator cancelled it). Its transaction was rolled back whole.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        matches!(self, ClusterError::Query { source, .. }
+            if source.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED))
+    }
+
     /// For `map_err`: names what was being done when the database refused.
     pub(super) fn query(
         context: &'static str,

@@ -1,21 +1,38 @@
 //! Fires what the wheel says is due, in one fenced statement per batch.
 //!
-//! The statement first locks the rows of the batch's partitions `FOR SHARE`, keeping only
-//! those this replica still holds at the epoch it was granted, with an unexpired lease. A
-//! takeover updates those rows, so it cannot happen while a firing holds the lock (the
-//! claim skips the row and tries again at its next round), and a firing that starts after
-//! it sees the new owner: a replica that lost a partition (paused, cut off, slow) can
-//! never fire from it again. Then, in the same statement, each one-shot timer is deleted
-//! (or a repeating or cron one re-armed at its next deadline) *if its deadline is still
-//! the one the wheel was given*, and an expiration is recorded for every timer fired. A
-//! timer cancelled or moved elsewhere matches nothing and fires nothing; a moved one is
-//! loaded again. A cron timer takes a second statement (see [`FIRE`]).
+//! The statement first locks the rows of the batch's partitions `FOR KEY SHARE`, keeping
+//! only those this replica still holds at the epoch it was granted, with more than
+//! [`statement_bound`] of its lease left. Then, in the same statement, each one-shot timer
+//! is deleted (or a repeating or cron one re-armed at its next deadline) *if its deadline
+//! is still the one the wheel was given*, and an expiration is recorded for every timer
+//! fired. A timer cancelled or moved elsewhere matches nothing and fires nothing; a moved
+//! one is loaded again. A cron timer takes a second statement (see [`FIRE`]).
+//!
+//! Why that lock, and why the bound (docs/replication.md argues it in full): the lease
+//! round renews with a plain `UPDATE` of `lease_until`, which takes `FOR NO KEY UPDATE`;
+//! that does not conflict with `FOR KEY SHARE`, so a renewal never waits for a firing,
+//! however slow the firing. A takeover or a release (`ownership`) locks the row
+//! `FOR UPDATE` first, which does conflict: it waits for (or skips) a firing in flight,
+//! and a firing that starts after it sees the new owner. So while a firing transaction
+//! runs, nobody else can become the partition's owner, and a replica that lost a
+//! partition (paused, cut off, slow) can never fire from it again. The lease's expiry is
+//! held by time: the firing connection's `statement_timeout` is [`statement_bound`], and
+//! the fence requires more than that left, so the statement (its triggers included) ends
+//! before the lease it checked could run out, or is cancelled and rolled back.
+//!
+//! Batches are bounded by count and by time ([`pace`]): the limit follows the measured
+//! time per timer towards a target well inside the bound, so that a backlog drains at the
+//! database's pace in statements that all end inside the lease.
 //!
 //! If the database cannot be reached the batch is retried until it can: the timers are
 //! still in their rows, so nothing is lost, only late.
 
-use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+mod pace;
+mod statement;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{mpsc, watch};
@@ -25,139 +42,32 @@ use tracing::{debug, warn};
 use super::schedule::{DueTimer, ScheduleCommand};
 use super::timers::stored_calendar;
 use super::{ClusterError, Connections, Shared};
-use crate::cluster::delivery::{self, Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
+use crate::cluster::delivery::{Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
 use crate::delivery::DeliveryConfig;
 use crate::metrics::Metrics;
+use pace::BatchSize;
+use statement::{CLAIMED_BY, EXPIRATION, FIRE, HELD, LEASE_LEFT, OVERFLOWED, UNSCHEDULED};
 
 const RETRY_DELAY: Duration = Duration::from_millis(200);
 
-/// Timers fired in one transaction at most (beyond it, the rest wait for the next one).
-const MAX_BATCH: usize = 10_000;
+/// The longest a firing statement may run, for a lease of `lease_ttl`: a quarter of it.
+///
+/// The firing connections' `statement_timeout` is this, and the fence fires only from
+/// partitions with more than this left of their lease, so all a firing statement writes
+/// (its triggers' writes included) is written while the lease it checked still runs.
+/// Leases are renewed every third of the ttl, so one normally has two thirds of it or
+/// more left: a quarter leaves room for a renewal late by more than a whole period
+/// before a firing is held back for want of lease.
+pub fn statement_bound(lease_ttl: Duration) -> Duration {
+    lease_ttl / 4
+}
 
-/// In one statement (so one round trip and one commit): locks the partitions of the
-/// batch that this replica still holds (`$6`, `$7`: partitions and the epochs it was
-/// granted; `$8`: this replica) `FOR SHARE`; of the due timers (`$1`..`$4`, `$9`) in those
-/// partitions, deletes the one-shot ones and re-arms the repeating ones whose deadline is
-/// still the one the wheel had; records one expiration per timer fired; announces the
-/// namespaces on `tickd_fired` (identical notifications in a transaction are sent once).
-/// Returns what was fired, with the next deadline (and version) of those that repeat.
-///
-/// Cron timers need their next firing computed here, from a schedule the wheel does not
-/// know: a first pass (`$10`, `$11` NULL) leaves them alone and returns them with their
-/// schedule and version ([`UNSCHEDULED`] set); the second fires them with the next firing
-/// (`$11`; NULL: the schedule has no more, so it ends as a one-shot) if their version is
-/// still `$10`, so the firing and its re-arm commit together.
-///
-/// `--max-buffered-total` (`$12`) is applied as on one node: the expirations fired and
-/// neither acknowledged nor dead (`$13`: `--max-attempts`; the condition is
-/// `delivery::buffered`) are counted, up to `$12`, through the index of rows neither
-/// acknowledged nor marked dead (so the count walks what is in flight, and the dead that
-/// died since the trim last marked them, not the dead list), and those of this batch
-/// beyond the room left are recorded dead at once, marked so, with attempts `$14`
-/// ([`OVERFLOWED_ATTEMPTS`]). The count is of the rows committed when the statement
-/// starts: replicas firing at the same moment see the same room, so the total can be
-/// passed by what they fire in that moment.
-static FIRE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "
-WITH held AS (
-    SELECT p.partition, p.lease_until FROM tickd_partitions p
-    JOIN unnest($6::INT4[], $7::INT8[]) AS mine(partition, epoch)
-      ON p.partition = mine.partition AND p.epoch = mine.epoch
-    WHERE p.owner = $8 AND p.lease_until > clock_timestamp()
-    FOR SHARE OF p
-),
-due AS (
-    SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::BOOL[], $9::INT4[],
-                         $10::INT8[], $11::INT8[], $15::TEXT[], $16::INT8[])
-        AS d(namespace, id, deadline, late, partition, version, next_deadline, claimer,
-             claim_millis)
-    WHERE partition IN (SELECT partition FROM held)
-),
-once AS (
-    DELETE FROM tickd_timers t USING due
-    WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
-      AND t.partition = due.partition AND t.repeat_nanos IS NULL
-      AND (t.cron IS NULL OR (t.version = due.version AND due.next_deadline IS NULL))
-    RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
-              t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline,
-              t.version, due.late, t.cron, t.time_zone, due.claimer, due.claim_millis
-),
-again AS (
-    UPDATE tickd_timers t
-    SET fired_count = t.fired_count + 1, version = t.version + 1,
-        deadline = t.deadline + t.repeat_nanos * (GREATEST($5 - t.deadline, 0) / t.repeat_nanos + 1)
-    FROM due
-    WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
-      AND t.partition = due.partition AND t.repeat_nanos IS NOT NULL
-    RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
-              t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
-              t.cron, t.time_zone, due.claimer, due.claim_millis
-),
-calendar AS (
-    UPDATE tickd_timers t
-    SET fired_count = t.fired_count + 1, version = t.version + 1, deadline = due.next_deadline
-    FROM due
-    WHERE t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
-      AND t.partition = due.partition AND t.cron IS NOT NULL
-      AND t.version = due.version AND due.next_deadline IS NOT NULL
-    RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
-              t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
-              t.cron, t.time_zone, due.claimer, due.claim_millis
-),
-unscheduled AS (
-    SELECT t.namespace, t.id, t.partition, t.deadline, t.version, t.cron, t.time_zone
-    FROM tickd_timers t JOIN due
-      ON t.id = due.id AND t.namespace = due.namespace AND t.deadline = due.deadline
-     AND t.partition = due.partition
-    WHERE t.cron IS NOT NULL AND due.version IS NULL
-),
-fired AS (SELECT * FROM once UNION ALL SELECT * FROM again UNION ALL SELECT * FROM calendar),
-buffered AS (
-    SELECT count(*) AS held FROM (
-        SELECT 1 FROM tickd_expirations
-        WHERE {buffered}
-        LIMIT $12) unsettled
-),
-placed AS (
-    SELECT fired.*, place + (SELECT held FROM buffered) <= $12 AS room
-    FROM (SELECT fired.*, row_number() OVER (ORDER BY deadline, id) AS place FROM fired) fired
-),
-recorded AS (
-    INSERT INTO tickd_expirations
-        (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos,
-         fired_count, late, cron, time_zone, attempts, claimed_by, claim_until, dead)
-    SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count,
-           late, cron, time_zone,
-           CASE WHEN NOT room THEN $14 WHEN claimer IS NOT NULL THEN 1 ELSE 0 END,
-           CASE WHEN room THEN claimer END,
-           CASE WHEN room AND claimer IS NOT NULL
-                THEN clock_timestamp() + claim_millis * INTERVAL '1 millisecond' END,
-           NOT room
-    FROM placed
-    RETURNING seq, timer_id, namespace, attempts, claimed_by
-),
-lease AS (
-    SELECT (EXTRACT(EPOCH FROM min(lease_until) - clock_timestamp()) * 1000)::INT8 AS left_millis
-    FROM held
-)
-SELECT f.namespace, f.id, f.partition, f.next_deadline, f.version,
-       CASE WHEN r.claimed_by IS NULL THEN pg_notify('tickd_fired', f.namespace)::TEXT END,
-       NULL AS cron, NULL AS time_zone,
-       (SELECT count(*) FROM recorded WHERE attempts = $14) AS overflowed,
-       r.seq, r.attempts, f.namespace, f.id, f.key,
-       CASE WHEN r.claimed_by IS NOT NULL THEN f.payload END, f.deadline, $5::INT8,
-       f.repeat_nanos, f.ttl_nanos, f.fired_count, f.late, f.cron, f.time_zone,
-       r.claimed_by, (SELECT left_millis FROM lease)
-FROM fired f JOIN recorded r ON r.timer_id = f.id AND r.namespace = f.namespace
-UNION ALL
-SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL
-FROM unscheduled",
-        buffered = delivery::buffered("$13")
-    )
-});
+/// The time one firing statement aims for: a tenth of the lease, two and a half times
+/// inside [`statement_bound`], so a statement twice as slow per timer as the last one
+/// measured still ends inside the bound.
+fn batch_target(lease_ttl: Duration) -> Duration {
+    lease_ttl / 10
+}
 
 /// The firing statement's text, for the test that checks the plan a replica keeps of it
 /// (`tests/replica_plans.rs`): not part of the crate's interface.
@@ -165,31 +75,6 @@ FROM unscheduled",
 pub fn fire_statement() -> &'static str {
     &FIRE
 }
-
-/// The column of [`FIRE`]'s rows where a fired timer's expiration begins, as
-/// `EXPIRATION_COLUMNS` (its payload only when claimed for a subscriber here), followed
-/// by the subscriber it was claimed for (NULL: none) and how long the shortest lease of
-/// the batch's partitions had left, in milliseconds, when the statement checked it.
-const EXPIRATION: usize = 9;
-
-/// After [`EXPIRATION`]'s columns: the claimer, then the lease left.
-const CLAIMED_BY: usize = EXPIRATION + 14;
-const LEASE_LEFT: usize = CLAIMED_BY + 1;
-
-/// The column of [`FIRE`]'s rows that counts the expirations of the statement that went
-/// to the dead list for want of room under `--max-buffered-total`.
-const OVERFLOWED: usize = 8;
-
-/// The column of [`FIRE`]'s rows that holds a cron timer's schedule when it is returned
-/// unfired, for its next firing to be computed (then `time_zone` follows).
-const UNSCHEDULED: usize = 6;
-
-/// Which of the partitions `$1` (granted at epochs `$2`) replica `$3` still holds.
-const HELD: &str = "
-SELECT p.partition FROM tickd_partitions p
-JOIN unnest($1::INT4[], $2::INT8[]) AS mine(partition, epoch)
-  ON p.partition = mine.partition AND p.epoch = mine.epoch
-WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
 
 pub struct Firing {
     connections: Connections,
@@ -205,11 +90,21 @@ pub struct Firing {
     /// This replica's subscribers, handed what fires directly (none: every expiration is
     /// recorded for subscribers to claim).
     direct: Option<DirectDelivery>,
+    /// [`statement_bound`] of this replica's lease, in milliseconds.
+    bound_millis: i64,
+    /// How many timers the next statement may take.
+    size: BatchSize,
 }
 
 impl Firing {
+    /// Fires on `connections`, which should be opened with [`statement_bound`] as their
+    /// statement timeout (`Database::with_statement_timeout`); the fence's margin does
+    /// not depend on it, only the proof that nothing is written after the lease it
+    /// checked does.
     pub fn new(connections: Connections, shared: Shared, metrics: Arc<Metrics>) -> Self {
         let delivery = DeliveryConfig::default();
+        let bound_millis = statement_bound(shared.lease_ttl).as_millis() as i64;
+        let size = BatchSize::new(batch_target(shared.lease_ttl));
         Self {
             connections,
             generic_plans: None,
@@ -218,6 +113,8 @@ impl Firing {
             buffered_total: delivery.buffered_total as i64,
             max_attempts: delivery.max_attempts as i32,
             direct: None,
+            bound_millis,
+            size,
         }
     }
 
@@ -247,26 +144,55 @@ impl Firing {
     /// Runs until the worker stops and its last batch is fired.
     ///
     /// Whatever the wheel fired while the previous transaction ran is fired together in
-    /// the next one: under load, one commit (one fsync) serves many wheel ticks.
+    /// the next one, up to the batch limit ([`pace`]): under load, one commit (one fsync)
+    /// serves many wheel ticks, and a backlog goes in statements the database ends in
+    /// time. A statement the server cancelled at [`statement_bound`] rolled back whole:
+    /// its timers go back in front, to be taken in smaller batches.
     pub(crate) async fn run(
         mut self,
         mut due: mpsc::UnboundedReceiver<Vec<DueTimer>>,
         mut stopping: watch::Receiver<bool>,
     ) {
-        while let Some(mut batch) = due.recv().await {
-            while batch.len() < MAX_BATCH {
+        let mut waiting: VecDeque<DueTimer> = VecDeque::new();
+        loop {
+            if waiting.is_empty() {
+                match due.recv().await {
+                    Some(batch) => waiting.extend(batch),
+                    None => return,
+                }
+            }
+            while waiting.len() < self.size.limit() {
                 match due.try_recv() {
-                    Ok(more) => batch.extend(more),
+                    Ok(more) => waiting.extend(more),
                     Err(_) => break,
                 }
             }
-            while let Err(error) = self.fire(&batch).await {
-                warn!(timers = batch.len(), %error, "firing failed; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(RETRY_DELAY) => {}
-                    // Stopping with the database unreachable: the timers are still in their
-                    // rows, for whoever takes the partitions over.
-                    () = super::shared::until_stopped(&mut stopping) => return,
+            let taken = waiting.len().min(self.size.limit());
+            let batch: Vec<DueTimer> = waiting.drain(..taken).collect();
+            loop {
+                match self.fire(&batch).await {
+                    Ok(_) => break,
+                    Err(error) if error.is_cancelled() => {
+                        self.size.cancelled(batch.len());
+                        warn!(
+                            timers = batch.len(),
+                            limit = self.size.limit(),
+                            "firing statement cancelled at its time bound; firing in smaller batches"
+                        );
+                        for timer in batch.into_iter().rev() {
+                            waiting.push_front(timer);
+                        }
+                        break;
+                    }
+                    Err(error) => {
+                        warn!(timers = batch.len(), %error, "firing failed; retrying");
+                        tokio::select! {
+                            () = tokio::time::sleep(RETRY_DELAY) => {}
+                            // Stopping with the database unreachable: the timers are still
+                            // in their rows, for whoever takes the partitions over.
+                            () = super::shared::until_stopped(&mut stopping) => return,
+                        }
+                    }
                 }
             }
         }
@@ -275,7 +201,7 @@ impl Firing {
     /// Fires one batch; returns how many timers fired (the rest were fenced, cancelled
     /// or moved).
     pub async fn fire(&mut self, batch: &[DueTimer]) -> Result<usize, ClusterError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let now = self.shared.unix_now();
         let namespaces: Vec<&str> = batch.iter().map(|timer| &*timer.namespace).collect();
         let assignment = self
@@ -287,6 +213,7 @@ impl Firing {
             .await?
             .into_iter()
             .partition(|row| row.get::<_, Option<&str>>(UNSCHEDULED).is_none());
+        self.size.ran(batch.len(), started.elapsed());
         if let (Some(direct), Some(assignment)) = (&self.direct, assignment) {
             direct.deliver(
                 assignment,
@@ -367,6 +294,7 @@ impl Firing {
                     &OVERFLOWED_ATTEMPTS,
                     &claimers,
                     &claim_millis,
+                    &self.bound_millis,
                 ],
             )
             .await
@@ -399,7 +327,9 @@ impl Firing {
 
     /// Timers that fired nothing were fenced (their partition is no longer this replica's),
     /// or cancelled or moved by another replica: the moved ones whose new deadline is
-    /// inside the horizon go back into the wheel.
+    /// inside the horizon go back into the wheel. A partition still held with too little
+    /// lease left to fire from (a renewal late by more than a period: the database is
+    /// struggling) is given a moment for the renewal before its timers are loaded again.
     async fn settle_unfired(&self, batch: &[DueTimer], rows: &[Row]) -> Result<(), ClusterError> {
         let fired: FxHashSet<i64> = rows.iter().map(|row| row.get(1)).collect();
         let unfired: Vec<&DueTimer> = batch
@@ -407,24 +337,39 @@ impl Firing {
             .filter(|timer| !fired.contains(&(timer.id as i64)))
             .collect();
         let (partitions, epochs) = self.granted(batch);
-        let held: Vec<u32> = self
+        let held: FxHashMap<u32, bool> = self
             .connections
             .client()
             .await?
-            .query(HELD, &[&partitions, &epochs, &&*self.shared.replica_id])
+            .query(
+                HELD,
+                &[
+                    &partitions,
+                    &epochs,
+                    &&*self.shared.replica_id,
+                    &self.bound_millis,
+                ],
+            )
             .await
             .map_err(ClusterError::query("checking partition leases"))?
             .iter()
-            .map(|row| row.get::<_, i32>(0) as u32)
+            .map(|row| (row.get::<_, i32>(0) as u32, row.get::<_, bool>(1)))
             .collect();
         let (still_held, fenced): (Vec<&DueTimer>, Vec<&DueTimer>) = unfired
             .into_iter()
-            .partition(|timer| held.contains(&timer.partition));
+            .partition(|timer| held.contains_key(&timer.partition));
         if !fenced.is_empty() {
             warn!(timers = fenced.len(), "firing fenced: partition lease lost");
         }
         if still_held.is_empty() {
             return Ok(());
+        }
+        if still_held.iter().any(|timer| !held[&timer.partition]) {
+            warn!(
+                timers = still_held.len(),
+                "not fired: too little lease left to fire within it; waiting for its renewal"
+            );
+            tokio::time::sleep(RETRY_DELAY).await;
         }
         self.reload_moved(&still_held).await
     }
@@ -470,7 +415,7 @@ impl Firing {
 /// Whether the lease of every partition the statement fired from was still running when
 /// its answer came back: the statement reports how long the shortest had left when it
 /// checked (after `sent`), so an answer within that time proves it.
-fn lease_proved(rows: &[Row], sent: std::time::Instant) -> bool {
+fn lease_proved(rows: &[Row], sent: Instant) -> bool {
     let left = rows
         .first()
         .and_then(|row| row.get::<_, Option<i64>>(LEASE_LEFT));

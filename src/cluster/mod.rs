@@ -29,6 +29,7 @@
 //! balances partitions across the live replicas. Every connection to the database is opened
 //! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
 
+pub(crate) mod connections;
 pub(crate) mod database;
 pub mod delivery;
 mod error;
@@ -45,7 +46,8 @@ mod shared;
 pub(crate) mod timers;
 pub(crate) mod tls;
 
-pub use database::{Connections, Database, StoreUrl};
+pub use connections::Connections;
+pub use database::{Database, StoreUrl};
 pub(crate) use error::with_causes;
 pub use error::ClusterError;
 pub use notifications::Wakeups;

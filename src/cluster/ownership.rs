@@ -9,18 +9,36 @@
 //! The guarantee that a replica that lost a partition never fires from it again does not
 //! rest on this loop noticing in time (it may be paused, or its connection slow): the
 //! firing transaction itself locks the partition row and checks owner, epoch and expiry.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+//!
+//! How the round and firing share the partition rows (see `firing` and
+//! docs/replication.md): a firing locks its partitions' rows `FOR KEY SHARE`. A renewal
+//! is a plain `UPDATE` of `lease_until`, a column no unique index covers, so it takes
+//! `FOR NO KEY UPDATE`, which does not conflict: a renewal never waits for a firing,
+//! however long the firing takes. Everything that changes a row's owner or epoch (a
+//! claim, a release) locks it `FOR UPDATE SKIP LOCKED` first, which does conflict: it
+//! passes over a partition a firing holds, and tries again at a later round, so no
+//! owner changes under a firing in flight, and the round never waits for one either.
+//! The round runs on a connection of its own, behind nothing else the replica does.
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::Client;
 use tracing::{info, warn};
 
+use super::connections::StoreClient;
 use super::schedule::ScheduleCommand;
 use super::{ClusterError, Connections, Shared};
+
+/// Lets go of partitions `$2` held by replica `$1`, each locked `FOR UPDATE SKIP LOCKED`
+/// first: a firing of this replica in flight holds its rows `FOR KEY SHARE`, and the
+/// owner must not change under it (its fence would no longer be true while it writes),
+/// nor must the lease round wait for it. Returns the partitions released.
+const RELEASE: &str = "
+UPDATE tickd_partitions SET owner = NULL, lease_until = NULL
+WHERE partition IN (
+    SELECT partition FROM tickd_partitions
+    WHERE owner = $1 AND partition = ANY($2)
+    FOR UPDATE SKIP LOCKED)
+RETURNING partition";
 
 #[derive(Clone)]
 pub(crate) struct Ownership {
@@ -29,37 +47,6 @@ pub(crate) struct Ownership {
     /// Newly acquired partitions, for the loader to scan.
     acquired: mpsc::UnboundedSender<Vec<u32>>,
     partitions_owned: Gauge,
-    rounds: LeaseRounds,
-}
-
-/// When the last lease round succeeded: the replica's view of whether its database is
-/// reachable, for health (see [`LeaseRounds::unreachable_for`]).
-#[derive(Clone)]
-pub(crate) struct LeaseRounds {
-    origin: Instant,
-    last_success_ms: Arc<AtomicU64>,
-}
-
-impl LeaseRounds {
-    fn new() -> Self {
-        Self {
-            origin: Instant::now(),
-            last_success_ms: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    fn succeeded(&self) {
-        let now = self.origin.elapsed().as_millis() as u64;
-        self.last_success_ms.store(now, Ordering::Release);
-    }
-
-    /// How long no round has succeeded, once that is longer than two renewal periods (a
-    /// renewal missed: the database is unreachable, or too slow to keep leases).
-    pub(crate) fn unreachable_for(&self, renewal: Duration) -> Option<Duration> {
-        let last = Duration::from_millis(self.last_success_ms.load(Ordering::Acquire));
-        let since = self.origin.elapsed().saturating_sub(last);
-        (since > renewal * 2).then_some(since)
-    }
 }
 
 impl Ownership {
@@ -74,22 +61,14 @@ impl Ownership {
             shared,
             acquired,
             partitions_owned,
-            rounds: LeaseRounds::new(),
         }
-    }
-
-    pub(crate) fn rounds(&self) -> LeaseRounds {
-        self.rounds.clone()
     }
 
     pub(crate) async fn run(self, mut stopping: watch::Receiver<bool>) {
         let period = self.shared.lease_ttl / 3;
         loop {
-            match self.round().await {
-                Ok(()) => self.rounds.succeeded(),
-                Err(error) => {
-                    warn!(%error, "lease round failed")
-                }
+            if let Err(error) = self.round().await {
+                warn!(%error, "lease round failed");
             }
             tokio::select! {
                 () = tokio::time::sleep(period) => {}
@@ -118,7 +97,7 @@ impl Ownership {
     }
 
     /// Marks this replica alive for one lease; returns how many replicas are alive.
-    async fn heartbeat(&self, client: &Client) -> Result<u32, ClusterError> {
+    async fn heartbeat(&self, client: &StoreClient) -> Result<u32, ClusterError> {
         let ttl_ms = self.ttl_millis();
         client
             .execute(
@@ -142,7 +121,7 @@ impl Ownership {
     /// Extends the leases this process holds, at the epochs it was granted; any the
     /// database no longer gives back were lost (expired while this replica was paused or
     /// cut off, and perhaps taken over).
-    async fn renew(&self, client: &Client) -> Result<(), ClusterError> {
+    async fn renew(&self, client: &StoreClient) -> Result<(), ClusterError> {
         let (partitions, epochs) = self.held();
         let rows = client
             .query(
@@ -177,15 +156,20 @@ impl Ownership {
     }
 
     /// Leases under this replica's name that this process does not hold: left by an
-    /// earlier process with the same id (a restart in place), or by a release that failed.
-    /// Renewing them would keep them from everyone with nobody firing them, so they are
-    /// let go, for any replica (this one included) to claim with a new epoch.
-    async fn release_orphans(&self, client: &Client) -> Result<(), ClusterError> {
+    /// earlier process with the same id (a restart in place), or by a release that failed
+    /// or passed over a partition a firing held. Renewing them would keep them from
+    /// everyone with nobody firing them, so they are let go, for any replica (this one
+    /// included) to claim with a new epoch; one a firing holds still is left for the next
+    /// round (see [`RELEASE`]).
+    async fn release_orphans(&self, client: &StoreClient) -> Result<(), ClusterError> {
         let (partitions, _) = self.held();
         let released = client
             .query(
                 "UPDATE tickd_partitions SET owner = NULL, lease_until = NULL
-                 WHERE owner = $1 AND NOT (partition = ANY($2))
+                 WHERE partition IN (
+                     SELECT partition FROM tickd_partitions
+                     WHERE owner = $1 AND NOT (partition = ANY($2))
+                     FOR UPDATE SKIP LOCKED)
                  RETURNING partition",
                 &[&&*self.shared.replica_id, &partitions],
             )
@@ -204,7 +188,12 @@ impl Ownership {
         owned.tenure_arrays(owned.partitions())
     }
 
-    async fn claim(&self, client: &Client, wanted: usize) -> Result<(), ClusterError> {
+    /// Claims up to `wanted` free or expired partitions, each at a new epoch. Each row is
+    /// locked `FOR UPDATE SKIP LOCKED` before its owner changes: a partition whose lease
+    /// ran out while its last owner's firing is still in flight (that firing holds the
+    /// row `FOR KEY SHARE`) is passed over until that firing has ended, so the takeover
+    /// never happens under it, and the firing's own fence stays true to its end.
+    async fn claim(&self, client: &StoreClient, wanted: usize) -> Result<(), ClusterError> {
         let rows = client
             .query(
                 "UPDATE tickd_partitions
@@ -241,21 +230,32 @@ impl Ownership {
     }
 
     /// Stops firing from `partitions` first, then lets the database give them to others.
-    async fn release(&self, client: &Client, partitions: &[u32]) -> Result<(), ClusterError> {
+    /// A partition a firing of this replica still holds (one taken before the wheel
+    /// forgot it) is passed over rather than waited for (see [`RELEASE`]): the next
+    /// round's [`Ownership::release_orphans`] lets it go.
+    async fn release(&self, client: &StoreClient, partitions: &[u32]) -> Result<(), ClusterError> {
         self.forget(partitions.to_vec());
         let partitions: Vec<i32> = partitions
             .iter()
             .map(|&partition| partition as i32)
             .collect();
-        client
-            .execute(
-                "UPDATE tickd_partitions SET owner = NULL, lease_until = NULL
-                 WHERE owner = $1 AND partition = ANY($2)",
-                &[&&*self.shared.replica_id, &partitions],
-            )
+        let released: Vec<i32> = client
+            .query(RELEASE, &[&&*self.shared.replica_id, &partitions])
             .await
-            .map_err(ClusterError::query("releasing partitions"))?;
-        info!(partitions = ?partitions, "partitions released");
+            .map_err(ClusterError::query("releasing partitions"))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if !released.is_empty() {
+            info!(partitions = ?released, "partitions released");
+        }
+        let firing: Vec<i32> = partitions
+            .into_iter()
+            .filter(|partition| !released.contains(partition))
+            .collect();
+        if !firing.is_empty() {
+            info!(partitions = ?firing, "partitions still firing: released at the next round");
+        }
         Ok(())
     }
 

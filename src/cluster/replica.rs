@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument, Span};
 
+use super::connections::Answers;
 use super::delivery::ClusterDeliveries;
 use super::namespaces::NamespaceCap;
 use super::notifications::Wakeups;
@@ -61,6 +62,8 @@ pub struct Replica {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// A third of the lease ttl: how often leases are renewed.
     lease_renewal: std::time::Duration,
+    /// When the database last answered any of this replica's connections.
+    answers: Answers,
     /// Carries the replica's id into every log event of its tasks.
     span: Span,
 }
@@ -131,12 +134,20 @@ impl Replica {
         .in_span(span.clone())
         .with_memory(config.memory.clone())
         .with_ack_connections(Connections::open(&database.with_probe_plans(), 1).await?);
+        // The firing connections end a statement at the bound the fence relies on.
+        let bound = firing::statement_bound(config.lease_ttl);
         let firing = firing::Firing::new(
-            Connections::open(database, 1).await?,
+            Connections::open(&database.with_statement_timeout(bound), 1).await?,
             shared.clone(),
             metrics.clone(),
         )
-        .with_generic_plans(Connections::open(&database.with_generic_plans(), 1).await?)
+        .with_generic_plans(
+            Connections::open(
+                &database.with_generic_plans().with_statement_timeout(bound),
+                1,
+            )
+            .await?,
+        )
         .with_delivery(&config.delivery)
         .with_direct_delivery(deliveries.direct_delivery());
         tasks.push(spawn_in(&span, firing.run(fired, stopping.clone())));
@@ -159,15 +170,22 @@ impl Replica {
             end_subscriptions,
             tasks,
             lease_renewal: config.lease_ttl / 3,
+            answers: database.answers().clone(),
             span,
         })
     }
 
-    /// How long this replica has been unable to renew its leases, once that is longer
-    /// than one renewal period: its database is unreachable (or too slow), and it should
-    /// not be sent calls until it is back.
+    /// How long the database has answered none of this replica's statements, once that
+    /// is longer than two lease renewal periods: it is unreachable (down, cut off,
+    /// frozen), and the replica should not be sent calls until it answers again.
+    ///
+    /// Any answer counts, on any connection (see `connections::Answers`): readiness is
+    /// about serving registrations and deliveries, which a database that answers does,
+    /// even while one statement (a lease round, a large firing) waits. The lease round
+    /// runs every renewal period, so a reachable database is never silent that long.
     pub(crate) fn database_unreachable_for(&self) -> Option<std::time::Duration> {
-        self.ownership.rounds().unreachable_for(self.lease_renewal)
+        let silent = self.answers.silent_for();
+        (silent > self.lease_renewal * 2).then_some(silent)
     }
 
     /// False if the replica's wheel thread or one of its tasks (leases, loader, firing,
