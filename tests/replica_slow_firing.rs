@@ -118,13 +118,19 @@ async fn slow_firing_under_an_audit_trigger_keeps_leases_and_readiness() {
     eprintln!("settled {:?} after the load ended", load_ended.elapsed());
     consumers.stop().await;
     let audit = Audit::read(&set).await;
-    let ledger = ledger.lock().unwrap();
-    let undelivered = ledger.undelivered().len();
-    let delivered_twice = ledger
-        .deliveries_by_timer()
-        .values()
-        .filter(|deliveries| deliveries.len() > 1)
-        .count();
+    let (summary, undelivered, delivered_twice) = {
+        let ledger = ledger.lock().unwrap();
+        let delivered_twice = ledger
+            .deliveries_by_timer()
+            .values()
+            .filter(|deliveries| deliveries.len() > 1)
+            .count();
+        (
+            ledger.summary(),
+            ledger.undelivered().len(),
+            delivered_twice,
+        )
+    };
     let mut losses = Vec::new();
     let mut not_ready = Vec::new();
     for id in IDS {
@@ -132,10 +138,9 @@ async fn slow_firing_under_an_audit_trigger_keeps_leases_and_readiness() {
         not_ready.extend(not_ready_log(set.daemon(id)));
     }
     eprintln!(
-        "{}\nundelivered: {undelivered}; delivered more than once: {delivered_twice}; \
+        "{summary}\nundelivered: {undelivered}; delivered more than once: {delivered_twice}; \
          lease losses logged: {}; NOT_SERVING turns logged: {}; audit: {} expirations \
          recorded, {} outside the recording replica's lease",
-        ledger.summary(),
         losses.len(),
         not_ready.len(),
         audit.recorded,
@@ -168,7 +173,7 @@ async fn slow_firing_under_an_audit_trigger_keeps_leases_and_readiness() {
         "the trigger saw {} expirations for {registered} timers",
         audit.recorded
     );
-    assert_each_timer_fired_once(&ledger, FirstDeliveries::ExactlyOne);
+    assert_each_timer_fired_once(&ledger.lock().unwrap(), FirstDeliveries::ExactlyOne);
     assert_eq!(delivered_twice, 0, "timers delivered more than once");
 }
 
@@ -199,11 +204,12 @@ async fn a_backlog_due_at_one_instant_drains_without_losing_a_lease() {
         let (set, fired_after) = (&set, &fired_after);
         wait_for(PATIENCE * 3, move || async move {
             let pending = set.count_rows("tickd_timers").await;
-            let mut fired = fired_after.lock().unwrap();
-            if pending == 0 && fired.is_none() {
-                *fired = Some(started.elapsed());
+            if pending == 0 {
+                fired_after
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(|| started.elapsed());
             }
-            drop(fired);
             let unacked = set
                 .count_rows("tickd_expirations WHERE acked_at IS NULL")
                 .await;
@@ -218,12 +224,11 @@ async fn a_backlog_due_at_one_instant_drains_without_losing_a_lease() {
     consumers.stop().await;
     let losses = lost_lease_log(set.daemon(ID));
     let not_ready = not_ready_log(set.daemon(ID));
-    let ledger = ledger.lock().unwrap();
+    let summary = ledger.lock().unwrap().summary();
     eprintln!(
-        "{}\n{BACKLOG} timers due at one instant: all fired {:?} and all acknowledged \
-         {settled_after:?} after the replica was started; lease losses logged: {}, \
-         NOT_SERVING turns logged: {}",
-        ledger.summary(),
+        "{summary}\n{BACKLOG} timers due at one instant: all fired {:?} and all \
+         acknowledged {settled_after:?} after the replica was started; lease losses logged: \
+         {}, NOT_SERVING turns logged: {}",
         fired_after.lock().unwrap(),
         losses.len(),
         not_ready.len()
@@ -241,7 +246,7 @@ async fn a_backlog_due_at_one_instant_drains_without_losing_a_lease() {
         "the replica turned NOT_SERVING while draining:\n{}",
         not_ready.join("\n")
     );
-    assert_each_timer_fired_once(&ledger, FirstDeliveries::ExactlyOne);
+    assert_each_timer_fired_once(&ledger.lock().unwrap(), FirstDeliveries::ExactlyOne);
 }
 
 /// [`BACKLOG`] one-shot timers of [`NAMESPACE`] written straight into `tickd_timers`, all
