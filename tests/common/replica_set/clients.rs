@@ -352,7 +352,9 @@ async fn consume_from(replica: &ReplicaAddr, ledger: &SharedLedger, policy: &Ack
         let index = ledger.lock().unwrap().delivered(delivery);
         let acking = acknowledge(acks.clone(), expiration.delivery_id, ledger.clone(), index);
         match policy {
-            AckPolicy::AtOnce => acking.await,
+            AckPolicy::AtOnce => {
+                tokio::spawn(acking);
+            }
             AckPolicy::Gated(gate) => {
                 let mut gate = gate.clone();
                 // The stream goes on meanwhile: its later deliveries wait behind the gate too.
