@@ -346,24 +346,35 @@ impl DirectDelivery {
     }
 }
 
-/// Ends the claims (`seq` by subscriber name) the firing made but could not hand over,
-/// and wakes every replica's subscribers of their namespaces to claim them.
+/// Ends the claims (subscriber name, `seq`, attempt) the firing made but could not hand over,
+/// and wakes every replica's subscribers of their namespaces to claim them. The attempt
+/// the firing counted is taken back: that delivery never left, so the next claim's is the
+/// first (no client can hold an ack of the id it would have had).
 async fn give_back(
     connections: &Connections,
-    claims: Vec<(String, i64)>,
+    claims: Vec<(String, i64, i32)>,
 ) -> Result<(), ClusterError> {
-    let (names, seqs): (Vec<String>, Vec<i64>) = claims.into_iter().unzip();
+    let mut names = Vec::with_capacity(claims.len());
+    let mut seqs = Vec::with_capacity(claims.len());
+    let mut attempts = Vec::with_capacity(claims.len());
+    for (name, seq, attempt) in claims {
+        names.push(name);
+        seqs.push(seq);
+        attempts.push(attempt);
+    }
     connections
         .client()
         .await?
         .query(
             "WITH released AS (
-                UPDATE tickd_expirations e SET claimed_by = NULL, claim_until = NULL
-                FROM unnest($1::TEXT[], $2::INT8[]) AS c(claimed_by, seq)
-                WHERE e.seq = c.seq AND e.claimed_by = c.claimed_by AND e.acked_at IS NULL
+                UPDATE tickd_expirations e
+                SET claimed_by = NULL, claim_until = NULL, attempts = e.attempts - 1
+                FROM unnest($1::TEXT[], $2::INT8[], $4::INT4[]) AS c(claimed_by, seq, attempts)
+                WHERE e.seq = c.seq AND e.claimed_by = c.claimed_by
+                  AND e.attempts = c.attempts AND e.acked_at IS NULL
                 RETURNING e.namespace)
              SELECT pg_notify($3, namespace)::TEXT FROM (SELECT DISTINCT namespace FROM released) n",
-            &[&names, &seqs, &FIRED_CHANNEL],
+            &[&names, &seqs, &FIRED_CHANNEL, &attempts],
         )
         .await
         .map_err(ClusterError::query("giving back undelivered claims"))?;
@@ -409,7 +420,7 @@ impl Assignment {
         first_column: usize,
         claimer_column: usize,
         lease_proved: bool,
-    ) -> Vec<(String, i64)> {
+    ) -> Vec<(String, i64, i32)> {
         let by_name: FxHashMap<&str, &Arc<Slot>> = self
             .reserved
             .iter()
@@ -441,7 +452,7 @@ impl Assignment {
                     .or_default()
                     .push(delivery_id(seq, attempt));
             } else {
-                not_handed.push((claimer.to_owned(), seq));
+                not_handed.push((claimer.to_owned(), seq, attempt));
             }
         }
         if !lease_proved && !not_handed.is_empty() {
