@@ -7,7 +7,8 @@
 //! - SIGKILL: the partitions of a dead replica are taken over once its leases lapse, and its
 //!   timers still fire once;
 //! - SIGSTOP: an owner paused past its lease is fenced off when it resumes, so its wheel
-//!   cannot fire again what the new owner already fired;
+//!   cannot fire again what the new owner already fired; a lone replica paused past its
+//!   lease, which nobody claimed meanwhile, renews it at the same epoch and fires late;
 //! - rolling restart: each replica in turn drains (SIGTERM), releases its partitions and
 //!   comes back under the same id, and nothing is lost; a replica killed and restarted in
 //!   place lets go of the leases in its name and fires their timers;
@@ -175,6 +176,65 @@ async fn paused_owner_cannot_fire_after_losing_its_lease() {
         set.daemon(PAUSED)
             .lines_with(&["partitions lost", "firing fenced"])
             .join("\n")
+    );
+    let ledger = ledger.lock().unwrap();
+    eprintln!("{}", ledger.summary());
+    assert_each_timer_fired_once(&ledger, FirstDeliveries::ExactlyOne);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_replica_paused_past_its_lease_renews_it_at_the_same_epoch() {
+    if skip_postgres("a_lone_replica_paused_past_its_lease_renews_it_at_the_same_epoch") {
+        return;
+    }
+    const SOLO: &str = "solo";
+    let mut set = start(&[SOLO]).await;
+    set.eventually("the replica owns every partition", || {
+        set.owns_every_partition(SOLO)
+    })
+    .await;
+    let epochs = set.partitions_owned_by(SOLO).await;
+    let ledger = SharedLedger::default();
+    Registrar::new(&set, &ledger, 3_800..=4_200)
+        .register(50)
+        .await;
+    assert_all_registered(&ledger, 50);
+
+    // Paused until its leases have run out and every timer is overdue, with nobody else
+    // to claim the partitions: the leases are expired but still in its name.
+    set.pause(SOLO);
+    set.eventually("the paused replica's leases ran out", || {
+        set.holds_no_lease(SOLO)
+    })
+    .await;
+    set.eventually("every timer is overdue and none fired", || async {
+        let now_unix_nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos();
+        let not_yet_due = set
+            .count_rows(&format!("tickd_timers WHERE deadline > {now_unix_nanos}"))
+            .await;
+        match set.count_rows("tickd_timers").await {
+            50 if not_yet_due == 0 => Ok(()),
+            pending => Err(format!("{pending} pending, {not_yet_due} not yet due")),
+        }
+    })
+    .await;
+
+    set.resume(SOLO);
+    let consumers = consume_on_each(&set, &ledger, &[SOLO]);
+    set.wait_until_delivered(&ledger).await;
+    set.wait_until_drained().await;
+    consumers.stop().await;
+
+    // The same epochs: renewed, not lost and claimed again (which would have thrown the
+    // wheel's timers out and loaded them anew).
+    assert_eq!(set.partitions_owned_by(SOLO).await, epochs);
+    let losses = set.daemon(SOLO).lines_with(&["partitions lost"]);
+    assert!(
+        losses.is_empty(),
+        "the lone replica lost its leases: {losses:?}"
     );
     let ledger = ledger.lock().unwrap();
     eprintln!("{}", ledger.summary());

@@ -64,24 +64,29 @@ impl Ownership {
         }
     }
 
+    /// Rounds start a third of the lease apart, counted from one round's start to the
+    /// next (not from its end): a round slowed by a busy database delays the next only
+    /// when it took longer than the period itself, and then the next starts at once.
     pub(crate) async fn run(self, mut stopping: watch::Receiver<bool>) {
-        let period = self.shared.lease_ttl / 3;
+        let mut rounds = tokio::time::interval(self.shared.lease_ttl / 3);
+        rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            tokio::select! {
+                _ = rounds.tick() => {}
+                () = super::shared::until_stopped(&mut stopping) => return,
+            }
             if let Err(error) = self.round().await {
                 warn!(%error, "lease round failed");
-            }
-            tokio::select! {
-                () = tokio::time::sleep(period) => {}
-                () = super::shared::until_stopped(&mut stopping) => return,
             }
         }
     }
 
-    /// One renewal: heartbeat, renew, then release or claim towards a fair share.
+    /// One round: renew first (the one statement whose lateness costs a lease), then
+    /// announce this replica alive, and release or claim towards a fair share.
     async fn round(&self) -> Result<(), ClusterError> {
         let client = self.connections.client().await?;
-        let live = self.heartbeat(&client).await?;
         self.renew(&client).await?;
+        let live = self.heartbeat(&client).await?;
         self.release_orphans(&client).await?;
         let fair_share = self.shared.partitions.div_ceil(live.max(1)) as usize;
         let held = self.shared.owned.len();
@@ -119,8 +124,16 @@ impl Ownership {
     }
 
     /// Extends the leases this process holds, at the epochs it was granted; any the
-    /// database no longer gives back were lost (expired while this replica was paused or
-    /// cut off, and perhaps taken over).
+    /// database no longer gives back were lost (taken over by another replica, or
+    /// released, while this one was paused or cut off).
+    ///
+    /// A lease that ran out but that nobody claimed since is renewed too: its owner and
+    /// epoch are still this replica's, and a claim is the only thing that changes them
+    /// (bumping the epoch), so nobody else fired from it meanwhile. This replica did not
+    /// either: a firing checks the lease's time itself, in its own statement. So a renewal
+    /// late by a moment (the database busy, this process starved of CPU) costs nothing
+    /// but the firings it delayed, where treating it as lost would throw the partition's
+    /// timers out of the wheel and load them all again.
     async fn renew(&self, client: &StoreClient) -> Result<(), ClusterError> {
         let (partitions, epochs) = self.held();
         let rows = client
@@ -129,7 +142,7 @@ impl Ownership {
                  SET lease_until = clock_timestamp() + $2::INT8 * INTERVAL '1 millisecond'
                  FROM unnest($3::INT4[], $4::INT8[]) AS mine(partition, epoch)
                  WHERE p.partition = mine.partition AND p.epoch = mine.epoch
-                   AND p.owner = $1 AND p.lease_until > clock_timestamp()
+                   AND p.owner = $1
                  RETURNING p.partition",
                 &[
                     &&*self.shared.replica_id,

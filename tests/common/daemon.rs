@@ -210,10 +210,16 @@ fn capture_lines(
     log: Arc<Mutex<Vec<String>>>,
     address: Option<Sender<SocketAddr>>,
 ) {
+    // `TICKD_TEST_ECHO=1` also prints every line the daemons log, as they come, for
+    // reading a run as it goes (the tests themselves print only what they assert on).
+    let echo = std::env::var_os("TICKD_TEST_ECHO").is_some();
     std::thread::spawn(move || {
         for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
             let line = strip_ansi(&line);
+            if echo {
+                eprintln!("{line}");
+            }
             let serving = line
                 .contains("tickd serving")
                 .then(|| listen_addr(&line))

@@ -161,10 +161,13 @@ pub(super) const UNSCHEDULED: usize = 6;
 
 /// Which of the partitions `$1` (granted at epochs `$2`) replica `$3` still holds, and
 /// whether each has more than `$4` milliseconds of lease left (enough to fire from).
+/// A lease that ran out unclaimed is still held (owner and epoch unchanged): the next
+/// renewal extends it (see `ownership`), so its timers are kept, not thrown out.
 pub(super) const HELD: &str = "
 SELECT p.partition,
-       p.lease_until > clock_timestamp() + $4::INT8 * INTERVAL '1 millisecond' AS firable
+       coalesce(p.lease_until > clock_timestamp() + $4::INT8 * INTERVAL '1 millisecond',
+                false) AS firable
 FROM tickd_partitions p
 JOIN unnest($1::INT4[], $2::INT8[]) AS mine(partition, epoch)
   ON p.partition = mine.partition AND p.epoch = mine.epoch
-WHERE p.owner = $3 AND p.lease_until > clock_timestamp()";
+WHERE p.owner = $3";

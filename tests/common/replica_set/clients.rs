@@ -251,6 +251,12 @@ impl AckGate {
 /// When a subscriber acknowledges what it receives.
 #[derive(Clone)]
 enum AckPolicy {
+    /// As each delivery arrives, in a task of its own, reading on without waiting for
+    /// the answer: how a subscriber that keeps up acks. One that awaited each ack before
+    /// reading the next would take a round trip a delivery, and in a backlog (a window of
+    /// [`MAX_UNACKED`] claimed at once) its last deliveries would wait out their ack
+    /// deadline in the stream and come again, which is the ack timeout doing its job,
+    /// not what these tests look at.
     AtOnce,
     /// When the gate is open (at once while it is).
     Gated(watch::Receiver<bool>),
@@ -352,9 +358,7 @@ async fn consume_from(replica: &ReplicaAddr, ledger: &SharedLedger, policy: &Ack
         let index = ledger.lock().unwrap().delivered(delivery);
         let acking = acknowledge(acks.clone(), expiration.delivery_id, ledger.clone(), index);
         match policy {
-            AckPolicy::AtOnce => {
-                tokio::spawn(acking);
-            }
+            AckPolicy::AtOnce => drop(tokio::spawn(acking)),
             AckPolicy::Gated(gate) => {
                 let mut gate = gate.clone();
                 // The stream goes on meanwhile: its later deliveries wait behind the gate too.
