@@ -155,6 +155,14 @@ impl Registrar {
         }
     }
 
+    /// The client this registrar keeps for the replica at `addr`.
+    fn client_of(&mut self, addr: SocketAddr) -> TimersClient<Channel> {
+        self.clients
+            .entry(addr)
+            .or_insert_with(|| client_for(addr, Some(CALL_TIMEOUT)))
+            .clone()
+    }
+
     /// `count` timers in one NewTimeouts call through the next live replica.
     async fn register_batch(&mut self, count: usize) {
         self.sequence += 1;
@@ -162,11 +170,7 @@ impl Registrar {
             self.ledger.lock().unwrap().register_errors += count as u64;
             return;
         };
-        let mut client = self
-            .clients
-            .entry(replica.addr)
-            .or_insert_with(|| client_for(replica.addr, Some(CALL_TIMEOUT)))
-            .clone();
+        let mut client = self.client_of(replica.addr);
         let timers = (0..count)
             .map(|_| {
                 self.sequence += 1;
@@ -199,11 +203,7 @@ impl Registrar {
             tokio::time::sleep(POLL).await;
             return;
         };
-        let mut client = self
-            .clients
-            .entry(replica.addr)
-            .or_insert_with(|| client_for(replica.addr, Some(CALL_TIMEOUT)))
-            .clone();
+        let mut client = self.client_of(replica.addr);
         let request = NewTimeoutRequest {
             timer: Some(spec(NAMESPACE, self.next_delay(), b"")),
         };
