@@ -13,6 +13,7 @@ use crate::budget::memory::BudgetSource;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::delivery::DeliveryConfig;
+use crate::domain::SubscriberDefaults;
 use crate::metrics::Metrics;
 use crate::store::SyncMode;
 use crate::worker::table::TableConfig;
@@ -399,10 +400,12 @@ impl Config {
             dead_capacity: self.max_dead,
             buffered_total: self.max_buffered_total,
             dead_total: self.max_dead_total,
-            default_ack_timeout: self.ack_timeout,
-            default_max_unacked: self.max_unacked,
+            subscriber: SubscriberDefaults {
+                ack_timeout: self.ack_timeout,
+                max_unacked: self.max_unacked,
+                ..SubscriberDefaults::default()
+            },
             max_attempts: self.max_attempts,
-            ..DeliveryConfig::default()
         }
     }
 }

@@ -28,14 +28,13 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations, Handoff,
-    RedriveOutcome, SubscribeOptions, TimerError,
+    RedriveOutcome, SubscribeOptions, SubscriberDefaults, SubscriberRules, TimerError,
 };
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
@@ -51,10 +50,8 @@ pub struct DeliveryConfig {
     pub buffered_total: usize,
     /// Dead expirations kept, all namespaces.
     pub dead_total: usize,
-    pub default_ack_timeout: Duration,
-    pub default_max_unacked: usize,
-    /// The largest `max_unacked` a subscriber may ask for.
-    pub max_unacked_limit: usize,
+    /// What a subscriber's rules are decided from (see [`SubscribeOptions::rules`]).
+    pub subscriber: SubscriberDefaults,
     /// Deliveries of one expiration before it is declared dead.
     pub max_attempts: u32,
 }
@@ -66,9 +63,7 @@ impl Default for DeliveryConfig {
             dead_capacity: 10_000,
             buffered_total: 1_000_000,
             dead_total: 100_000,
-            default_ack_timeout: Duration::from_secs(30),
-            default_max_unacked: 1_000,
-            max_unacked_limit: 100_000,
+            subscriber: SubscriberDefaults::default(),
             max_attempts: 5,
         }
     }
@@ -78,6 +73,7 @@ enum Request {
     Fired(Vec<Handoff>),
     Subscribe {
         options: SubscribeOptions,
+        rules: SubscriberRules,
         id: u64,
         sender: mpsc::Sender<Delivered>,
     },
@@ -222,15 +218,14 @@ impl DeliveryHandle {
         options: SubscribeOptions,
     ) -> Result<Subscription, DeliveryStopped> {
         let id = self.next_subscriber_id.fetch_add(1, Ordering::Relaxed);
-        let capacity = options
-            .max_unacked
-            .unwrap_or(self.config.default_max_unacked)
-            .clamp(1, self.config.max_unacked_limit);
-        let (sender, receiver) = mpsc::channel(capacity);
+        let rules = options.rules(&self.config.subscriber);
+        // The stream's channel holds the window: a delivery is sent only into room.
+        let (sender, receiver) = mpsc::channel(rules.max_unacked);
         let namespace: Arc<str> = Arc::from(options.namespace.as_str());
         self.sender
             .send(Request::Subscribe {
                 options,
+                rules,
                 id,
                 sender,
             })

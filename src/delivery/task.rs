@@ -22,7 +22,9 @@ use super::ids::DeliveryIds;
 use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
 use crate::clock::Clock;
-use crate::domain::{AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions};
+use crate::domain::{
+    AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions, SubscriberRules,
+};
 use crate::metrics::Metrics;
 use crate::namespaces::LiveNamespaces;
 use crate::store::StoreHandle;
@@ -119,9 +121,10 @@ impl Delivery {
             }
             Request::Subscribe {
                 options,
+                rules,
                 id,
                 sender,
-            } => self.subscribe(options, id, sender),
+            } => self.subscribe(options, rules, id, sender),
             Request::Unsubscribe { namespace, id } => self.unsubscribe(&namespace, id),
             Request::Pulled { namespace, id } => self.pulled(&namespace, id),
             Request::Ack {
@@ -303,12 +306,23 @@ impl Delivery {
         self.metrics.delivery_dead.set(self.budget.dead() as i64);
     }
 
-    fn subscribe(&mut self, options: SubscribeOptions, id: u64, sender: mpsc::Sender<Delivered>) {
+    fn subscribe(
+        &mut self,
+        options: SubscribeOptions,
+        rules: SubscriberRules,
+        id: u64,
+        sender: mpsc::Sender<Delivered>,
+    ) {
         let namespace: Arc<str> = Arc::from(options.namespace.as_str());
-        let max_unacked = sender.max_capacity();
-        let ack_timeout = options
-            .ack_timeout
-            .unwrap_or(self.config.default_ack_timeout);
+        debug_assert_eq!(
+            sender.max_capacity(),
+            rules.max_unacked,
+            "the channel holds the window"
+        );
+        let SubscriberRules {
+            ack_timeout,
+            max_unacked,
+        } = rules;
         let queue = self.queue(&namespace);
         if options.observer {
             queue.observers.push((id, sender));

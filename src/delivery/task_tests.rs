@@ -78,7 +78,8 @@ impl Delivery {
             max_unacked: Some(window),
             auto_ack: false,
         };
-        self.subscribe(options, id, sender);
+        let rules = options.rules(&self.config.subscriber);
+        self.subscribe(options, rules, id, sender);
         receiver
     }
 }

@@ -67,16 +67,6 @@ pub struct Dead {
 /// back for redelivery.
 pub type DeliveryStream = Pin<Box<dyn Stream<Item = Delivered> + Send>>;
 
-/// What a Subscribe call asks for, validated.
-#[derive(Debug, Clone)]
-pub struct SubscribeOptions {
-    pub namespace: String,
-    pub observer: bool,
-    pub ack_timeout: Option<Duration>,
-    pub max_unacked: Option<usize>,
-    pub auto_ack: bool,
-}
-
 /// The answer to an Ack: how many were settled, and the delivery ids that were not
 /// awaiting an ack (already settled, redelivered since, or never given).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,6 +13,7 @@ mod answer;
 mod error;
 mod expiration;
 mod page;
+mod subscriber;
 mod timer;
 
 use std::time::Duration;
@@ -23,9 +24,10 @@ pub use answer::Answer;
 pub use error::TimerError;
 pub use expiration::{
     AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, Handoff, RedriveOutcome,
-    SubscribeOptions, MAX_REDRIVE,
+    MAX_REDRIVE,
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
+pub use subscriber::{SubscribeOptions, SubscriberDefaults, SubscriberRules};
 pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
 
 /// What the API asks of the timers: register, cancel, look up, heartbeat, list.

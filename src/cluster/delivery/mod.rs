@@ -272,11 +272,8 @@ impl ClusterDeliveries {
         if options.observer {
             return Ok(self.observe(options.namespace));
         }
-        let max_unacked = options
-            .max_unacked
-            .unwrap_or(self.config.default_max_unacked)
-            .clamp(1, self.config.max_unacked_limit);
-        Ok(self.claim_for(options, max_unacked))
+        let rules = options.rules(&self.config.subscriber);
+        Ok(self.claim_for(options, rules))
     }
 
     pub(crate) async fn ack(

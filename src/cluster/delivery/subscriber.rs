@@ -15,7 +15,7 @@ use super::direct::{Membership, Slot};
 use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
 use crate::cluster::notifications::{NamespaceWakeup, FIRED_CHANNEL};
 use crate::cluster::ClusterError;
-use crate::domain::{Delivered, DeliveryStream, SubscribeOptions};
+use crate::domain::{Delivered, DeliveryStream, SubscribeOptions, SubscriberRules};
 
 /// Claimable rows of namespace `$1` with attempts left (`$2`): never claimed, or claimed
 /// and not acknowledged in time. Oldest first, skipping rows another claim is taking; at
@@ -38,14 +38,16 @@ impl ClusterDeliveries {
     pub(super) fn claim_for(
         &self,
         options: SubscribeOptions,
-        max_unacked: usize,
+        rules: SubscriberRules,
     ) -> DeliveryStream {
+        let SubscriberRules {
+            ack_timeout,
+            max_unacked,
+        } = rules;
         let (sender, receiver) = mpsc::channel(max_unacked);
         let slot = Arc::new(Slot::new(
             self.next_name(),
-            options
-                .ack_timeout
-                .unwrap_or(self.config.default_ack_timeout),
+            ack_timeout,
             max_unacked,
             !options.auto_ack,
             sender.clone(),
