@@ -12,7 +12,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
-use crate::domain::{Dead, Delivered, Expiration};
+use crate::domain::{Dead, DeadList, Delivered, Expiration};
 use crate::wheel::Handle;
 
 /// A dead expiration kept in its namespace's list, numbered in the order expirations died
@@ -110,5 +110,18 @@ impl NamespaceQueue {
             && self.subscribers.is_empty()
             && self.observers.is_empty()
             && self.dead.is_empty()
+    }
+}
+
+/// The dead expirations kept in `queues`, oldest first (by the order they died in).
+pub(super) fn dead_list<'a>(queues: impl Iterator<Item = &'a NamespaceQueue>) -> DeadList {
+    let mut buried: Vec<&Buried> = queues.flat_map(|queue| queue.dead.iter()).collect();
+    buried.sort_unstable_by_key(|buried| buried.seq);
+    DeadList {
+        count: buried.len() as u64,
+        dead: buried
+            .into_iter()
+            .map(|buried| buried.dead.clone())
+            .collect(),
     }
 }

@@ -19,7 +19,7 @@ use tracing::warn;
 
 use super::budget::Budget;
 use super::ids::DeliveryIds;
-use super::queue::{Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
+use super::queue::{dead_list, Buried, InFlight, NamespaceQueue, Subscriber, Waiting};
 use super::{DeliveryConfig, Request};
 use crate::clock::Clock;
 use crate::domain::{
@@ -317,12 +317,8 @@ impl Delivery {
         debug_assert_eq!(
             sender.max_capacity(),
             rules.max_unacked,
-            "the channel holds the window"
+            "the window's channel"
         );
-        let SubscriberRules {
-            ack_timeout,
-            max_unacked,
-        } = rules;
         let queue = self.queue(&namespace);
         if options.observer {
             queue.observers.push((id, sender));
@@ -332,8 +328,8 @@ impl Delivery {
             id,
             sender,
             unacked: 0,
-            max_unacked,
-            ack_timeout,
+            max_unacked: rules.max_unacked,
+            ack_timeout: rules.ack_timeout,
             auto_ack: options.auto_ack,
         });
         self.dispatch(&namespace);
@@ -409,25 +405,9 @@ impl Delivery {
 
     /// The dead expirations kept, oldest first: one namespace's, or (None) every one's.
     fn dead(&self, namespace: Option<&str>) -> DeadList {
-        let mut buried: Vec<&Buried> = match namespace {
-            Some(namespace) => self
-                .namespaces
-                .get(namespace)
-                .map(|queue| queue.dead.iter().collect())
-                .unwrap_or_default(),
-            None => self
-                .namespaces
-                .values()
-                .flat_map(|queue| queue.dead.iter())
-                .collect(),
-        };
-        buried.sort_unstable_by_key(|buried| buried.seq);
-        DeadList {
-            count: buried.len() as u64,
-            dead: buried
-                .into_iter()
-                .map(|buried| buried.dead.clone())
-                .collect(),
+        match namespace {
+            Some(namespace) => dead_list(self.namespaces.get(namespace).into_iter()),
+            None => dead_list(self.namespaces.values()),
         }
     }
 
