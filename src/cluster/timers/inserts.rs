@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 
 use super::announce_if_due;
-use super::register::{TimerColumns, ANNOUNCE_LIMIT, INSERTED_COLUMNS, INSERTED_ROWS};
+use super::columns::{TimerColumns, ANNOUNCE_LIMIT, INSERTED_COLUMNS, INSERTED_ROWS};
 use crate::cluster::group_commit::GroupCommit;
 use crate::cluster::{ClusterError, Connections, Shared};
 use crate::domain::NewTimer;

@@ -10,6 +10,7 @@
 //! them in, and the firing (which matches the deadline its wheel had) fires nothing at
 //! the old one. Registration is in [`register`].
 
+mod columns;
 mod inserts;
 mod register;
 

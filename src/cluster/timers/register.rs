@@ -7,27 +7,16 @@
 //! the same key meet each other as they would on one node.
 
 use rustc_hash::FxHashSet;
-use tokio_postgres::types::ToSql;
 
+use super::columns::{TimerColumns, ANNOUNCE_LIMIT, INSERTED_COLUMNS, INSERTED_ROWS};
 use super::inserts::InsertRequest;
 use super::{
-    announce_if_due, deadline_of, nanos, new_view, view_of, ClusterTimers, ID_BLOCK,
-    ID_BLOCKS_AT_ONCE, VIEW_COLUMNS,
+    announce_if_due, deadline_of, new_view, view_of, ClusterTimers, ID_BLOCK, ID_BLOCKS_AT_ONCE,
+    VIEW_COLUMNS,
 };
 use crate::budget::Refusal;
-use crate::cluster::{ClusterError, Shared};
+use crate::cluster::ClusterError;
 use crate::domain::{NewTimer, Registered, TimerError};
-
-/// The columns a registration writes, in the order of [`TimerColumns::parameters`].
-pub(super) const INSERTED_COLUMNS: &str =
-    "id, namespace, key, partition, deadline, payload, repeat_nanos, ttl_nanos, cron, time_zone";
-
-/// The rows of [`INSERTED_COLUMNS`] built from `$1` to `$10`, one array each.
-pub(super) const INSERTED_ROWS: &str = "SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], \
-     $4::INT4[], $5::INT8[], $6::BYTEA[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[])";
-
-/// The announcement limit follows the ten columns.
-pub(super) const ANNOUNCE_LIMIT: usize = 11;
 
 /// What a replacement rewrites: all the timer is, but its id (so its partition) and its
 /// count of firings. The version bump makes the owner's wheel take the new deadline over
@@ -36,66 +25,6 @@ pub(super) const ANNOUNCE_LIMIT: usize = 11;
 const REPLACED: &str = "deadline = EXCLUDED.deadline, payload = EXCLUDED.payload, \
      repeat_nanos = EXCLUDED.repeat_nanos, ttl_nanos = EXCLUDED.ttl_nanos, \
      cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, version = tickd_timers.version + 1";
-
-/// A batch's registrations as SQL arrays, one per column of [`INSERTED_COLUMNS`].
-pub(super) struct TimerColumns<'a> {
-    ids: Vec<i64>,
-    namespaces: Vec<&'a str>,
-    keys: Vec<Option<&'a str>>,
-    partitions: Vec<i32>,
-    deadlines: Vec<i64>,
-    payloads: Vec<&'a [u8]>,
-    repeats: Vec<Option<i64>>,
-    ttls: Vec<Option<i64>>,
-    crons: Vec<Option<&'a str>>,
-    time_zones: Vec<Option<&'a str>>,
-}
-
-impl<'a> TimerColumns<'a> {
-    pub(super) fn new(
-        shared: &Shared,
-        timers: &[&'a NewTimer],
-        ids: &[u64],
-        deadlines: &[u64],
-    ) -> Self {
-        let calendars = || timers.iter().map(|t| t.calendar.as_ref());
-        Self {
-            ids: ids.iter().map(|&id| id as i64).collect(),
-            namespaces: timers.iter().map(|t| t.namespace.as_str()).collect(),
-            keys: timers.iter().map(|t| t.key.as_deref()).collect(),
-            partitions: ids
-                .iter()
-                .map(|&id| shared.partition_of(id) as i32)
-                .collect(),
-            deadlines: deadlines.iter().map(|&deadline| deadline as i64).collect(),
-            payloads: timers.iter().map(|t| &t.payload[..]).collect(),
-            repeats: timers.iter().map(|t| nanos(t.repeat)).collect(),
-            ttls: timers.iter().map(|t| nanos(t.ttl)).collect(),
-            crons: calendars().map(|c| c.map(|c| c.expression())).collect(),
-            time_zones: calendars().map(|c| c.map(|c| c.time_zone())).collect(),
-        }
-    }
-
-    /// `$1` to `$10`, then the announcement limit (`$11`).
-    pub(super) fn parameters<'p>(
-        &'p self,
-        announce_until: &'p i64,
-    ) -> [&'p (dyn ToSql + Sync); 11] {
-        [
-            &self.ids,
-            &self.namespaces,
-            &self.keys,
-            &self.partitions,
-            &self.deadlines,
-            &self.payloads,
-            &self.repeats,
-            &self.ttls,
-            &self.crons,
-            &self.time_zones,
-            announce_until,
-        ]
-    }
-}
 
 impl ClusterTimers {
     pub(super) async fn register(
