@@ -2,10 +2,15 @@
 //! against delivery's promises:
 //! - an expiration comes again only after its ack timeout, its subscriber's loss, or a
 //!   restart, and never after an ack of it was answered;
-//! - attempts rise with each delivery (across a machine crash they may repeat the last,
-//!   whose record the crash can take, never fall below it) and never pass the maximum;
+//! - attempts rise with each delivery and never pass the maximum; across a power cut they
+//!   may repeat the last (`--sync always`: its record is synced with the next commit), or,
+//!   with `--sync interval`, fall back to the last made before the cut's window (see
+//!   [`Ledger::crashed`]), never further;
 //! - an ack settles exactly the deliveries it names that await one: one from an earlier
-//!   process, or one already taken back, is unknown, and settles nothing else.
+//!   process, or one already taken back, is unknown, and settles nothing else;
+//! - a Redrive takes back only dead expirations (attempts used up, not settled); one it
+//!   took back comes again at attempt 1 and, when the answer says exactly which were
+//!   taken, must come again.
 
 use std::collections::BTreeMap;
 
@@ -46,10 +51,22 @@ struct Latest {
 #[derive(Default)]
 struct Firing {
     latest: Option<Latest>,
-    /// When an ack of it was answered.
+    /// When an ack of it was sent, and when that ack was answered.
     settled_at: Option<u64>,
-    /// A machine crash came after its latest delivery: its attempt may come again.
-    machine_crash_since: bool,
+    settle_answered_at: u64,
+    /// After a power cut since its latest delivery: the attempt whose record the cut could
+    /// not take; the next delivery is a later one.
+    crash_floor: Option<u32>,
+    /// Its deliveries since its attempts last counted from 1, with when each was received.
+    attempts: Vec<(u32, u64)>,
+    /// Its namespace (set with its first delivery).
+    namespace: Option<Box<str>>,
+    /// When a Redrive of its namespace was answered while it was dead, or may have been
+    /// (`u64::MAX`: never answered): its next delivery may be attempt 1.
+    redriven: Option<u64>,
+    /// The Redrive's answer counted exactly the dead expirations, so this one was taken
+    /// back: it must be delivered again.
+    owed_redelivery: bool,
 }
 
 pub(crate) struct Ledger {
@@ -123,14 +140,38 @@ impl Ledger {
         Ok(())
     }
 
-    /// The process is gone (its subscriptions with it).
-    pub(crate) fn crashed(&mut self, machine: bool) {
-        if machine {
-            for firing in self.firings.values_mut() {
-                firing.machine_crash_since = true;
+    /// The process is gone (its subscriptions with it). `power_cut`: the machine lost
+    /// power too, `Some(lost_from)` with `--sync interval`, whose records written since
+    /// `lost_from` (the last sync interval) the cut may take, `None` with `--sync always`,
+    /// where only the deliveries' own attempt records, synced with the next commit, can go.
+    pub(crate) fn crashed(&mut self, power_cut: Option<Option<u64>>) {
+        self.orphaned.clear();
+        let Some(lost_from) = power_cut else { return };
+        for firing in self.firings.values_mut() {
+            let Some(latest) = firing.latest else {
+                continue;
+            };
+            let floor = match lost_from {
+                None => latest.attempt - 1,
+                Some(lost_from) => firing
+                    .attempts
+                    .iter()
+                    .filter(|(_, at)| *at < lost_from)
+                    .map(|(attempt, _)| *attempt)
+                    .max()
+                    .unwrap_or(0),
+            };
+            firing.crash_floor = Some(firing.crash_floor.map_or(floor, |old| old.min(floor)));
+            let Some(lost_from) = lost_from else { continue };
+            if firing.settled_at.is_some() && firing.settle_answered_at >= lost_from {
+                // Its settlement may be gone: it may come again after the restart.
+                firing.settled_at = None;
+            }
+            if firing.redriven.is_some_and(|at| at >= lost_from) {
+                // The Redrive's record may be gone: it may be dead again, or come again.
+                firing.owed_redelivery = false;
             }
         }
-        self.orphaned.clear();
     }
 
     /// A client received `delivered`: checks it may come now, with this attempt.
@@ -152,6 +193,25 @@ impl Ledger {
             )));
         }
         let firing = self.firings.entry(key).or_default();
+        if firing.namespace.is_none() {
+            firing.namespace = Some(Box::from(&*expiration.namespace));
+        }
+        if firing.redriven.take().is_some() {
+            // Taken back by the Redrive: its attempts count afresh. Any other attempt is
+            // judged as if there had been no Redrive (and then exceeds the maximum).
+            if delivered.attempt == 1 {
+                firing.owed_redelivery = false;
+                firing.latest = None;
+                firing.crash_floor = None;
+                firing.attempts.clear();
+            } else if firing.owed_redelivery {
+                return Err(Violation(format!(
+                    "{} came back as attempt {} after a Redrive (attempts count afresh from 1)",
+                    name(),
+                    delivered.attempt
+                )));
+            }
+        }
         if let Some(settled_at) = firing.settled_at {
             return Err(Violation(format!(
                 "{} delivered again (attempt {}) after an ack of it was answered at {settled_at}",
@@ -172,11 +232,9 @@ impl Ledger {
                     )));
                 }
             }
-            let lowest = if firing.machine_crash_since {
-                latest.attempt
-            } else {
-                latest.attempt + 1
-            };
+            let lowest = firing
+                .crash_floor
+                .map_or(latest.attempt + 1, |floor| floor + 1);
             if delivered.attempt < lowest {
                 return Err(Violation(format!(
                     "{} delivered as attempt {} after attempt {}",
@@ -192,7 +250,8 @@ impl Ledger {
             boot: self.boot,
             receipt,
         });
-        firing.machine_crash_since = false;
+        firing.crash_floor = None;
+        firing.attempts.push((delivered.attempt, receipt.at));
         self.held.push(Held {
             namespace: expiration.namespace.to_string(),
             delivery_id: delivered.delivery_id,
@@ -201,6 +260,67 @@ impl Ledger {
             receipt,
         });
         Ok(())
+    }
+
+    /// A Redrive of every dead expiration of `namespace`, sent at `sent_at`, answered that
+    /// it took back `redriven` (None: never answered, its process gone; it may have taken
+    /// back any of them, or none). Dead, as far as a client can tell: its last attempt was the
+    /// maximum, unsettled, and either its ack timeout passed, its subscriber went or an
+    /// earlier process delivered it (a start makes those dead again). The answer cannot
+    /// count more than those; each of them may now come again at attempt 1, and when it
+    /// counts all of them (none of them still awaiting tickd's own timeout), each must.
+    pub(crate) fn redriven(
+        &mut self,
+        namespace: &str,
+        sent_at: u64,
+        redriven: Option<u32>,
+        answered_at: u64,
+        max_attempts: u32,
+    ) -> Result<(), Violation> {
+        let mut dead = Vec::new();
+        let mut surely_dead = 0;
+        for (key, firing) in &self.firings {
+            let Some(latest) = firing.latest else {
+                continue;
+            };
+            if firing.namespace.as_deref() != Some(namespace)
+                || firing.settled_at.is_some()
+                || latest.attempt < max_attempts
+            {
+                continue;
+            }
+            let deadline = latest.receipt.at + latest.receipt.ack_timeout;
+            let lost = self.ended.contains_key(&latest.receipt.subscription);
+            let earlier_boot = latest.boot != self.boot;
+            if sent_at >= deadline || lost || earlier_boot {
+                dead.push(*key);
+                let certain = (sent_at >= deadline + ACK_DEADLINE_SLACK || lost || earlier_boot)
+                    && firing.crash_floor.is_none();
+                surely_dead += usize::from(certain);
+            }
+        }
+        if redriven.is_some_and(|redriven| redriven as usize > dead.len()) {
+            return Err(Violation(format!(
+                "a Redrive of {namespace} took back {redriven:?}, but at most {} of its expirations were dead",
+                dead.len()
+            )));
+        }
+        let exact = redriven == Some(dead.len() as u32) && surely_dead == dead.len();
+        for key in dead {
+            let firing = self.firings.get_mut(&key).expect("listed above");
+            firing.redriven = Some(if redriven.is_some() {
+                answered_at
+            } else {
+                u64::MAX
+            });
+            firing.owed_redelivery |= exact;
+        }
+        Ok(())
+    }
+
+    /// True while an expiration a Redrive took back has not come again.
+    pub(crate) fn owes_a_redelivery(&self) -> bool {
+        self.firings.values().any(|firing| firing.owed_redelivery)
     }
 
     /// Up to `count` deliveries of one namespace for a client to ack (any boot's).
@@ -228,12 +348,13 @@ impl Ledger {
         (held[0].namespace.clone(), ids)
     }
 
-    /// An ack sent at `sent_at` was answered `outcome`.
+    /// An ack sent at `sent_at` was answered `outcome` at `answered_at`.
     pub(crate) fn acked(
         &mut self,
         held: &[Held],
         outcome: &AckOutcome,
         sent_at: u64,
+        answered_at: u64,
     ) -> Result<(), Violation> {
         let mut acknowledged = 0;
         for delivery in held {
@@ -262,6 +383,7 @@ impl Ledger {
                 }
                 acknowledged += 1;
                 firing.settled_at = Some(sent_at);
+                firing.settle_answered_at = answered_at;
             } else if current && sent_at < deadline {
                 return Err(Violation(format!(
                     "an ack of {}, awaiting one, was answered unknown",
