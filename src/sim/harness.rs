@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::disk::SimDisk;
-use super::ledger::{Held, Ledger, Receipt};
+use super::ledger::{Held, Ledger, Receipt, RedriveCandidates};
 use super::model::{Model, Violation, LOSABLE_NANOS};
 use super::node::{reply, take_delivery, Later, Node, NodeConfig, Reply};
 use super::rng::Rng;
@@ -94,8 +94,8 @@ pub(crate) struct Harness {
     calls: Vec<Call>,
     /// Acks sent, with the deliveries they name and when they were sent.
     acks: Vec<(Later<AckOutcome>, Vec<Held>, u64)>,
-    /// Redrives sent, with their namespace and when they were sent.
-    redrives: Vec<(Later<RedriveOutcome>, &'static str, u64)>,
+    /// Redrives sent, with their namespace and the firings each may take back.
+    redrives: Vec<(Later<RedriveOutcome>, &'static str, RedriveCandidates)>,
     clients: Vec<Client>,
     model: Model,
     ledger: Ledger,
@@ -273,7 +273,10 @@ impl Harness {
             node.run();
         }
         if self.disk.crashed() {
-            // A crash at the n-th disk call: the machine loses power there.
+            // A crash at the n-th disk call: the machine loses power there. What the
+            // subscribers' streams hold had left tickd (its attempts written): a client
+            // has it.
+            self.receive()?;
             return self.crash(true);
         }
         self.receive()?;
@@ -329,7 +332,7 @@ impl Harness {
                 Call::Register { token, answer } => match reply(answer) {
                     Reply::Waiting => false,
                     Reply::Dropped => {
-                        self.model.register_answered(*token, Err(false), now);
+                        self.model.register_answered(*token, Err(false), now)?;
                         true
                     }
                     Reply::Answered(mut results) => {
@@ -344,13 +347,13 @@ impl Harness {
                         ));
                         match result {
                             Ok(registered) => {
-                                self.model.register_answered(*token, Ok(&registered), now)
+                                self.model.register_answered(*token, Ok(&registered), now)?
                             }
                             Err(error) => self.model.register_answered(
                                 *token,
                                 Err(!matches!(error, TimerError::Unavailable(_))),
                                 now,
-                            ),
+                            )?,
                         }
                         true
                     }
@@ -405,6 +408,9 @@ impl Harness {
             }
         }
         self.calls = still;
+        for id in std::mem::take(&mut self.model.reused_ids) {
+            self.ledger.forget_timer(id);
+        }
         for event in answered {
             self.trace(event);
         }
@@ -423,15 +429,14 @@ impl Harness {
         }
         self.acks = waiting;
         let mut waiting = Vec::new();
-        for (mut later, namespace, sent_at) in std::mem::take(&mut self.redrives) {
+        for (mut later, namespace, candidates) in std::mem::take(&mut self.redrives) {
             match later.poll() {
-                None => waiting.push((later, namespace, sent_at)),
+                None => waiting.push((later, namespace, candidates)),
                 Some(None) => {}
                 Some(Some(outcome)) => {
                     let redriven = outcome.redriven;
                     self.trace(format_args!("redrive {namespace} -> {redriven}"));
-                    self.ledger
-                        .redriven(namespace, sent_at, Some(redriven), now, MAX_ATTEMPTS)?;
+                    self.ledger.redrive_answered(&candidates, redriven, now)?;
                 }
             }
         }
@@ -443,12 +448,9 @@ impl Harness {
         self.node = None;
         self.clients.clear();
         self.acks.clear();
-        for (_, namespace, sent_at) in std::mem::take(&mut self.redrives) {
-            // In doubt: it counts nothing, so it cannot be wrong.
-            let _ = self
-                .ledger
-                .redriven(namespace, sent_at, None, sent_at, MAX_ATTEMPTS);
-        }
+        // Redrives never answered are in doubt: their candidates may come again at
+        // attempt 1, or stay dead.
+        self.redrives.clear();
         self.calls.clear();
         self.model.crashed();
         // With `--sync interval` a power cut may take what was answered in the last sync

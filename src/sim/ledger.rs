@@ -59,14 +59,25 @@ struct Firing {
     crash_floor: Option<u32>,
     /// Its deliveries since its attempts last counted from 1, with when each was received.
     attempts: Vec<(u32, u64)>,
+    /// Processes ended since its latest delivery: each may have recorded an attempt that
+    /// never reached a client (the log records an attempt before the delivery leaves),
+    /// and a start buries it once those reach the maximum.
+    ends_since: u32,
     /// Its namespace (set with its first delivery).
     namespace: Option<Box<str>>,
-    /// When a Redrive of its namespace was answered while it was dead, or may have been
-    /// (`u64::MAX`: never answered): its next delivery may be attempt 1.
+    /// When a Redrive of its namespace was answered while it was dead (`u64::MAX`: sent,
+    /// not answered): its next delivery may be attempt 1.
     redriven: Option<u64>,
     /// The Redrive's answer counted exactly the dead expirations, so this one was taken
     /// back: it must be delivered again.
     owed_redelivery: bool,
+}
+
+/// The firings a Redrive may take back (see [`Ledger::redrive_sent`]).
+pub(crate) struct RedriveCandidates {
+    dead: Vec<(u64, u64)>,
+    /// How many of them tickd has surely found dead too (their ack timeout well past).
+    surely_dead: usize,
 }
 
 pub(crate) struct Ledger {
@@ -146,6 +157,9 @@ impl Ledger {
     /// where only the deliveries' own attempt records, synced with the next commit, can go.
     pub(crate) fn crashed(&mut self, power_cut: Option<Option<u64>>) {
         self.orphaned.clear();
+        for firing in self.firings.values_mut() {
+            firing.ends_since += 1;
+        }
         let Some(lost_from) = power_cut else { return };
         for firing in self.firings.values_mut() {
             let Some(latest) = firing.latest else {
@@ -153,13 +167,17 @@ impl Ledger {
             };
             let floor = match lost_from {
                 None => latest.attempt - 1,
-                Some(lost_from) => firing
-                    .attempts
-                    .iter()
-                    .filter(|(_, at)| *at < lost_from)
-                    .map(|(attempt, _)| *attempt)
-                    .max()
-                    .unwrap_or(0),
+                Some(lost_from) => {
+                    // Those made since `lost_from` may be gone for good: a later cut's
+                    // floor cannot rest on them.
+                    firing.attempts.retain(|(_, at)| *at < lost_from);
+                    firing
+                        .attempts
+                        .iter()
+                        .map(|(attempt, _)| *attempt)
+                        .max()
+                        .unwrap_or(0)
+                }
             };
             firing.crash_floor = Some(firing.crash_floor.map_or(floor, |old| old.min(floor)));
             let Some(lost_from) = lost_from else { continue };
@@ -193,22 +211,24 @@ impl Ledger {
             )));
         }
         let firing = self.firings.entry(key).or_default();
-        if firing.namespace.is_none() {
+        if firing.namespace.as_deref() != Some(&*expiration.namespace) {
             firing.namespace = Some(Box::from(&*expiration.namespace));
         }
         if firing.redriven.take().is_some() {
-            // Taken back by the Redrive: its attempts count afresh. Any other attempt is
-            // judged as if there had been no Redrive (and then exceeds the maximum).
-            if delivered.attempt == 1 {
+            // Taken back by the Redrive: its attempts count afresh, from 1 (more, by one
+            // per process ended since: each may have recorded an attempt no client got).
+            // Any other attempt is judged as if there had been no Redrive.
+            if delivered.attempt <= 1 + firing.ends_since {
                 firing.owed_redelivery = false;
                 firing.latest = None;
                 firing.crash_floor = None;
                 firing.attempts.clear();
             } else if firing.owed_redelivery {
                 return Err(Violation(format!(
-                    "{} came back as attempt {} after a Redrive (attempts count afresh from 1)",
+                    "{} came back as attempt {} after a Redrive (attempts count afresh from 1; {} processes ended since)",
                     name(),
-                    delivered.attempt
+                    delivered.attempt,
+                    firing.ends_since
                 )));
             }
         }
@@ -251,6 +271,7 @@ impl Ledger {
             receipt,
         });
         firing.crash_floor = None;
+        firing.ends_since = 0;
         firing.attempts.push((delivered.attempt, receipt.at));
         self.held.push(Held {
             namespace: expiration.namespace.to_string(),
@@ -262,30 +283,30 @@ impl Ledger {
         Ok(())
     }
 
-    /// A Redrive of every dead expiration of `namespace`, sent at `sent_at`, answered that
-    /// it took back `redriven` (None: never answered, its process gone; it may have taken
-    /// back any of them, or none). Dead, as far as a client can tell: its last attempt was the
+    /// A Redrive of every dead expiration of `namespace` sent at `sent_at`: the firings
+    /// it may take back. Dead, as far as a client can tell: its last attempt was the
     /// maximum, unsettled, and either its ack timeout passed, its subscriber went or an
-    /// earlier process delivered it (a start makes those dead again). The answer cannot
-    /// count more than those; each of them may now come again at attempt 1, and when it
-    /// counts all of them (none of them still awaiting tickd's own timeout), each must.
-    pub(crate) fn redriven(
+    /// earlier process delivered it (a start makes those dead again). Each may come again
+    /// at attempt 1 from now on (even before the answer: the task redelivers at once).
+    pub(crate) fn redrive_sent(
         &mut self,
         namespace: &str,
         sent_at: u64,
-        redriven: Option<u32>,
-        answered_at: u64,
         max_attempts: u32,
-    ) -> Result<(), Violation> {
-        let mut dead = Vec::new();
-        let mut surely_dead = 0;
-        for (key, firing) in &self.firings {
+    ) -> RedriveCandidates {
+        let mut candidates = RedriveCandidates {
+            dead: Vec::new(),
+            surely_dead: 0,
+        };
+        for (key, firing) in &mut self.firings {
             let Some(latest) = firing.latest else {
                 continue;
             };
+            // Attempts it may have used, counting one unseen per process ended since.
+            let attempts = latest.attempt.saturating_add(firing.ends_since);
             if firing.namespace.as_deref() != Some(namespace)
                 || firing.settled_at.is_some()
-                || latest.attempt < max_attempts
+                || attempts < max_attempts
             {
                 continue;
             }
@@ -293,29 +314,62 @@ impl Ledger {
             let lost = self.ended.contains_key(&latest.receipt.subscription);
             let earlier_boot = latest.boot != self.boot;
             if sent_at >= deadline || lost || earlier_boot {
-                dead.push(*key);
+                candidates.dead.push(*key);
                 let certain = (sent_at >= deadline + ACK_DEADLINE_SLACK || lost || earlier_boot)
+                    && latest.attempt == max_attempts
                     && firing.crash_floor.is_none();
-                surely_dead += usize::from(certain);
+                candidates.surely_dead += usize::from(certain);
+                firing.redriven = Some(u64::MAX);
             }
         }
-        if redriven.is_some_and(|redriven| redriven as usize > dead.len()) {
+        candidates
+    }
+
+    /// The Redrive sent with `candidates` was answered at `answered_at`: it took back
+    /// `redriven`. It cannot count more than were dead; when it counts all of them (none
+    /// still awaiting tickd's own timeout), each must come again.
+    pub(crate) fn redrive_answered(
+        &mut self,
+        candidates: &RedriveCandidates,
+        redriven: u32,
+        answered_at: u64,
+    ) -> Result<(), Violation> {
+        // Expirations no client ever received may have died too, one unseen attempt per
+        // process ended: the count is bounded only while no process has ended.
+        if redriven as usize > candidates.dead.len() && self.boot == 1 {
             return Err(Violation(format!(
-                "a Redrive of {namespace} took back {redriven:?}, but at most {} of its expirations were dead",
-                dead.len()
+                "a Redrive took back {redriven}, but at most {} of its namespace's expirations were dead",
+                candidates.dead.len()
             )));
         }
-        let exact = redriven == Some(dead.len() as u32) && surely_dead == dead.len();
-        for key in dead {
-            let firing = self.firings.get_mut(&key).expect("listed above");
-            firing.redriven = Some(if redriven.is_some() {
-                answered_at
-            } else {
-                u64::MAX
-            });
-            firing.owed_redelivery |= exact;
+        let exact = redriven as usize == candidates.dead.len()
+            && candidates.surely_dead == candidates.dead.len();
+        for key in &candidates.dead {
+            let firing = self
+                .firings
+                .get_mut(key)
+                .expect("a candidate was delivered");
+            // Those already delivered again owe nothing more.
+            if firing.redriven.is_some() {
+                firing.redriven = Some(answered_at);
+                firing.owed_redelivery |= exact;
+            }
         }
         Ok(())
+    }
+
+    /// Timer `id` was lost to a power cut and its id given to a new timer: the lost one's
+    /// deliveries are forgotten (none of them can be settled or delivered again now).
+    pub(crate) fn forget_timer(&mut self, id: u64) {
+        let keys: Vec<(u64, u64)> = self
+            .firings
+            .range((id, 0)..=(id, u64::MAX))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in keys {
+            self.firings.remove(&key);
+        }
+        self.held.retain(|held| held.firing.0 != id);
     }
 
     /// True while an expiration a Redrive took back has not come again.

@@ -65,6 +65,11 @@ pub(crate) struct Timer {
     /// The deadlines and ttls its answered changes of the last sync interval replaced:
     /// with `--sync interval` a power cut may take those changes, bringing them back.
     pub(crate) superseded: Vec<Superseded>,
+    /// When its creation was answered (or, learned from a firing, when that fired).
+    pub(crate) created_at: u64,
+    /// A power cut may have taken its creation (`--sync interval`): its id may be handed
+    /// out again, to a new timer.
+    pub(crate) may_be_gone: bool,
 }
 
 /// What one answered change replaced, and when it was answered.
@@ -114,6 +119,9 @@ pub(crate) struct Violation(pub(crate) String);
 pub(crate) struct Model {
     pub(crate) registrations: Vec<Registration>,
     pub(crate) timers: BTreeMap<u64, Timer>,
+    /// Ids a power cut freed and a new timer was given (see [`Timer::may_be_gone`]): the
+    /// ledger forgets the deliveries of the timer that had it before.
+    pub(crate) reused_ids: Vec<u64>,
 }
 
 impl Model {
@@ -129,7 +137,7 @@ impl Model {
         token: u64,
         answer: Result<&Registered, bool>,
         now: u64,
-    ) {
+    ) -> Result<(), Violation> {
         let registration = &mut self.registrations[token as usize];
         let registered = match answer {
             Ok(registered) => registered,
@@ -139,7 +147,7 @@ impl Model {
                 } else {
                     Outcome::InDoubt
                 };
-                return;
+                return Ok(());
             }
         };
         let id = registered.timer.id.0;
@@ -147,7 +155,19 @@ impl Model {
         let registration = registration.clone();
         if !registered.created && !registered.replaced {
             // The key's pending timer was returned, unchanged.
-            return;
+            return Ok(());
+        }
+        if registered.created {
+            if let Some(known) = self.timers.get(&id) {
+                if !known.may_be_gone {
+                    return Err(Violation(format!(
+                        "registration {token} created timer {id:016x}, an id an acknowledged registration already had"
+                    )));
+                }
+                // Its first timer was lost with the power cut: this is another one.
+                self.timers.remove(&id);
+                self.reused_ids.push(id);
+            }
         }
         let timer = self.timers.entry(id).or_insert_with(|| Timer {
             namespace: registration.namespace.clone(),
@@ -161,6 +181,8 @@ impl Model {
             changed_at: now,
             fired: BTreeMap::new(),
             superseded: Vec::new(),
+            created_at: now,
+            may_be_gone: false,
         });
         timer.supersede(now);
         // Tokens only accumulate: a firing from before the change may still be delivered.
@@ -172,6 +194,7 @@ impl Model {
         timer.state = TimerState::Pending;
         timer.must_fire = true;
         timer.changed_at = now;
+        Ok(())
     }
 
     /// A reschedule's answer (`Some(deadline)`), or its doubt (`None`).
@@ -303,6 +326,8 @@ impl Model {
                         changed_at: expiration.fired_unix,
                         fired: BTreeMap::new(),
                         superseded: Vec::new(),
+                        created_at: expiration.fired_unix,
+                        may_be_gone: false,
                     },
                 );
                 self.timers.get_mut(&id).expect("inserted")
@@ -385,6 +410,7 @@ impl Model {
             if timer.changed_at >= lost_from {
                 timer.must_fire = false;
             }
+            timer.may_be_gone |= timer.created_at >= lost_from;
             if matches!(timer.state, TimerState::Cancelled(at) if at >= lost_from) {
                 timer.state = TimerState::MaybeCancelled;
             }
@@ -401,9 +427,10 @@ impl Model {
     }
 }
 
-/// A cron timer's firing: at a time of its schedule or at a deadline a call set, and, once
-/// its latest acknowledged change was answered, never before the deadline that change set
-/// (a firing then at an earlier schedule time would be early).
+/// A cron timer's firing after its latest acknowledged change was answered: at a time of
+/// its schedule or at a deadline a call set, and never before the deadline that change set
+/// (a firing then at an earlier schedule time would be early). One from before the change
+/// may be at a deadline the change replaced.
 fn check_cron_firing(
     id: u64,
     timer: &Timer,
@@ -413,6 +440,9 @@ fn check_cron_firing(
     let Some(calendar) = &timer.calendar else {
         return Ok(());
     };
+    if fired_unix <= timer.changed_at {
+        return Ok(());
+    }
     let on_schedule = calendar.next_at_or_after(deadline_unix) == Some(deadline_unix);
     if !on_schedule && !timer.deadlines.contains(&deadline_unix) {
         return Err(Violation(format!(
@@ -421,7 +451,7 @@ fn check_cron_firing(
         )));
     }
     let earliest = timer.deadlines.iter().min().copied().unwrap_or(0);
-    if fired_unix > timer.changed_at && deadline_unix < earliest {
+    if deadline_unix < earliest {
         return Err(Violation(format!(
             "cron timer {id:016x} fired at deadline {deadline_unix}, before {earliest}, the deadline its latest answered change set"
         )));

@@ -132,9 +132,10 @@ impl Harness {
     pub(super) fn redrive(&mut self) {
         let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
         self.trace(format_args!("redrive {namespace}"));
+        let now = self.now();
+        let candidates = self.ledger.redrive_sent(namespace, now, MAX_ATTEMPTS);
         let later = self.node().redrive(namespace.to_owned());
-        let sent_at = self.now();
-        self.redrives.push((later, namespace, sent_at));
+        self.redrives.push((later, namespace, candidates));
     }
 
     /// A timer the model knows, by id, with its namespace.
