@@ -2,10 +2,15 @@
 //! against delivery's promises:
 //! - an expiration comes again only after its ack timeout, its subscriber's loss, or a
 //!   restart, and never after an ack of it was answered;
-//! - attempts rise with each delivery (across a machine crash they may repeat the last,
-//!   whose record the crash can take, never fall below it) and never pass the maximum;
+//! - attempts rise with each delivery and never pass the maximum; across a power cut they
+//!   may repeat the last (`--sync always`: its record is synced with the next commit), or,
+//!   with `--sync interval`, fall back to the last made before the cut's window (see
+//!   [`Ledger::crashed`]), never further;
 //! - an ack settles exactly the deliveries it names that await one: one from an earlier
-//!   process, or one already taken back, is unknown, and settles nothing else.
+//!   process, or one already taken back, is unknown, and settles nothing else;
+//! - a Redrive takes back only dead expirations (attempts used up, not settled); one it
+//!   took back comes again at attempt 1 and, when the answer says exactly which were
+//!   taken, must come again.
 
 use std::collections::BTreeMap;
 
@@ -46,10 +51,33 @@ struct Latest {
 #[derive(Default)]
 struct Firing {
     latest: Option<Latest>,
-    /// When an ack of it was answered.
+    /// When an ack of it was sent, and when that ack was answered.
     settled_at: Option<u64>,
-    /// A machine crash came after its latest delivery: its attempt may come again.
-    machine_crash_since: bool,
+    settle_answered_at: u64,
+    /// After a power cut since its latest delivery: the attempt whose record the cut could
+    /// not take; the next delivery is a later one.
+    crash_floor: Option<u32>,
+    /// Its deliveries since its attempts last counted from 1, with when each was received.
+    attempts: Vec<(u32, u64)>,
+    /// Processes ended since its latest delivery: each may have recorded an attempt that
+    /// never reached a client (the log records an attempt before the delivery leaves),
+    /// and a start buries it once those reach the maximum.
+    ends_since: u32,
+    /// Its namespace (set with its first delivery).
+    namespace: Option<Box<str>>,
+    /// When a Redrive of its namespace was answered while it was dead (`u64::MAX`: sent,
+    /// not answered): its next delivery may be attempt 1.
+    redriven: Option<u64>,
+    /// The Redrive's answer counted exactly the dead expirations, so this one was taken
+    /// back: it must be delivered again.
+    owed_redelivery: bool,
+}
+
+/// The firings a Redrive may take back (see [`Ledger::redrive_sent`]).
+pub(crate) struct RedriveCandidates {
+    dead: Vec<(u64, u64)>,
+    /// How many of them tickd has surely found dead too (their ack timeout well past).
+    surely_dead: usize,
 }
 
 pub(crate) struct Ledger {
@@ -123,14 +151,45 @@ impl Ledger {
         Ok(())
     }
 
-    /// The process is gone (its subscriptions with it).
-    pub(crate) fn crashed(&mut self, machine: bool) {
-        if machine {
-            for firing in self.firings.values_mut() {
-                firing.machine_crash_since = true;
+    /// The process is gone (its subscriptions with it). `power_cut`: the machine lost
+    /// power too, `Some(lost_from)` with `--sync interval`, whose records written since
+    /// `lost_from` (the last sync interval) the cut may take, `None` with `--sync always`,
+    /// where only the deliveries' own attempt records, synced with the next commit, can go.
+    pub(crate) fn crashed(&mut self, power_cut: Option<Option<u64>>) {
+        self.orphaned.clear();
+        for firing in self.firings.values_mut() {
+            firing.ends_since += 1;
+        }
+        let Some(lost_from) = power_cut else { return };
+        for firing in self.firings.values_mut() {
+            let Some(latest) = firing.latest else {
+                continue;
+            };
+            let floor = match lost_from {
+                None => latest.attempt - 1,
+                Some(lost_from) => {
+                    // Those made since `lost_from` may be gone for good: a later cut's
+                    // floor cannot rest on them.
+                    firing.attempts.retain(|(_, at)| *at < lost_from);
+                    firing
+                        .attempts
+                        .iter()
+                        .map(|(attempt, _)| *attempt)
+                        .max()
+                        .unwrap_or(0)
+                }
+            };
+            firing.crash_floor = Some(firing.crash_floor.map_or(floor, |old| old.min(floor)));
+            let Some(lost_from) = lost_from else { continue };
+            if firing.settled_at.is_some() && firing.settle_answered_at >= lost_from {
+                // Its settlement may be gone: it may come again after the restart.
+                firing.settled_at = None;
+            }
+            if firing.redriven.is_some_and(|at| at >= lost_from) {
+                // The Redrive's record may be gone: it may be dead again, or come again.
+                firing.owed_redelivery = false;
             }
         }
-        self.orphaned.clear();
     }
 
     /// A client received `delivered`: checks it may come now, with this attempt.
@@ -152,6 +211,27 @@ impl Ledger {
             )));
         }
         let firing = self.firings.entry(key).or_default();
+        if firing.namespace.as_deref() != Some(&*expiration.namespace) {
+            firing.namespace = Some(Box::from(&*expiration.namespace));
+        }
+        if firing.redriven.take().is_some() {
+            // Taken back by the Redrive: its attempts count afresh, from 1 (more, by one
+            // per process ended since: each may have recorded an attempt no client got).
+            // Any other attempt is judged as if there had been no Redrive.
+            if delivered.attempt <= 1 + firing.ends_since {
+                firing.owed_redelivery = false;
+                firing.latest = None;
+                firing.crash_floor = None;
+                firing.attempts.clear();
+            } else if firing.owed_redelivery {
+                return Err(Violation(format!(
+                    "{} came back as attempt {} after a Redrive (attempts count afresh from 1; {} processes ended since)",
+                    name(),
+                    delivered.attempt,
+                    firing.ends_since
+                )));
+            }
+        }
         if let Some(settled_at) = firing.settled_at {
             return Err(Violation(format!(
                 "{} delivered again (attempt {}) after an ack of it was answered at {settled_at}",
@@ -172,11 +252,9 @@ impl Ledger {
                     )));
                 }
             }
-            let lowest = if firing.machine_crash_since {
-                latest.attempt
-            } else {
-                latest.attempt + 1
-            };
+            let lowest = firing
+                .crash_floor
+                .map_or(latest.attempt + 1, |floor| floor + 1);
             if delivered.attempt < lowest {
                 return Err(Violation(format!(
                     "{} delivered as attempt {} after attempt {}",
@@ -192,7 +270,9 @@ impl Ledger {
             boot: self.boot,
             receipt,
         });
-        firing.machine_crash_since = false;
+        firing.crash_floor = None;
+        firing.ends_since = 0;
+        firing.attempts.push((delivered.attempt, receipt.at));
         self.held.push(Held {
             namespace: expiration.namespace.to_string(),
             delivery_id: delivered.delivery_id,
@@ -201,6 +281,100 @@ impl Ledger {
             receipt,
         });
         Ok(())
+    }
+
+    /// A Redrive of every dead expiration of `namespace` sent at `sent_at`: the firings
+    /// it may take back. Dead, as far as a client can tell: its last attempt was the
+    /// maximum, unsettled, and either its ack timeout passed, its subscriber went or an
+    /// earlier process delivered it (a start makes those dead again). Each may come again
+    /// at attempt 1 from now on (even before the answer: the task redelivers at once).
+    pub(crate) fn redrive_sent(
+        &mut self,
+        namespace: &str,
+        sent_at: u64,
+        max_attempts: u32,
+    ) -> RedriveCandidates {
+        let mut candidates = RedriveCandidates {
+            dead: Vec::new(),
+            surely_dead: 0,
+        };
+        for (key, firing) in &mut self.firings {
+            let Some(latest) = firing.latest else {
+                continue;
+            };
+            // Attempts it may have used, counting one unseen per process ended since.
+            let attempts = latest.attempt.saturating_add(firing.ends_since);
+            if firing.namespace.as_deref() != Some(namespace)
+                || firing.settled_at.is_some()
+                || attempts < max_attempts
+            {
+                continue;
+            }
+            let deadline = latest.receipt.at + latest.receipt.ack_timeout;
+            let lost = self.ended.contains_key(&latest.receipt.subscription);
+            let earlier_boot = latest.boot != self.boot;
+            if sent_at >= deadline || lost || earlier_boot {
+                candidates.dead.push(*key);
+                let certain = (sent_at >= deadline + ACK_DEADLINE_SLACK || lost || earlier_boot)
+                    && latest.attempt == max_attempts
+                    && firing.crash_floor.is_none();
+                candidates.surely_dead += usize::from(certain);
+                firing.redriven = Some(u64::MAX);
+            }
+        }
+        candidates
+    }
+
+    /// The Redrive sent with `candidates` was answered at `answered_at`: it took back
+    /// `redriven`. It cannot count more than were dead; when it counts all of them (none
+    /// still awaiting tickd's own timeout), each must come again.
+    pub(crate) fn redrive_answered(
+        &mut self,
+        candidates: &RedriveCandidates,
+        redriven: u32,
+        answered_at: u64,
+    ) -> Result<(), Violation> {
+        // Expirations no client ever received may have died too, one unseen attempt per
+        // process ended: the count is bounded only while no process has ended.
+        if redriven as usize > candidates.dead.len() && self.boot == 1 {
+            return Err(Violation(format!(
+                "a Redrive took back {redriven}, but at most {} of its namespace's expirations were dead",
+                candidates.dead.len()
+            )));
+        }
+        let exact = redriven as usize == candidates.dead.len()
+            && candidates.surely_dead == candidates.dead.len();
+        for key in &candidates.dead {
+            let firing = self
+                .firings
+                .get_mut(key)
+                .expect("a candidate was delivered");
+            // Those already delivered again owe nothing more.
+            if firing.redriven.is_some() {
+                firing.redriven = Some(answered_at);
+                firing.owed_redelivery |= exact;
+            }
+        }
+        Ok(())
+    }
+
+    /// Timer `id` was lost to a power cut and its id given to a new timer: the lost one's
+    /// deliveries are forgotten (none of them can be settled or delivered again now).
+    pub(crate) fn forget_timer(&mut self, id: u64) {
+        let keys: Vec<(u64, u64)> = self
+            .firings
+            .range((id, 0)..=(id, u64::MAX))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in keys {
+            self.firings.remove(&key);
+        }
+        self.held.retain(|held| held.firing.0 != id);
+    }
+
+    /// True while an expiration a Redrive took back has not come again.
+    pub(crate) fn owes_a_redelivery(&self) -> bool {
+        self.firings.values().any(|firing| firing.owed_redelivery)
     }
 
     /// Up to `count` deliveries of one namespace for a client to ack (any boot's).
@@ -228,12 +402,13 @@ impl Ledger {
         (held[0].namespace.clone(), ids)
     }
 
-    /// An ack sent at `sent_at` was answered `outcome`.
+    /// An ack sent at `sent_at` was answered `outcome` at `answered_at`.
     pub(crate) fn acked(
         &mut self,
         held: &[Held],
         outcome: &AckOutcome,
         sent_at: u64,
+        answered_at: u64,
     ) -> Result<(), Violation> {
         let mut acknowledged = 0;
         for delivery in held {
@@ -262,6 +437,7 @@ impl Ledger {
                 }
                 acknowledged += 1;
                 firing.settled_at = Some(sent_at);
+                firing.settle_answered_at = answered_at;
             } else if current && sent_at < deadline {
                 return Err(Violation(format!(
                     "an ack of {}, awaiting one, was answered unknown",

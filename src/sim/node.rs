@@ -4,7 +4,8 @@
 //!
 //! A wake-up ([`Node::run`]) does what the worker thread does in one turn (fire what is
 //! due and hand it over, apply the commands queued, end the batch), then lets the store
-//! and the delivery task work until neither has anything queued. A crash is dropping the
+//! and the delivery task work until neither has anything queued (the store writes a
+//! snapshot's chunks and seal as it handles them). A crash is dropping the
 //! node without its clean stop; a restart is [`Node::start`] again on the same disk.
 
 use std::future::Future;
@@ -19,7 +20,9 @@ use super::disk::SimDisk;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, ManualClock};
 use crate::delivery::{DeliveryConfig, DeliveryHandle, SteppedDelivery, Subscription};
-use crate::domain::{AckOutcome, Delivered, Handoff, SubscribeOptions};
+use crate::domain::{
+    AckOutcome, Delivered, Expirations, Handoff, RedriveOutcome, SubscribeOptions,
+};
 use crate::metrics::Metrics;
 use crate::store::stepped::SteppedStore;
 use crate::store::{StoreError, SyncMode};
@@ -30,6 +33,10 @@ use crate::worker::TimerState;
 
 /// The data directory every simulated process uses.
 pub(crate) const DATA_DIR: &str = "/sim/data";
+
+/// The journal's snapshot threshold: far above what a run logs, so that only the harness
+/// starts snapshots, and finite, so that asking for one cannot overflow the count.
+const SNAPSHOT_AFTER_BYTES: usize = 1 << 40;
 
 /// What a simulated process is started with.
 #[derive(Clone, Copy, Debug)]
@@ -71,10 +78,11 @@ impl Node {
             metrics.clone(),
             |record| table.replay(record, now),
         )?;
-        // No snapshots: the snapshot thread is not stepped (see the module docs of `sim`).
+        // Snapshots start only when the harness asks (`Node::ask_for_snapshot`): a
+        // threshold no run's log reaches.
         table.attach_journal(Journal::new(
             store.handle().clone(),
-            usize::MAX,
+            SNAPSHOT_AFTER_BYTES,
             store.recovered_snapshot_bytes(),
         ));
         let recovered = crate::worker::table::held_again(unsettled, &MemoryBudget::unlimited());
@@ -110,10 +118,24 @@ impl Node {
             .expect("the stepped delivery task runs while the node does")
     }
 
+    /// Starts a snapshot at the end of the worker's next turn: its chunks follow a
+    /// millisecond apart (woken by [`Node::next_wakeup`]), then the store seals it and
+    /// deletes the files it replaces, all through the simulated disk.
+    pub(crate) fn ask_for_snapshot(&mut self) {
+        self.table.ask_for_snapshot();
+    }
+
     /// Sends an ack; its answer comes with a later [`Node::run`].
     pub(crate) fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Later<AckOutcome> {
         let delivery = self.delivery.clone();
         Later::new(async move { delivery.ack(namespace, delivery_ids).await.ok() })
+    }
+
+    /// Sends every dead expiration of `namespace` back to delivery (the API's Redrive);
+    /// its answer comes with a later [`Node::run`], once the attempts it resets are logged.
+    pub(crate) fn redrive(&self, namespace: String) -> Later<RedriveOutcome> {
+        let answer = Expirations::redrive(&self.delivery, namespace, None);
+        Later::new(async move { answer.await.ok() })
     }
 
     /// One turn of the worker at the clock's time, then the store and delivery until idle.
@@ -156,10 +178,18 @@ impl Node {
         [
             self.table.next_expiration(),
             self.delivery_task.next_deadline(),
+            self.store.interval_sync_due(),
         ]
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// When `--sync interval`'s store thread would wake to fsync what it wrote: the clock
+    /// must not pass it without a step, or a power cut could take more than the promised
+    /// interval's worth of answered calls.
+    pub(crate) fn interval_sync_due(&self) -> Option<u64> {
+        self.store.interval_sync_due()
     }
 
     /// True once the log failed: the process must stop (tickd exits).

@@ -34,7 +34,7 @@ use super::{frame, io_error, scan, snapshot_path, sync_dir, QueuedChunk, StoreEr
 const FLUSH_EVERY: u64 = 1 << 20;
 
 /// What the snapshot thread is sent, in order.
-enum Job {
+pub(super) enum Job {
     Chunk(QueuedChunk),
     /// The last frames (the fired expirations not yet settled); then seal.
     Seal(Vec<u8>),
@@ -51,10 +51,43 @@ pub(super) struct Sealed {
 }
 
 /// The store thread's handle on one snapshot being written or sealed.
-pub(super) struct SnapshotWriter {
-    /// None once the seal is sent: nothing more goes to the thread.
-    jobs: Option<Sender<Job>>,
-    thread: JoinHandle<Result<Sealed, StoreError>>,
+pub(super) enum SnapshotWriter {
+    /// On its own thread, as tickd runs it.
+    Thread {
+        /// None once the seal is sent: nothing more goes to the thread.
+        jobs: Option<Sender<Job>>,
+        thread: JoinHandle<Result<Sealed, StoreError>>,
+    },
+    /// On the caller's thread, each job done as it is handed over: the deterministic
+    /// simulation steps the store by hand, and a thread of its own would make a run depend
+    /// on the scheduler. The same [`SnapshotTask`] does the work, through the same disk.
+    #[cfg(any(test, feature = "sim"))]
+    Stepped(Box<SteppedSnapshot>),
+}
+
+/// A snapshot written on the caller's thread (see [`SnapshotWriter::Stepped`]).
+#[cfg(any(test, feature = "sim"))]
+pub(super) struct SteppedSnapshot {
+    task: SnapshotTask,
+    /// The partial file while chunks are written; None once sealed or failed.
+    file: Option<Box<dyn DiskFile>>,
+    unflushed: u64,
+    sealing: bool,
+    /// Some once the snapshot is done: sealed, or failed (its partial file then deleted).
+    outcome: Option<Result<Sealed, StoreError>>,
+}
+
+#[cfg(any(test, feature = "sim"))]
+impl SteppedSnapshot {
+    /// Records the snapshot's end; a failure deletes its partial file, as the thread's
+    /// [`RemovedUnlessSealed`] does.
+    fn finish(&mut self, outcome: Result<Sealed, StoreError>) {
+        self.file = None;
+        if outcome.is_err() {
+            let _ = self.task.disk.remove(&self.task.partial_path());
+        }
+        self.outcome = Some(outcome);
+    }
 }
 
 impl SnapshotWriter {
@@ -74,46 +107,117 @@ impl SnapshotWriter {
             .name("tickd-snapshot".into())
             .spawn(move || task.run(received))
             .map_err(io_error(dir))?;
-        Ok(Self {
+        Ok(Self::Thread {
             jobs: Some(jobs),
             thread,
         })
     }
 
+    /// Starts snapshot `sequence` of `dir` on the caller's thread: the partial file is
+    /// created now, and each later call does its work before it returns.
+    #[cfg(any(test, feature = "sim"))]
+    pub(super) fn start_stepped(disk: Arc<dyn Disk>, dir: &Path, sequence: u64) -> Self {
+        let task = SnapshotTask {
+            disk,
+            dir: dir.to_owned(),
+            sequence,
+        };
+        let mut stepped = SteppedSnapshot {
+            file: None,
+            unflushed: 0,
+            sealing: false,
+            outcome: None,
+            task,
+        };
+        match stepped.task.create_partial() {
+            Ok(file) => stepped.file = Some(file),
+            Err(error) => stepped.finish(Err(error)),
+        }
+        Self::Stepped(Box::new(stepped))
+    }
+
     /// Queues a chunk. False if the thread has already stopped (its error comes from
     /// [`Self::join`]).
-    pub(super) fn write(&self, chunk: QueuedChunk) -> bool {
-        self.jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(Job::Chunk(chunk)).is_ok())
+    pub(super) fn write(&mut self, chunk: QueuedChunk) -> bool {
+        match self {
+            Self::Thread { jobs, .. } => jobs
+                .as_ref()
+                .is_some_and(|jobs| jobs.send(Job::Chunk(chunk)).is_ok()),
+            #[cfg(any(test, feature = "sim"))]
+            Self::Stepped(stepped) => {
+                let Some(file) = &mut stepped.file else {
+                    return false;
+                };
+                let written =
+                    stepped
+                        .task
+                        .write_chunk(file.as_mut(), chunk, &mut stepped.unflushed);
+                if let Err(error) = written {
+                    stepped.finish(Err(error));
+                }
+                true
+            }
+        }
     }
 
     /// Queues the last frames and the seal; the thread then finishes on its own.
     pub(super) fn seal(&mut self, last_frames: Vec<u8>) {
-        if let Some(jobs) = self.jobs.take() {
-            let _ = jobs.send(Job::Seal(last_frames));
+        match self {
+            Self::Thread { jobs, .. } => {
+                if let Some(jobs) = jobs.take() {
+                    let _ = jobs.send(Job::Seal(last_frames));
+                }
+            }
+            #[cfg(any(test, feature = "sim"))]
+            Self::Stepped(stepped) => {
+                stepped.sealing = true;
+                if let Some(file) = stepped.file.take() {
+                    let sealed = stepped.task.seal(file, &last_frames);
+                    stepped.finish(sealed);
+                }
+            }
         }
     }
 
     pub(super) fn is_sealing(&self) -> bool {
-        self.jobs.is_none()
+        match self {
+            Self::Thread { jobs, .. } => jobs.is_none(),
+            #[cfg(any(test, feature = "sim"))]
+            Self::Stepped(stepped) => stepped.sealing,
+        }
     }
 
     /// True once the thread has ended: [`Self::join`] then does not wait.
     pub(super) fn is_finished(&self) -> bool {
-        self.thread.is_finished()
+        match self {
+            Self::Thread { thread, .. } => thread.is_finished(),
+            #[cfg(any(test, feature = "sim"))]
+            Self::Stepped(stepped) => stepped.outcome.is_some(),
+        }
     }
 
     /// Waits for the thread. A snapshot not sealed is abandoned: its partial file is
     /// deleted, and the outcome is an error naming it.
-    pub(super) fn join(mut self) -> Result<Sealed, StoreError> {
-        self.jobs = None;
-        self.thread.join().unwrap_or_else(|_| {
-            Err(StoreError::Io {
-                path: PathBuf::from("tickd-snapshot"),
-                source: io::Error::other("the snapshot thread panicked"),
-            })
-        })
+    pub(super) fn join(self) -> Result<Sealed, StoreError> {
+        match self {
+            Self::Thread { jobs, thread } => {
+                drop(jobs);
+                thread.join().unwrap_or_else(|_| {
+                    Err(StoreError::Io {
+                        path: PathBuf::from("tickd-snapshot"),
+                        source: io::Error::other("the snapshot thread panicked"),
+                    })
+                })
+            }
+            #[cfg(any(test, feature = "sim"))]
+            Self::Stepped(mut stepped) => {
+                if stepped.outcome.is_none() {
+                    let abandoned = stepped.task.abandoned();
+                    stepped.finish(Err(abandoned));
+                }
+                stepped.outcome.take().expect("finished above")
+            }
+        }
     }
 }
 
@@ -139,31 +243,56 @@ impl SnapshotTask {
     }
 
     fn write_and_seal(&self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
+        let mut file = self.create_partial()?;
+        let mut unflushed = 0;
+        for job in jobs {
+            match job {
+                Job::Chunk(chunk) => self.write_chunk(file.as_mut(), chunk, &mut unflushed)?,
+                Job::Seal(last_frames) => return self.seal(file, &last_frames),
+            }
+        }
+        Err(self.abandoned())
+    }
+
+    /// The partial file, created with its header.
+    fn create_partial(&self) -> Result<Box<dyn DiskFile>, StoreError> {
         let partial = self.partial_path();
         let mut file = self.disk.create(&partial).map_err(io_error(&partial))?;
         file.append(&frame::FILE_HEADER)
             .map_err(io_error(&partial))?;
-        let mut unflushed = 0;
-        for job in jobs {
-            match job {
-                Job::Chunk(chunk) => {
-                    crate::faults::panic_if_injected("snapshot");
-                    file.append(&chunk.frames).map_err(io_error(&partial))?;
-                    unflushed += chunk.frames.len() as u64;
-                    // Dropping the chunk tells the worker it may send more.
-                    drop(chunk);
-                    if unflushed >= FLUSH_EVERY {
-                        file.sync_data().map_err(io_error(&partial))?;
-                        unflushed = 0;
-                    }
-                }
-                Job::Seal(last_frames) => return self.seal(file, &last_frames),
-            }
+        Ok(file)
+    }
+
+    /// Appends one chunk, flushing every [`FLUSH_EVERY`] bytes (`unflushed` counts them).
+    fn write_chunk(
+        &self,
+        file: &mut dyn DiskFile,
+        chunk: QueuedChunk,
+        unflushed: &mut u64,
+    ) -> Result<(), StoreError> {
+        crate::faults::panic_if_injected("snapshot");
+        // The file's name is made only on an error: this runs once per chunk.
+        let failed = |source| StoreError::Io {
+            path: self.partial_path(),
+            source,
+        };
+        file.append(&chunk.frames).map_err(failed)?;
+        *unflushed += chunk.frames.len() as u64;
+        // Dropping the chunk tells the worker it may send more.
+        drop(chunk);
+        if *unflushed >= FLUSH_EVERY {
+            file.sync_data().map_err(failed)?;
+            *unflushed = 0;
         }
-        Err(StoreError::Io {
-            path: partial,
+        Ok(())
+    }
+
+    /// The outcome of a snapshot given up before its seal.
+    fn abandoned(&self) -> StoreError {
+        StoreError::Io {
+            path: self.partial_path(),
             source: io::Error::other("snapshot abandoned before its seal"),
-        })
+        }
     }
 
     /// Makes the snapshot the one recovery starts from, then deletes what it replaces.

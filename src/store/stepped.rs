@@ -1,6 +1,7 @@
 //! The store run by hand, one group commit per step (the `sim` feature): the simulation
 //! drives the same [`Writer`] the store thread runs, on a simulated disk and clock, at the
-//! points it chooses, so that every interleaving it explores replays from its seed.
+//! points it chooses, so that every interleaving it explores replays from its seed. Its
+//! snapshots are written on the same thread, each chunk and the seal as a step handles them.
 
 use std::path::Path;
 use std::sync::mpsc::Receiver;
@@ -34,7 +35,9 @@ impl SteppedStore {
         metrics: Arc<Metrics>,
         replay: impl FnMut(Record),
     ) -> Result<(Self, Vec<RecoveredFiring>), StoreError> {
-        let opened = Opened::open(disk, clock, dir, sync, metrics, 0, replay)?;
+        let mut opened = Opened::open(disk, clock, dir, sync, metrics, 0, replay)?;
+        // Snapshots too are written when this store is stepped, never on a thread.
+        opened.writer.write_snapshots_stepped();
         let store = Self {
             writer: opened.writer,
             requests: opened.requests,
@@ -56,6 +59,11 @@ impl SteppedStore {
 
     pub(crate) fn recovered_snapshot_bytes(&self) -> usize {
         usize::try_from(self.recovered_snapshot_bytes).unwrap_or(usize::MAX)
+    }
+
+    /// See [`Writer::interval_sync_due`].
+    pub(crate) fn interval_sync_due(&self) -> Option<u64> {
+        self.writer.interval_sync_due()
     }
 
     /// One group commit of everything queued (and, with nothing queued, the interval

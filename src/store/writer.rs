@@ -88,6 +88,9 @@ pub(crate) struct Writer {
     /// the next one's start would wait here, holding every group commit, for the
     /// removal to end. The worker sets it too, when it asks for a snapshot.
     pub(super) compacting: Arc<AtomicBool>,
+    /// See [`Writer::write_snapshots_stepped`].
+    #[cfg(any(test, feature = "sim"))]
+    snapshots_stepped: bool,
 }
 
 impl Writer {
@@ -142,6 +145,8 @@ impl Writer {
             budget,
             buffers: FrameBuffers::default(),
             compacting: Arc::default(),
+            #[cfg(any(test, feature = "sim"))]
+            snapshots_stepped: false,
         })
     }
 
@@ -390,11 +395,7 @@ impl Writer {
         // A new segment holds its header only (create_segment made it, new).
         self.written_bytes = frame::FILE_HEADER.len() as u64;
         self.acknowledged_bytes = self.written_bytes;
-        self.snapshot = Some(SnapshotWriter::start(
-            self.disk.clone(),
-            &self.dir,
-            self.segment_sequence,
-        )?);
+        self.snapshot = Some(self.start_snapshot_writer()?);
         // Reaping the previous snapshot above cleared what the worker set for this one.
         self.compacting.store(true, Ordering::Release);
         // The new segment's header and the snapshot's.
@@ -403,10 +404,41 @@ impl Writer {
         Ok(())
     }
 
+    /// The snapshot's writer: on a thread of its own, or (the simulation, see
+    /// [`Writer::write_snapshots_stepped`]) on this one.
+    fn start_snapshot_writer(&self) -> Result<SnapshotWriter, StoreError> {
+        #[cfg(any(test, feature = "sim"))]
+        if self.snapshots_stepped {
+            return Ok(SnapshotWriter::start_stepped(
+                self.disk.clone(),
+                &self.dir,
+                self.segment_sequence,
+            ));
+        }
+        SnapshotWriter::start(self.disk.clone(), &self.dir, self.segment_sequence)
+    }
+
+    /// When `--sync interval` owes an fsync: the monotonic time the store thread wakes at
+    /// to make what it wrote durable (None: nothing unsynced, or another sync mode). The
+    /// simulation steps the store at that time, as the thread would wake.
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn interval_sync_due(&self) -> Option<u64> {
+        (self.sync == SyncMode::Interval && self.unsynced && !self.failed)
+            .then(|| self.last_sync + SYNC_INTERVAL.as_nanos() as u64)
+    }
+
+    /// From now on snapshots are written on the thread that steps this writer, each chunk
+    /// and the seal as the store handles them, so that a simulated run stays a function of
+    /// its seed (crashes and disk faults hit a snapshot at the same point every time).
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn write_snapshots_stepped(&mut self) {
+        self.snapshots_stepped = true;
+    }
+
     /// Passes a chunk on to the snapshot thread, counting it as on disk already (the disk
     /// budget would rather count it early than late).
     fn write_snapshot(&mut self, chunk: QueuedChunk) -> Result<(), StoreError> {
-        let Some(snapshot) = &self.snapshot else {
+        let Some(snapshot) = &mut self.snapshot else {
             return Ok(());
         };
         let bytes = chunk.frames.len() as u64;

@@ -194,6 +194,15 @@ impl Journal {
         self.chunk_deferrals = 0;
     }
 
+    /// Makes the next batch's end start a snapshot, as if the log had grown past the
+    /// threshold (the simulation's way to compact at a step it chooses). A snapshot in
+    /// progress, or one still compacting, is left to finish first, as always.
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn ask_for_snapshot(&mut self) {
+        let threshold = self.snapshot_after_bytes.max(self.last_snapshot_bytes);
+        self.bytes_since_snapshot = self.bytes_since_snapshot.max(threshold);
+    }
+
     /// Where the next snapshot chunk starts, if a snapshot is in progress and the chunk is
     /// due at `now` (monotonic nanoseconds).
     pub(crate) fn snapshot_cursor(&self, now: u64) -> Option<u32> {

@@ -1,60 +1,141 @@
 //! The harness's client calls: each queues one call to the simulated process, or acts as
 //! a client would (subscribing, acking what it received, letting time pass).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::{Call, Client, Harness, KEYS, MAX_ATTEMPTS, MILLISECOND, NAMESPACES};
-use crate::domain::{Due, NewTimer, SubscribeOptions, Target, TimerId, TimerRef};
+use crate::cron::CalendarSchedule;
+use crate::domain::{Calendar, Due, NewTimer, SubscribeOptions, Target, TimerId, TimerRef};
 use crate::sim::ledger::{Held, Ledger};
 use crate::sim::model::{payload_of, Outcome, Registration};
 use crate::sim::node::Node;
 use crate::worker::command::{Command, Reschedule};
+
+/// The kinds of timer a registration makes.
+enum Kind {
+    /// One firing, perhaps repeating every `repeat` nanoseconds.
+    Plain { repeat: Option<u64> },
+    /// A cron timer firing every few seconds, in UTC.
+    Cron(Calendar),
+    /// A lease: it fires `ttl` nanoseconds after its registration or its latest Touch.
+    Lease { ttl: u64 },
+}
 
 impl Harness {
     pub(super) fn node(&mut self) -> &mut Node {
         self.node.as_mut().expect("a step runs on a started node")
     }
 
+    /// Registers a plain, repeating, cron or lease timer. Cron timers and leases carry no
+    /// key: a keyed registration in doubt could replace one, and then neither a Touch's
+    /// answer nor a firing's schedule would be the model's to judge.
     pub(super) fn register(&mut self) {
         let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
-        let key = self
-            .choices
-            .chance(1, 3)
+        let kind = match self.choices.below(10) {
+            0 => {
+                let every = [1, 2, 5][self.choices.below_usize(3)];
+                let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
+                    .expect("a valid cron expression");
+                Kind::Cron(Calendar(Arc::new(schedule)))
+            }
+            1 | 2 => Kind::Lease {
+                ttl: 20 * MILLISECOND + self.choices.below(300 * MILLISECOND),
+            },
+            _ => Kind::Plain {
+                repeat: self
+                    .choices
+                    .chance(1, 8)
+                    .then(|| 20 * MILLISECOND + self.choices.below(200 * MILLISECOND)),
+            },
+        };
+        let key = matches!(kind, Kind::Plain { .. })
+            .then(|| self.choices.chance(1, 3))
+            .unwrap_or(false)
             .then(|| KEYS[self.choices.below_usize(KEYS.len())].to_owned());
         let replace = key.is_some() && self.choices.chance(1, 2);
-        let delay = self.choices.below(300 * MILLISECOND);
-        let repeat = self
-            .choices
-            .chance(1, 8)
-            .then(|| 20 * MILLISECOND + self.choices.below(200 * MILLISECOND));
-        let deadline_unix = self.now() + delay;
+        let (repeat, calendar, ttl) = match kind {
+            Kind::Plain { repeat } => (repeat, None, None),
+            Kind::Cron(calendar) => (None, Some(calendar), None),
+            Kind::Lease { ttl } => (None, None, Some(ttl)),
+        };
+        let asked_unix = self.now() + ttl.unwrap_or_else(|| self.choices.below(300 * MILLISECOND));
+        let deadline_unix = match &calendar {
+            Some(calendar) => calendar
+                .first_firing(asked_unix)
+                .expect("a schedule every few seconds always fires again"),
+            None => asked_unix,
+        };
         let token = self.model.registered(Registration {
             namespace: namespace.to_owned(),
             key: key.clone(),
             deadline_unix,
             repeat,
+            calendar: calendar.clone(),
+            ttl,
             outcome: Outcome::Waiting,
         });
         self.trace(format_args!(
-            "register {token} {namespace} {key:?} replace={replace} at={deadline_unix} repeat={repeat:?}"
+            "register {token} {namespace} {key:?} replace={replace} at={deadline_unix} repeat={repeat:?} cron={:?} ttl={ttl:?}",
+            calendar.as_ref().map(|calendar| calendar.expression())
         ));
         let (reply, answer) = oneshot::channel();
         self.node().send(Command::Register {
             timers: vec![NewTimer {
                 namespace: namespace.to_owned(),
                 key,
-                due: Due::AtUnix(deadline_unix),
+                due: Due::AtUnix(asked_unix),
                 payload: payload_of(token),
                 repeat: repeat.map(Duration::from_nanos),
-                ttl: None,
-                calendar: None,
+                ttl: ttl.map(Duration::from_nanos),
+                calendar,
                 replace,
             }],
             reply,
         });
         self.calls.push(Call::Register { token, answer });
+    }
+
+    /// A lease's heartbeat (the call the API's Touch and KeepAlive make), on any timer the
+    /// model knows: one that is no lease, or a cron timer, must be refused unless the
+    /// heartbeat gives a ttl (which makes a plain timer a lease).
+    pub(super) fn touch(&mut self) {
+        let Some((id, namespace)) = self.known_timer() else {
+            return self.advance();
+        };
+        let ttl = self
+            .choices
+            .chance(1, 3)
+            .then(|| 20 * MILLISECOND + self.choices.below(300 * MILLISECOND));
+        self.trace(format_args!("touch {id:016x} ttl={ttl:?}"));
+        let (reply, answer) = oneshot::channel();
+        self.node().send(Command::Touch {
+            timer: TimerRef {
+                namespace,
+                target: Target::Id(TimerId(id)),
+            },
+            ttl: ttl.map(Duration::from_nanos),
+            reply,
+        });
+        let sent_at = self.now();
+        self.calls.push(Call::Touch {
+            id,
+            ttl,
+            sent_at,
+            answer,
+        });
+    }
+
+    /// Sends every dead expiration of a namespace back to delivery (the API's Redrive).
+    pub(super) fn redrive(&mut self) {
+        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
+        self.trace(format_args!("redrive {namespace}"));
+        let now = self.now();
+        let candidates = self.ledger.redrive_sent(namespace, now, MAX_ATTEMPTS);
+        let later = self.node().redrive(namespace.to_owned());
+        self.redrives.push((later, namespace, candidates));
     }
 
     /// A timer the model knows, by id, with its namespace.
@@ -159,6 +240,14 @@ impl Harness {
         self.acks.push((later, held, now));
     }
 
+    /// Asks for a snapshot: the worker streams it chunk by chunk over the next steps, and
+    /// the store seals it and deletes the files it replaces, on the simulated disk, where
+    /// crashes and faults may hit any of it.
+    pub(super) fn snapshot(&mut self) {
+        self.trace("snapshot");
+        self.node().ask_for_snapshot();
+    }
+
     /// Moves the clock: a little, or to the next thing due.
     pub(super) fn advance(&mut self) {
         let next = self.node.as_ref().and_then(Node::next_wakeup);
@@ -166,6 +255,12 @@ impl Harness {
         let by = match next {
             Some(due) if due > now && self.choices.chance(1, 2) => due - now,
             _ => 1 + self.choices.below(40 * MILLISECOND),
+        };
+        // The store thread wakes on its own for `--sync interval`'s fsync: no further.
+        let sync_due = self.node.as_ref().and_then(Node::interval_sync_due);
+        let by = match sync_due {
+            Some(due) if due > now => by.min(due - now),
+            _ => by,
         };
         self.trace(format_args!("advance {by}"));
         self.clock.advance(by);

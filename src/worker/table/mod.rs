@@ -121,6 +121,14 @@ impl TimerTable {
         }
     }
 
+    /// See [`Journal::ask_for_snapshot`].
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn ask_for_snapshot(&mut self) {
+        if let Some(journal) = &mut self.journal {
+            journal.ask_for_snapshot();
+        }
+    }
+
     /// Journals a record, built only when there is a journal.
     fn log(&mut self, record: impl FnOnce(&Self) -> Kind) {
         if self.journal.is_some() {

@@ -96,16 +96,28 @@ impl TimerTable {
     /// Puts a whole timer back (replacing an older copy of it). A copy from before a
     /// firing the table has already seen (a fuzzy snapshot holds the later state) is
     /// older and changes nothing.
+    ///
+    /// A cron timer's schedule is parsed once, not at every record of it: each of its
+    /// firings logs it whole again, and a log of cron timers is mostly such records, so a
+    /// copy with the schedule the table already holds for it keeps that one.
     fn restore(&mut self, timer: durable::Timer, now: Now) {
+        let mut same_schedule = None;
         if let Some(handle) = self.find(&timer.namespace, timer.id) {
             let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
             if current.fired_count > timer.fired_count {
                 return;
             }
+            same_schedule = self
+                .calendars
+                .get(timer.id)
+                .filter(|held| {
+                    held.expression() == timer.cron && held.time_zone() == timer.time_zone
+                })
+                .cloned();
             let record = self.wheel.cancel(handle).expect("indexed handles are live");
             self.unindex(&record, now);
         }
-        let calendar = Calendar::stored(&timer.cron, &timer.time_zone);
+        let calendar = same_schedule.or_else(|| Calendar::stored(&timer.cron, &timer.time_zone));
         let namespace = self
             .namespaces
             .intern(&timer.namespace, Admission::Restored)
