@@ -48,17 +48,13 @@ pub struct SubscriberRules {
 impl SubscribeOptions {
     /// The rules this subscriber is held to under `defaults`.
     pub fn rules(&self, defaults: &SubscriberDefaults) -> SubscriberRules {
-        let rules = SubscriberRules {
+        SubscriberRules {
             ack_timeout: self.ack_timeout.unwrap_or(defaults.ack_timeout),
             max_unacked: self
                 .max_unacked
                 .unwrap_or(defaults.max_unacked)
                 .clamp(1, defaults.max_unacked_limit.max(1)),
-        };
-        debug_assert!(
-            rules.max_unacked >= 1 && rules.max_unacked <= defaults.max_unacked_limit.max(1)
-        );
-        rules
+        }
     }
 }
 
