@@ -17,22 +17,21 @@
 //! [`server::run`] chooses the backend, in one place, and wires it behind a listener.
 
 pub(crate) mod api;
+pub mod backend;
 pub mod budget;
 pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod cron;
-pub mod delivery;
 pub mod domain;
 mod faults;
+pub mod local;
 pub mod metrics;
-pub(crate) mod namespaces;
 mod pem;
 pub mod proto;
 pub mod reference;
 pub mod server;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
-pub mod store;
 pub mod wheel;
 pub mod worker;

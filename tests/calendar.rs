@@ -13,9 +13,9 @@ use tickd::clock::{Clock, ManualClock};
 use tickd::cron::CalendarSchedule;
 use tickd::domain::Handoff;
 use tickd::domain::{Calendar, Due, Expiration, NewTimer, Target, TimerRef, TimerView};
+use tickd::local::table::command::{Command, Reschedule};
+use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
-use tickd::worker::command::{Command, Reschedule};
-use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
 
@@ -43,14 +43,14 @@ impl Manual {
             Metrics::new(),
         );
         let (sender, fired) = mpsc::channel();
-        let sink = move |batch: Vec<Handoff>| {
+        let table = table.hand_off_to(Arc::new(move |batch: Vec<Handoff>| {
             for handoff in batch {
                 if let Handoff::Fired(expiration) = handoff {
                     sender.send(expiration).unwrap();
                 }
             }
-        };
-        let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).unwrap();
+        }));
+        let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), |_| {}).unwrap();
         let handle = worker.handle();
         Self {
             clock,

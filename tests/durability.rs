@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::data_dir::*;
 use common::*;
-use tickd::store::SyncMode;
+use tickd::local::store::SyncMode;
 use tonic::transport::Channel;
 use tonic::Code;
 

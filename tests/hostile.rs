@@ -163,7 +163,7 @@ async fn silent_idle_and_excess_connections_are_closed() {
         config.handshake_timeout = Duration::from_millis(300);
         config.idle_timeout = Duration::from_millis(300);
         config.max_connections = 3;
-        config.sync = tickd::store::SyncMode::None;
+        config.sync = tickd::local::store::SyncMode::None;
     }))
     .await;
     // Silent: closed at the handshake timeout (the read sees the end of the stream).
@@ -435,7 +435,7 @@ async fn stream_refusals_reach_the_client() {
     let server = TestServer::start_with(config(|config| {
         config.max_request_bytes = 1_024;
         config.max_watch_streams = 2;
-        config.sync = tickd::store::SyncMode::None;
+        config.sync = tickd::local::store::SyncMode::None;
     }))
     .await;
     // A heartbeat over --max-request-bytes ends the KeepAlive call with that refusal.

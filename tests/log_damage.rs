@@ -16,10 +16,10 @@ use std::time::Duration;
 use common::daemon::{tickd_command, Daemon};
 use common::data_dir::*;
 use common::*;
+use tickd::local::store::frame::{self, FILE_HEADER, HEADER_BYTES};
+use tickd::local::store::records::{self as durable, record::Kind, Record};
+use tickd::local::store::{repair, Store, StoreError, SyncMode};
 use tickd::metrics::Metrics;
-use tickd::store::frame::{self, FILE_HEADER, HEADER_BYTES};
-use tickd::store::records::{self as durable, record::Kind, Record};
-use tickd::store::{repair, Store, StoreError, SyncMode};
 use tonic::transport::Channel;
 
 use tickd::proto::timers_client::TimersClient;
@@ -305,7 +305,7 @@ fn fill_log(dir: &Path, first: u64, count: u64) -> PathBuf {
     let (store, handle, _) =
         Store::open(dir, SyncMode::Always, Metrics::new(), 0, |_| {}).expect("open");
     for id in first..first + count {
-        let mut batch = tickd::store::Batch::default();
+        let mut batch = tickd::local::store::Batch::default();
         batch.record(&registered(id));
         handle.append(batch);
     }

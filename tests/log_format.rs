@@ -13,9 +13,9 @@ use std::time::Duration;
 use common::rng::Rng;
 use common::*;
 use prost::Message;
-use tickd::store::frame;
-use tickd::store::records::{self as durable, record::Kind, Record};
-use tickd::store::SyncMode;
+use tickd::local::store::frame;
+use tickd::local::store::records::{self as durable, record::Kind, Record};
+use tickd::local::store::SyncMode;
 use tonic::transport::Channel;
 
 use tickd::proto::timers_client::TimersClient;

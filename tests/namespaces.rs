@@ -13,8 +13,8 @@ use std::path::Path;
 use common::metrics::*;
 use common::*;
 use tickd::config::Config;
+use tickd::local::store::SyncMode;
 use tickd::proto::timers_client::TimersClient;
-use tickd::store::SyncMode;
 use tonic::transport::Channel;
 use tonic::Code;
 

@@ -135,7 +135,7 @@ async fn overload_is_shed_with_resource_exhausted_and_memory_stays_bounded() {
 async fn full_worker_queue_is_resource_exhausted_naming_the_limit() {
     let server = TestServer::start_with(config(|c| {
         c.worker_queue = 1;
-        c.sync = tickd::store::SyncMode::None;
+        c.sync = tickd::local::store::SyncMode::None;
     }))
     .await;
     let channels = channels(&server, 8).await;

@@ -187,7 +187,7 @@ fn scraped_families(text: &str) -> BTreeMap<String, Family> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_served_is_on_the_page_with_its_type_and_labels_and_no_other() {
     let server = TestServer::start_with(config(|config| {
-        config.sync = tickd::store::SyncMode::None;
+        config.sync = tickd::local::store::SyncMode::None;
     }))
     .await;
     let mut client = server.client().await;

@@ -222,7 +222,7 @@ async fn dead_and_acknowledged_expirations_are_trimmed() {
     }
     use tickd::cluster::delivery::ClusterDeliveries;
     use tickd::cluster::Wakeups;
-    use tickd::delivery::DeliveryConfig;
+    use tickd::domain::DeliveryConfig;
 
     let postgres = Postgres::start().await;
     let (shared, worker) = replica_parts(&postgres).await;

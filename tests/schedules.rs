@@ -8,8 +8,8 @@ mod common;
 use std::path::Path;
 
 use common::*;
+use tickd::local::store::SyncMode;
 use tickd::proto::timers_client::TimersClient;
-use tickd::store::SyncMode;
 use tokio::task::JoinSet;
 use tonic::transport::Channel;
 use tonic::Code;

@@ -1,15 +1,15 @@
 //! The worker thread driven by a manual clock: timers fire when (and only when) the clock
 //! reaches them, and stopping hands back the ones that had not fired.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use tickd::clock::ManualClock;
 use tickd::domain::Handoff;
 use tickd::domain::{Due, Expiration, NewTimer, Target, TimerRef, TimerView};
+use tickd::local::table::command::Command;
+use tickd::local::table::{HandoffTarget, TableConfig, TimerTable};
 use tickd::metrics::Metrics;
-use tickd::worker::command::Command;
-use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
 
@@ -53,8 +53,8 @@ fn sync(worker: &WorkerHandle<Command>) {
 
 /// A worker sink that passes on the expirations of each batch (namespaces forgotten are
 /// not this file's concern).
-fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> impl FnMut(Vec<Handoff>) + Send {
-    move |batch| {
+fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> HandoffTarget {
+    Arc::new(move |batch| {
         let expirations = batch
             .into_iter()
             .filter_map(|handoff| match handoff {
@@ -63,7 +63,7 @@ fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> impl FnMut(Vec<Handof
             })
             .collect();
         fired.send(expirations).unwrap();
-    }
+    })
 }
 
 /// A worker over a 1 ms-tick table on `clock`, and the batches of expirations it fires.
@@ -78,13 +78,8 @@ fn start_worker(clock: &ManualClock) -> (Worker<TimerTable>, mpsc::Receiver<Vec<
         Metrics::new(),
     );
     let (fired, batches) = mpsc::channel();
-    let worker = Worker::spawn(
-        table,
-        clock.clone(),
-        WorkerConfig::default(),
-        expirations_to(fired),
-    )
-    .unwrap();
+    let table = table.hand_off_to(expirations_to(fired));
+    let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), |_| {}).unwrap();
     (worker, batches)
 }
 

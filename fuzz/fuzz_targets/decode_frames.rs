@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tickd::store::frame;
+use tickd::local::store::frame;
 
 fuzz_target!(|data: &[u8]| {
     let decoded = frame::decode_all(data);

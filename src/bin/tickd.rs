@@ -13,9 +13,9 @@ use tracing::{error, info};
 
 use tickd::clock::{Clock, SystemClock};
 use tickd::config::{Command, Config, LogFormat};
+use tickd::local::table::TimerTable;
 use tickd::metrics::Metrics;
 use tickd::server::Listeners;
-use tickd::worker::table::TimerTable;
 
 /// mimalloc instead of glibc's malloc: the gRPC path allocates many small buffers from
 /// many threads, where glibc's arenas cost about a third of the server's CPU.
@@ -159,7 +159,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 fn check(config: &Config, dir: &Path) -> ExitCode {
     let mut table = TimerTable::new(config.table(), Metrics::new());
     let now = SystemClock::new().now();
-    let scan = match tickd::store::scan::scan(dir, |record| table.replay(record, now)) {
+    let scan = match tickd::local::store::scan::scan(dir, |record| table.replay(record, now)) {
         Ok(scan) => scan,
         Err(error) => {
             eprintln!("check dir={} error={:?}", dir.display(), error.to_string());

@@ -43,7 +43,7 @@ use super::schedule::{DueTimer, ScheduleCommand};
 use super::timers::stored_calendar;
 use super::{ClusterError, Connections, Shared};
 use crate::cluster::delivery::{Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
-use crate::delivery::DeliveryConfig;
+use crate::domain::DeliveryConfig;
 use crate::metrics::Metrics;
 use pace::BatchSize;
 use statement::{CLAIMED_BY, EXPIRATION, FIRE, HELD, LEASE_LEFT, OVERFLOWED, UNSCHEDULED};

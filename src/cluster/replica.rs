@@ -18,7 +18,7 @@ use super::timers::ClusterTimers;
 use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, Database};
 use crate::budget::MemoryBudget;
 use crate::clock::SystemClock;
-use crate::delivery::DeliveryConfig;
+use crate::domain::{Backend, DeliveryConfig, Expirations, Health, Stopping, Timers};
 use crate::metrics::Metrics;
 use crate::worker::Worker;
 
@@ -214,6 +214,35 @@ impl Replica {
         }
         self.ownership.leave().instrument(self.span).await;
         schedule.map_or(0, |schedule| schedule.len())
+    }
+}
+
+/// The replicated backend, as the server holds it.
+impl Backend for Replica {
+    fn timers(&self) -> Arc<dyn Timers> {
+        Arc::new(self.timers.clone())
+    }
+
+    fn expirations(&self) -> Arc<dyn Expirations> {
+        Arc::new(self.deliveries.clone())
+    }
+
+    fn health(&self) -> Health {
+        if !self.is_running() {
+            return Health::Failed("the replica's wheel thread stopped");
+        }
+        match self.database_unreachable_for() {
+            Some(unreachable) => Health::Unreachable(unreachable),
+            None => Health::Serving,
+        }
+    }
+
+    fn shutdown(&self) {
+        self.end_subscriptions();
+    }
+
+    fn stop(self: Box<Self>) -> Stopping {
+        Box::pin(async move { Ok(Replica::stop(*self).await) })
     }
 }
 

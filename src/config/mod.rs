@@ -12,11 +12,11 @@ use crate::budget::container::{MemoryLimit, Probe};
 use crate::budget::memory::BudgetSource;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
-use crate::delivery::DeliveryConfig;
+use crate::domain::DeliveryConfig;
 use crate::domain::SubscriberDefaults;
+use crate::local::store::SyncMode;
+use crate::local::table::TableConfig;
 use crate::metrics::Metrics;
-use crate::store::SyncMode;
-use crate::worker::table::TableConfig;
 use crate::worker::WorkerConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

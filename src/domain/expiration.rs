@@ -40,7 +40,7 @@ pub struct Expiration {
 pub enum Handoff {
     Fired(Expiration),
     /// The table forgot this namespace, after every expiration it fired there: the hold
-    /// it had on the live namespaces (see [`crate::namespaces`]) is the receiver's to let go.
+    /// it had on the live namespaces (see [`crate::local::live_namespaces`]) is the receiver's to let go.
     Forgotten(Arc<str>),
 }
 

@@ -10,6 +10,8 @@
 //! stopped task, an unreachable database), so the API maps one error type to gRPC.
 
 mod answer;
+mod backend;
+mod delivery_config;
 mod error;
 mod expiration;
 mod page;
@@ -21,6 +23,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use answer::Answer;
+pub use backend::{Backend, Health, Stopping};
+pub use delivery_config::DeliveryConfig;
 pub use error::TimerError;
 pub use expiration::{
     AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, Handoff, RedriveOutcome,

@@ -91,7 +91,7 @@ pub struct Metrics {
     /// 1 while tickd reports SERVING, 0 otherwise (its store failed or is unreachable).
     pub(crate) serving: Gauge,
     /// How many namespaces are live, `tickd_namespaces` (the set is
-    /// [`crate::namespaces::LiveNamespaces`], shared by the table and delivery).
+    /// [`crate::local::live_namespaces::LiveNamespaces`], shared by the table and delivery).
     pub(crate) namespaces: Gauge,
     /// The byte budgets and refusals by reason.
     pub(crate) budgets: budgets::BudgetMetrics,

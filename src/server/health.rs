@@ -8,8 +8,8 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
-use super::backend::{Backend, Health};
 use crate::api::TimersService;
+use crate::domain::{Backend, Health};
 use crate::metrics::Metrics;
 use crate::proto::timers_server::TimersServer;
 
@@ -22,7 +22,7 @@ const HEALTH_INTERVAL: Duration = Duration::from_millis(100);
 /// restarting tickd would not bring the database back. Returns when the backend has failed
 /// for good; the caller then reports NOT_SERVING everywhere.
 pub(super) async fn watch_health(
-    backend: &Backend,
+    backend: &dyn Backend,
     reporter: &HealthReporter,
     metrics: &Metrics,
 ) -> &'static str {

@@ -6,7 +6,6 @@
 //! limit), over HTTP/2 set up by [`http2_server`], and TLS by [`tls`] when configured.
 //! [`reload`] replaces the certificate and the tokens while tickd runs.
 
-mod backend;
 mod calls;
 mod connections;
 mod health;
@@ -40,10 +39,10 @@ use crate::api::TimersService;
 use crate::budget::memory::BudgetSource;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::config::Config;
+use crate::domain::Backend;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;
 use crate::proto::timers_server::TimersServer;
-use backend::Backend;
 use calls::CallLayer;
 use connections::{Acceptor, ConnectionLimits};
 use health::{set_health, watch_health};
@@ -59,10 +58,8 @@ const COMPRESSIONS: [CompressionEncoding; 2] =
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("opening the data directory: {0}")]
-    Store(#[from] crate::store::StoreError),
-    #[error("starting the timer worker thread: {0}")]
-    Worker(#[source] std::io::Error),
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
     #[error("building the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("serving gRPC: {0}")]
@@ -71,12 +68,8 @@ pub enum ServerError {
     Tls(String),
     #[error(transparent)]
     Tokens(#[from] crate::api::auth::TokenFileError),
-    #[error("starting the replicated store: {0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
     #[error("stopped because {0}")]
     Failed(&'static str),
-    #[error("{0}")]
-    RecoveryTooLarge(String),
 }
 
 /// Where tickd listens; bound by the caller, so that tests can use port 0.
@@ -120,11 +113,7 @@ pub async fn run(
     // Read once: the budget's default and recovery's ceiling both follow it.
     let memory_limit = config.memory_limit();
     let memory = config.memory_budget(&metrics, &memory_limit);
-    // The one place that chooses the backend.
-    let backend = match &config.store {
-        Some(url) => Backend::replicated(config, url, &metrics, &memory).await?,
-        None => Backend::local(config, &metrics, (&memory, &memory_limit))?,
-    };
+    let backend = crate::backend::start(config, &metrics, &memory, &memory_limit).await?;
     // Said once the timers are recovered (or the replica has joined): a refused start
     // never claims to serve.
     info!(
@@ -155,7 +144,7 @@ pub async fn run(
     let services = Services {
         timers: timers_service(
             config,
-            &backend,
+            backend.as_ref(),
             authenticator,
             stop_signal.clone(),
             (&memory, &metrics),
@@ -176,7 +165,7 @@ pub async fn run(
             info!("shutdown requested: draining");
             None
         }
-        reason = watch_health(&backend, &health_reporter, &metrics) => {
+        reason = watch_health(backend.as_ref(), &health_reporter, &metrics) => {
             error!(reason, "tickd cannot do its job: stopping for its supervisor to restart it");
             Some(reason)
         }
@@ -242,7 +231,7 @@ fn reloader(
 /// [`crate::domain::Expirations`], behind the token check.
 fn timers_service(
     config: &Config,
-    backend: &Backend,
+    backend: &dyn Backend,
     authenticator: Authenticator,
     stop_signal: watch::Receiver<bool>,
     (memory, metrics): (&Arc<MemoryBudget>, &Arc<Metrics>),
@@ -253,7 +242,7 @@ fn timers_service(
         min_repeat: config.tick,
         ..Limits::default()
     };
-    let (timers, expirations) = backend.api();
+    let (timers, expirations) = (backend.timers(), backend.expirations());
     let timers = TimersServer::new(TimersService::new(
         timers,
         expirations,

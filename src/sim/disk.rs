@@ -2,7 +2,7 @@
 //! what a power loss is sure to keep, so that the simulation can crash the process or the
 //! machine between any two calls of the store and inject a failure into any one.
 //!
-//! The model, per the contract in [`crate::store::disk`]:
+//! The model, per the contract in [`crate::local::store::disk`]:
 //! - a file (an inode) has the bytes the process sees, of which a prefix is durable (made
 //!   so by the file's last successful sync); appends after it, and a cut by `set_len`
 //!   below it, are owed to the disk until the next sync;
@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::rng::Rng;
-use crate::store::disk::{Disk, DiskFile};
+use crate::local::store::disk::{Disk, DiskFile};
 use file::{Inode, SimFile};
 
 /// A simulated disk; clones share it (the harness keeps one, the store gets another).

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use super::disk::SimDisk;
 use super::rng::Rng;
 use crate::clock::{Clock, ManualClock};
+use crate::local::store::records::{record::Kind, Attempted, Fired, Record, Timer};
+use crate::local::store::stepped::SteppedStore;
+use crate::local::store::{Batch, RecoveredFiring, SyncMode};
 use crate::metrics::Metrics;
-use crate::store::records::{record::Kind, Attempted, Fired, Record, Timer};
-use crate::store::stepped::SteppedStore;
-use crate::store::{Batch, RecoveredFiring, SyncMode};
 
 const DIR: &str = "/sim/found";
 

@@ -17,12 +17,13 @@ use super::model::{Model, Violation, LOSABLE_NANOS};
 use super::node::{Later, Node, NodeConfig};
 use super::rng::Rng;
 use crate::clock::ManualClock;
-use crate::delivery::{DeliveryConfig, Subscription};
+use crate::domain::DeliveryConfig;
 use crate::domain::{
     AckOutcome, RedriveOutcome, Registered, SubscribeOptions, TimerError, TimerView,
 };
-use crate::store::{StoreError, SyncMode};
-use crate::worker::table::TableConfig;
+use crate::local::delivery::Subscription;
+use crate::local::store::{StoreError, SyncMode};
+use crate::local::table::TableConfig;
 
 mod answers;
 mod calls;

@@ -84,7 +84,7 @@ pub(crate) struct Superseded {
 /// How long an answered change may stay only in the page cache with `--sync interval`:
 /// the store fsyncs within this of writing it, so a power cut takes at most the changes
 /// answered this long before it (docs/durability.md, `--sync`).
-pub(crate) const LOSABLE_NANOS: u64 = crate::store::SYNC_INTERVAL.as_nanos() as u64;
+pub(crate) const LOSABLE_NANOS: u64 = crate::local::store::SYNC_INTERVAL.as_nanos() as u64;
 
 impl Timer {
     /// Keeps what a change answered at `now` replaces, for as long as a power cut may take

@@ -19,16 +19,15 @@ use tokio::sync::oneshot;
 use super::disk::SimDisk;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, ManualClock};
-use crate::delivery::{DeliveryConfig, DeliveryHandle, SteppedDelivery, Subscription};
-use crate::domain::{
-    AckOutcome, Delivered, Expirations, Handoff, RedriveOutcome, SubscribeOptions,
-};
+use crate::domain::DeliveryConfig;
+use crate::domain::{AckOutcome, Delivered, Expirations, RedriveOutcome, SubscribeOptions};
+use crate::local::delivery::{DeliveryHandle, SteppedDelivery, Subscription};
+use crate::local::store::stepped::SteppedStore;
+use crate::local::store::{StoreError, SyncMode};
+use crate::local::table::command::Command;
+use crate::local::table::journal::Journal;
+use crate::local::table::{TableConfig, TimerTable};
 use crate::metrics::Metrics;
-use crate::store::stepped::SteppedStore;
-use crate::store::{StoreError, SyncMode};
-use crate::worker::command::Command;
-use crate::worker::journal::Journal;
-use crate::worker::table::{TableConfig, TimerTable};
 use crate::worker::TimerState;
 
 /// The data directory every simulated process uses.
@@ -53,7 +52,6 @@ pub(crate) struct Node {
     store: SteppedStore,
     delivery: DeliveryHandle,
     delivery_task: SteppedDelivery,
-    sink: Box<dyn FnMut(Vec<Handoff>)>,
     /// Commands sent and not yet applied: the worker's queue.
     queued: Vec<Command>,
 }
@@ -85,7 +83,7 @@ impl Node {
             SNAPSHOT_AFTER_BYTES,
             store.recovered_snapshot_bytes(),
         ));
-        let recovered = crate::worker::table::held_again(unsettled, &MemoryBudget::unlimited());
+        let recovered = crate::local::table::held_again(unsettled, &MemoryBudget::unlimited());
         let (delivery, delivery_task) = DeliveryHandle::stepped(
             config.delivery,
             Some(store.handle().clone()),
@@ -93,14 +91,13 @@ impl Node {
             recovered,
             (metrics, table.live_namespaces(), shared_clock),
         );
-        let sink = Box::new(delivery.clone().after_the_log(Some(store.handle().clone())));
+        let table = table.hand_off_to(delivery.handoff());
         let mut node = Node {
             clock: clock.clone(),
             table,
             store,
             delivery,
             delivery_task,
-            sink,
             queued: Vec::new(),
         };
         node.settle();
@@ -141,16 +138,13 @@ impl Node {
     /// One turn of the worker at the clock's time, then the store and delivery until idle.
     pub(crate) fn run(&mut self) {
         let now = self.clock.now();
-        let mut fired = Vec::new();
         if self
             .table
             .next_expiration()
             .is_some_and(|due| due <= now.monotonic)
         {
-            self.table.fire_due(now, &mut fired);
-        }
-        if !fired.is_empty() {
-            (self.sink)(fired);
+            // The table hands its firings to delivery in the batch that logs them.
+            self.table.fire_due(now, &mut Vec::new());
         }
         for command in self.queued.drain(..) {
             self.table.apply(command, now);
@@ -217,10 +211,9 @@ impl Node {
             table,
             delivery,
             delivery_task,
-            sink,
             ..
         } = self;
-        drop((table, delivery, delivery_task, sink));
+        drop((table, delivery, delivery_task));
         store.finish();
     }
 }

@@ -15,13 +15,7 @@
 //! [`table::TimerTable`] (ids, keys, namespaces); the core benchmark over a bare wheel.
 
 mod combine;
-pub mod command;
-pub(crate) mod journal;
 pub(crate) mod lanes;
-pub(crate) mod local;
-pub(crate) mod namespaces;
-mod page;
-pub mod table;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};

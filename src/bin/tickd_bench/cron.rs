@@ -15,6 +15,7 @@
 //! plain_fire_per_s=.. repeat_fire_per_s=.. cron_fire_per_s=.. fire_ratio=..`, ratios
 //! being plain over cron (2.0: cron timers take twice as long).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,9 @@ use tickd::clock::ManualClock;
 use tickd::cron::CalendarSchedule;
 use tickd::domain::Handoff;
 use tickd::domain::{Calendar, Due, NewTimer, Target, TimerRef};
+use tickd::local::table::command::Command;
+use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
-use tickd::worker::command::Command;
-use tickd::worker::table::{TableConfig, TimerTable};
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
 
@@ -114,18 +115,18 @@ fn measure(variant: Variant, count: usize, calendars: &[Calendar]) -> Rates {
         Metrics::new(),
     );
     let (all_fired, wait_fired) = mpsc::channel();
-    let mut fired = 0usize;
-    let sink = move |batch: Vec<Handoff>| {
-        fired += batch
+    let fired = AtomicUsize::new(0);
+    let table = table.hand_off_to(Arc::new(move |batch: Vec<Handoff>| {
+        let in_batch = batch
             .iter()
             .filter(|handoff| matches!(handoff, Handoff::Fired(_)))
             .count();
-        if fired == count {
+        if fired.fetch_add(in_batch, Ordering::Relaxed) + in_batch == count {
             let _ = all_fired.send(());
         }
-    };
+    }));
     let worker =
-        Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).expect("spawn worker");
+        Worker::spawn(table, clock.clone(), WorkerConfig::default(), |_| {}).expect("spawn worker");
     let commands = worker.handle();
 
     let deadline_unix = START_UNIX.div_ceil(1_000_000_000) * 1_000_000_000;

@@ -62,7 +62,7 @@ use crate::budget::MemoryBudget;
 use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
 use crate::cluster::timers::stored_calendar;
 use crate::cluster::{ClusterError, Connections, Shared};
-use crate::delivery::DeliveryConfig;
+use crate::domain::DeliveryConfig;
 use crate::domain::{
     AckOutcome, Answer, Dead, DeadList, Delivered, DeliveryStream, Expiration, Expirations,
     RedriveOutcome, SubscribeOptions, TimerError, TimerId, MAX_REDRIVE,

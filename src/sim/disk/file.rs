@@ -5,8 +5,8 @@
 use std::io::{self, ErrorKind};
 
 use super::{Faults, InodeId, SimDisk, State};
+use crate::local::store::disk::DiskFile;
 use crate::sim::rng::Rng;
-use crate::store::disk::DiskFile;
 
 /// The largest file the simulated disk holds: `set_len` beyond it is a full disk rather
 /// than an allocation the test machine cannot make.

@@ -7,10 +7,10 @@ use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
 use super::SimDisk;
+use crate::local::store::disk::Disk;
+use crate::local::store::frame::{self, FILE_HEADER};
+use crate::local::store::records::{record::Kind, Record, Settled};
 use crate::sim::rng::Rng;
-use crate::store::disk::Disk;
-use crate::store::frame::{self, FILE_HEADER};
-use crate::store::records::{record::Kind, Record, Settled};
 
 fn disk(seed: u64) -> SimDisk {
     SimDisk::new(Rng::new(seed))

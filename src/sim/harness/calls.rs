@@ -9,10 +9,10 @@ use tokio::sync::oneshot;
 use super::{Call, Client, Harness, KEYS, MAX_ATTEMPTS, MILLISECOND, NAMESPACES};
 use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, SubscribeOptions, Target, TimerId, TimerRef};
+use crate::local::table::command::{Command, Reschedule};
 use crate::sim::ledger::{Held, Ledger};
 use crate::sim::model::{payload_of, Outcome, Registration};
 use crate::sim::node::Node;
-use crate::worker::command::{Command, Reschedule};
 
 /// The kinds of timer a registration makes.
 enum Kind {

@@ -2,7 +2,7 @@
 //!
 //! An id is the boot of the data directory it was handed out in (high bits) and a count
 //! within that boot (low [`COUNT_BITS`] bits). Each start records a boot one higher than any
-//! the directory holds, durably, before delivery begins (see [`crate::store::Store::boot`]),
+//! the directory holds, durably, before delivery begins (see [`crate::local::store::Store::boot`]),
 //! and snapshots carry the latest one, so an id from before a restart names no delivery of
 //! this process: its Ack is answered as unknown and settles nothing. Without a data
 //! directory there is nothing to count boots in: the boot is drawn at random instead, so an

@@ -6,24 +6,25 @@
 
 mod by_id;
 mod calendar;
+pub mod command;
 mod id_index;
+pub(crate) mod journal;
 mod memory;
+pub(crate) mod namespaces;
+mod page;
 mod record;
 mod replay;
 #[cfg(test)]
 mod snapshot_pacing_tests;
 mod view;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::command::{Command, Reschedule};
-use super::journal::Journal;
-use super::namespaces::{Admission, Namespaces};
-use super::TimerState;
 use crate::budget::memory::held_bytes;
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
 use crate::clock::{Clock, Now, SystemClock};
@@ -31,10 +32,14 @@ use crate::domain::{
     Expiration, Handoff, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target,
     TimerError, TimerId, TimerRef, TimerView,
 };
+use crate::local::store::records::{self as durable, record::Kind};
 use crate::metrics::Metrics;
-use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
+use crate::worker::TimerState;
+use command::{Command, Reschedule};
 use id_index::IdIndex;
+use journal::Journal;
+use namespaces::{Admission, Namespaces};
 pub(crate) use record::held_again;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
@@ -53,7 +58,7 @@ pub struct TableConfig {
     pub max_pending: usize,
     /// 0: no per-namespace quota.
     pub max_pending_per_namespace: u64,
-    /// Live namespaces at most (see [`crate::namespaces`]); 0: no limit.
+    /// Live namespaces at most (see [`crate::local::live_namespaces`]); 0: no limit.
     pub max_namespaces: usize,
 }
 
@@ -74,8 +79,14 @@ pub struct TimerTable {
     memory: Arc<MemoryBudget>,
     /// When the worker last woke (monotonic), to pace a snapshot the disk is behind on.
     last_woken: u64,
+    /// Where fired timers go (see [`TimerTable::hand_off_to`]).
+    deliver: HandoffTarget,
     metrics: Arc<Metrics>,
 }
+
+/// Where the table hands what it fired: delivery. Called on the store's thread once the
+/// batch carrying those firings' records is durable, or at once without a log.
+pub type HandoffTarget = Arc<dyn Fn(Vec<Handoff>) + Send + Sync>;
 
 impl TimerTable {
     pub fn new(config: TableConfig, metrics: Arc<Metrics>) -> Self {
@@ -98,8 +109,16 @@ impl TimerTable {
             max_pending_per_namespace: config.max_pending_per_namespace,
             memory: MemoryBudget::unlimited(),
             last_woken: 0,
+            // A table nobody has told where to deliver keeps only its own state (tests).
+            deliver: Arc::new(|_| {}),
             metrics,
         }
+    }
+
+    /// Sends every later firing to `deliver`.
+    pub fn hand_off_to(mut self, deliver: HandoffTarget) -> Self {
+        self.deliver = deliver;
+        self
     }
 
     /// From now on every mutation is journaled and replies wait until it is durable.
@@ -144,8 +163,8 @@ impl TimerTable {
     }
 
     /// The live namespaces, which delivery shares with the table (see
-    /// [`crate::namespaces`]).
-    pub(crate) fn live_namespaces(&self) -> Arc<crate::namespaces::LiveNamespaces> {
+    /// [`crate::local::live_namespaces`]).
+    pub(crate) fn live_namespaces(&self) -> Arc<crate::local::live_namespaces::LiveNamespaces> {
         self.namespaces.live()
     }
 
@@ -489,9 +508,31 @@ impl TimerTable {
     }
 }
 
+impl TimerTable {
+    /// Hands a round's firings to delivery. With a log, the hand-off rides the batch that
+    /// carries their records and runs once it is durable, so that every record before
+    /// them (the timers' registrations too) is durable as well; a batch the log fails to
+    /// write drops its callbacks, so a timer whose registration was answered with an error
+    /// is never delivered. Without a log, at once.
+    fn hand_off(&mut self, fired: Vec<Handoff>) {
+        match &mut self.journal {
+            Some(journal) => {
+                if !fired.is_empty() {
+                    let deliver = self.deliver.clone();
+                    journal.on_durable(Box::new(move || deliver(fired)));
+                }
+                journal.flush();
+            }
+            None if !fired.is_empty() => (self.deliver)(fired),
+            None => {}
+        }
+    }
+}
+
 impl TimerState for TimerTable {
     type Command = Command;
-    type Fired = Handoff;
+    /// The table hands its firings to delivery itself, in the batch that logs them.
+    type Fired = Infallible;
 
     fn apply(&mut self, command: Command, now: Now) {
         crate::faults::panic_if_injected("worker");
@@ -542,9 +583,10 @@ impl TimerState for TimerTable {
         }
     }
 
-    fn fire_due(&mut self, now: Now, fired: &mut Vec<Handoff>) {
+    /// Fires what is due and hands it to delivery itself (see [`TimerTable::hand_off`]):
+    /// nothing leaves through the worker's own hand-off.
+    fn fire_due(&mut self, now: Now, _: &mut Vec<Infallible>) {
         self.last_woken = now.monotonic;
-        let handed_over_before = fired.len();
         let mut expired = Vec::new();
         // Planted bug: the wheel is advanced a tick ahead of the clock.
         let until = if crate::faults::planted("fire-early") {
@@ -553,7 +595,7 @@ impl TimerState for TimerTable {
             now.monotonic
         };
         self.wheel.advance(until, &mut expired);
-        fired.reserve(expired.len());
+        let mut fired = Vec::with_capacity(expired.len());
         for entry in expired {
             fired.push(Handoff::Fired(self.expire(
                 entry.value,
@@ -564,14 +606,12 @@ impl TimerState for TimerTable {
         // After this batch's expirations, so that delivery holds what they need first.
         self.namespaces
             .sweep(now.monotonic, |name| fired.push(Handoff::Forgotten(name)));
-        if let Some(journal) = &mut self.journal {
-            journal.flush();
-        }
+        let handed_over = !fired.is_empty();
+        self.hand_off(fired);
         // A snapshot chunk prefers a round that hands nothing over: the worker comes
         // straight back for it (`next_expiration`), once these firings are on their way to
-        // delivery. Encoded first, it held them back by its length, and their hand-off
-        // could miss the group commit that carried their records.
-        self.continue_snapshot(now.monotonic, fired.len() > handed_over_before);
+        // delivery. Encoded first, it would hold them back by its length.
+        self.continue_snapshot(now.monotonic, handed_over);
     }
 
     fn next_expiration(&self) -> Option<u64> {

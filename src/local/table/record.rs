@@ -10,10 +10,10 @@ use crate::budget::memory::{expiration_held_bytes, held_bytes, logged_firing_byt
 use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::clock::Now;
 use crate::domain::{Calendar, Expiration, TimerId};
-use crate::store::frame::TimerFields;
-use crate::store::records as durable;
-use crate::store::RecoveredFiring;
-use crate::worker::namespaces::Namespaces;
+use crate::local::store::frame::TimerFields;
+use crate::local::store::records as durable;
+use crate::local::store::RecoveredFiring;
+use crate::local::table::namespaces::Namespaces;
 
 /// What the wheel holds for each pending timer. Every pending timer has one, so it is kept
 /// to 72 bytes: with the wheel's own fields an entry is 96 bytes, and a timer whose key and

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::clock::SystemClock;
 use crate::domain::{RedriveOutcome, TimerId};
-use crate::namespaces::LiveNamespaces;
+use crate::local::live_namespaces::LiveNamespaces;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
     Expiration {
@@ -318,9 +318,9 @@ fn redrive(delivery: &mut Delivery, namespace: &str, ids: Option<Vec<u64>>) -> R
 #[test]
 fn deliveries_waiting_for_their_attempts_hold_their_place_in_the_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, handle, _) = crate::store::Store::open(
+    let (store, handle, _) = crate::local::store::Store::open(
         dir.path(),
-        crate::store::SyncMode::Always,
+        crate::local::store::SyncMode::Always,
         Metrics::new(),
         0,
         |_| {},

@@ -7,10 +7,10 @@ use super::record::{timer_fields, OptionalNanos, TimerRecord};
 use super::{TimerTable, SCAN_POSITIONS};
 use crate::clock::Now;
 use crate::domain::Calendar;
-use crate::store::records::{self as durable, record::Kind, Record};
+use crate::local::store::records::{self as durable, record::Kind, Record};
+use crate::local::table::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
+use crate::local::table::namespaces::Admission;
 use crate::wheel::Handle;
-use crate::worker::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
-use crate::worker::namespaces::Admission;
 
 impl TimerTable {
     /// Applies one record from the store at start-up. Replay is idempotent per timer, so a
@@ -160,7 +160,7 @@ impl TimerTable {
     /// Streams the next chunk of a snapshot in progress, if any is due at `now`: up to a
     /// chunk of timers from the storage position where the last chunk ended. In a round
     /// that `handed_over` expirations, the chunk waits for the next round, a few times in
-    /// a row at most (see [`crate::worker::journal::Journal::defer_chunk`]).
+    /// a row at most (see [`crate::local::table::journal::Journal::defer_chunk`]).
     pub(super) fn continue_snapshot(&mut self, now: u64, handed_over: bool) {
         let Some(journal) = &mut self.journal else {
             return;

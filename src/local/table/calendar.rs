@@ -134,7 +134,7 @@ impl TimerTable {
         })
     }
 
-    /// Asks the disk budget (see [`crate::store::disk_budget`]) for a timer's whole record
+    /// Asks the disk budget (see [`crate::local::store::disk_budget`]) for a timer's whole record
     /// with a namespace, key and payload of these lengths; without a log, nothing is asked.
     pub(super) fn admit_to_log(
         &self,

@@ -33,41 +33,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
 use crate::domain::{
-    AckOutcome, Answer, DeadList, Delivered, DeliveryStream, Expiration, Expirations, Handoff,
-    RedriveOutcome, SubscribeOptions, SubscriberDefaults, SubscriberRules, TimerError,
+    AckOutcome, Answer, DeadList, Delivered, DeliveryConfig, DeliveryStream, Expiration,
+    Expirations, Handoff, RedriveOutcome, SubscribeOptions, SubscriberRules, TimerError,
 };
+use crate::local::live_namespaces::LiveNamespaces;
+use crate::local::store::StoreHandle;
 use crate::metrics::Metrics;
-use crate::namespaces::LiveNamespaces;
-use crate::store::{Batch, StoreHandle};
-
-#[derive(Debug, Clone, Copy)]
-pub struct DeliveryConfig {
-    /// Expirations that may wait for a subscriber, per namespace.
-    pub buffer_capacity: usize,
-    /// Dead expirations kept per namespace.
-    pub dead_capacity: usize,
-    /// Expirations fired and not yet settled (waiting or in flight), all namespaces.
-    pub buffered_total: usize,
-    /// Dead expirations kept, all namespaces.
-    pub dead_total: usize,
-    /// What a subscriber's rules are decided from (see [`SubscribeOptions::rules`]).
-    pub subscriber: SubscriberDefaults,
-    /// Deliveries of one expiration before it is declared dead.
-    pub max_attempts: u32,
-}
-
-impl Default for DeliveryConfig {
-    fn default() -> Self {
-        Self {
-            buffer_capacity: 100_000,
-            dead_capacity: 10_000,
-            buffered_total: 1_000_000,
-            dead_total: 100_000,
-            subscriber: SubscriberDefaults::default(),
-            max_attempts: 5,
-        }
-    }
-}
 
 enum Request {
     Fired(Vec<Handoff>),
@@ -188,24 +159,10 @@ impl DeliveryHandle {
         let _ = self.sender.send(Request::Fired(batch));
     }
 
-    /// Where the worker hands its fired batches: to this task, but only once their firing
-    /// records are in the log (per `--sync`), so that everything logged before them, the
-    /// timers' registrations included, is too. A timer whose registration the log failed
-    /// to write (a call answered with an error) is never delivered, since the store drops
-    /// the callbacks of what it could not write. Without a log, batches come straight here.
-    pub(crate) fn after_the_log(
-        self,
-        store: Option<StoreHandle>,
-    ) -> impl FnMut(Vec<Handoff>) + Send + 'static {
-        move |batch| match &store {
-            None => self.fired(batch),
-            Some(store) => {
-                let delivery = self.clone();
-                let mut after_firing = Batch::default();
-                after_firing.on_durable(Box::new(move || delivery.fired(batch)));
-                store.append(after_firing);
-            }
-        }
+    /// Where the timer table hands what it fires ([`crate::local::table::HandoffTarget`]).
+    pub(crate) fn handoff(&self) -> crate::local::table::HandoffTarget {
+        let delivery = self.clone();
+        Arc::new(move |batch| delivery.fired(batch))
     }
 
     /// False once the delivery task has ended (after `close`, or by a panic).

@@ -456,8 +456,8 @@ fn read_up_to(reader: &mut impl Read, buffer: &mut [u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::frame::{encode, FILE_HEADER};
-    use crate::store::records::{record::Kind, Settled};
+    use crate::local::store::frame::{encode, FILE_HEADER};
+    use crate::local::store::records::{record::Kind, Settled};
 
     /// A segment of `count` records of about 100 bytes each.
     fn segment(dir: &Path, count: u64) {
@@ -471,7 +471,7 @@ mod tests {
             };
             encode(&record, &mut bytes);
         }
-        std::fs::write(crate::store::segment_path(dir, 1), bytes).unwrap();
+        std::fs::write(crate::local::store::segment_path(dir, 1), bytes).unwrap();
     }
 
     /// Both ways of reading: on the applying thread (a small log) and on a decoding thread
@@ -482,7 +482,7 @@ mod tests {
         for count in [10, 200_000] {
             let dir = tempfile::tempdir().unwrap();
             segment(dir.path(), count);
-            let length = std::fs::metadata(crate::store::segment_path(dir.path(), 1))
+            let length = std::fs::metadata(crate::local::store::segment_path(dir.path(), 1))
                 .unwrap()
                 .len();
             assert_eq!(

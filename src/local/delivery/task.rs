@@ -4,7 +4,7 @@
 //! A namespace's queue exists while it holds anything (waiting, in-flight or dead
 //! expirations, subscribers, observers) and is forgotten as soon as it holds nothing; while
 //! it exists the task has a hold on the namespace in the live set (see
-//! [`crate::namespaces`]). The worker's holds reach the task with its expirations
+//! [`crate::local::live_namespaces`]). The worker's holds reach the task with its expirations
 //! ([`Handoff::Forgotten`]) and are let go here too.
 
 mod journal;
@@ -25,9 +25,9 @@ use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Dead, DeadList, Delivered, Expiration, Handoff, SubscribeOptions, SubscriberRules,
 };
+use crate::local::live_namespaces::LiveNamespaces;
+use crate::local::store::StoreHandle;
 use crate::metrics::Metrics;
-use crate::namespaces::LiveNamespaces;
-use crate::store::StoreHandle;
 use crate::wheel::Wheel;
 
 /// The task's state.

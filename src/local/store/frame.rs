@@ -288,7 +288,7 @@ pub fn decode_all(bytes: &[u8]) -> Decoded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::records::{record::Kind, Settled};
+    use crate::local::store::records::{record::Kind, Settled};
 
     fn settled(id: u64) -> Record {
         Record {

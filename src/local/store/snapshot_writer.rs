@@ -448,7 +448,7 @@ mod tests {
         let kept = super::super::segment_path(dir.path(), 2);
         std::fs::write(&kept, b"kept").unwrap();
         assert_eq!(
-            super::remove_older_than(&crate::store::disk::RealDisk, dir.path(), 2).unwrap(),
+            super::remove_older_than(&crate::local::store::disk::RealDisk, dir.path(), 2).unwrap(),
             (1, length)
         );
         assert_eq!(files(dir.path()), vec![format!("{:020}.log", 2)]);

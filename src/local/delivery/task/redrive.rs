@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 
 use super::journal::attempted;
 use super::Delivery;
-use crate::delivery::queue::Waiting;
 use crate::domain::{RedriveOutcome, MAX_REDRIVE};
-use crate::store::Batch;
+use crate::local::delivery::queue::Waiting;
+use crate::local::store::Batch;
 
 impl Delivery {
     /// Moves the namespace's dead expirations named by `ids` (None: all of them), oldest

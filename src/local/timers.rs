@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::command::{Command, Reschedule};
-use super::{SendError, WorkerHandle};
+use super::table::command::{Command, Reschedule};
+use crate::worker::{SendError, WorkerHandle};
 use bytes::Bytes;
 
 use crate::domain::{

@@ -3,7 +3,7 @@
 //!
 //! Settlements answer an Ack once durable. Attempts only count, so a delivery waits for
 //! its attempt to be written to the OS, not for the fsync after it
-//! ([`crate::store::Batch::on_written`]): a crash of the process keeps the count, a crash
+//! ([`crate::local::store::Batch::on_written`]): a crash of the process keeps the count, a crash
 //! of the machine may lose the last few (the expiration then comes back with fewer
 //! attempts counted, never lost).
 
@@ -13,10 +13,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc::{self, OwnedPermit};
 
 use super::Delivery;
-use crate::delivery::queue::Waiting;
 use crate::domain::{Delivered, Expiration};
-use crate::store::records::{record::Kind, Attempted, Record, Settled};
-use crate::store::{Batch, OnDurable, StoreHandle};
+use crate::local::delivery::queue::Waiting;
+use crate::local::store::records::{record::Kind, Attempted, Record, Settled};
+use crate::local::store::{Batch, OnDurable, StoreHandle};
 
 impl Delivery {
     /// Records that these expirations are done with (acknowledged, or dropped for good), so a
@@ -64,7 +64,7 @@ impl Delivery {
 pub(super) struct Outgoing {
     records: Batch,
     sends: Vec<(OwnedPermit<Delivered>, Delivered)>,
-    /// Set once they have left (see [`crate::delivery::queue::InFlight::left`]).
+    /// Set once they have left (see [`crate::local::delivery::queue::InFlight::left`]).
     left: Option<Arc<AtomicBool>>,
 }
 

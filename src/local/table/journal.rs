@@ -1,17 +1,17 @@
 //! The worker's side of durability: the records each batch of commands produced, held
 //! with the batch's replies until the store has made them durable, and the fuzzy snapshot
 //! streamed a chunk at a time between batches. It also asks the disk budget
-//! ([`crate::store::disk_budget`]) before the table applies what would grow the log, and
+//! ([`crate::local::store::disk_budget`]) before the table applies what would grow the log, and
 //! starts compactions early when that budget needs the space.
 
 use std::sync::Arc;
 
 use crate::budget::MemoryBudget;
 use crate::domain::TimerError;
-use crate::store::disk_budget;
-use crate::store::frame::TimerFields;
-use crate::store::records::{record::Kind, Record};
-use crate::store::{Batch, OnDurable, StoreHandle};
+use crate::local::store::disk_budget;
+use crate::local::store::frame::TimerFields;
+use crate::local::store::records::{record::Kind, Record};
+use crate::local::store::{Batch, OnDurable, StoreHandle};
 
 /// Timers written per snapshot chunk: small enough that the worker never pauses long
 /// (about a tenth of a millisecond here), so that firing is not held back behind it.

@@ -235,8 +235,8 @@ pub(super) fn directory_bytes(disk: &dyn Disk, dir: &Path) -> Result<u64, super:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::records::{self, record::Kind, Record};
-    use crate::store::{Batch, Store, StoreHandle, SyncMode};
+    use crate::local::store::records::{self, record::Kind, Record};
+    use crate::local::store::{Batch, Store, StoreHandle, SyncMode};
 
     const MIB: u64 = 1 << 20;
 

@@ -152,9 +152,9 @@ pub(crate) fn encode_fired(
 #[cfg(test)]
 mod hand_encoding_tests {
     use super::*;
-    use crate::store::frame::{decode_all, encode, FILE_HEADER};
-    use crate::store::records::Record;
-    use crate::store::records::{record::Kind, Fired, Timer};
+    use crate::local::store::frame::{decode_all, encode, FILE_HEADER};
+    use crate::local::store::records::Record;
+    use crate::local::store::records::{record::Kind, Fired, Timer};
     use proptest::prelude::*;
 
     fn boundary_or_any() -> impl Strategy<Value = u64> {

@@ -4,7 +4,7 @@
 //!
 //! A namespace whose last pending timer left is forgotten once it has stayed so for
 //! [`FORGET_AFTER`]: its slot is reused, its series removed, and its hold on the live
-//! namespaces handed to the delivery task (see [`crate::namespaces`]). Waiting first means
+//! namespaces handed to the delivery task (see [`crate::local::live_namespaces`]). Waiting first means
 //! a namespace that empties and fills again, one timer at a time, is not forgotten and
 //! re-created at every timer (each costs a write lock on the metric family a scrape also
 //! takes).
@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 
 use crate::clock::Clock;
 use crate::domain::TimerError;
+use crate::local::live_namespaces::LiveNamespaces;
 use crate::metrics::Metrics;
-use crate::namespaces::LiveNamespaces;
 
 /// How long a namespace stays empty before it is forgotten.
 pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(1);
@@ -62,7 +62,7 @@ pub(crate) struct Namespaces {
     /// `--max-namespaces` (0: no limit).
     max: usize,
     /// The namespaces live in the process: the table takes a hold on each it creates,
-    /// delivery lets it go (see [`crate::namespaces`]).
+    /// delivery lets it go (see [`crate::local::live_namespaces`]).
     live: Arc<LiveNamespaces>,
     metrics: Arc<Metrics>,
 }

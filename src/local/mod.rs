@@ -1,0 +1,154 @@
+//! The local backend: timers held by one process, in its own data directory.
+//!
+//! A timer is born in [`timers`] (the API's call becomes a command to the worker thread),
+//! waits in [`table`] (the worker thread's wheel and indexes), is written by [`store`]
+//! before it is answered, fires in the table, whose firing records carry the hand-off to
+//! [`delivery`] in the same batch, and is delivered, acknowledged or delivered again there.
+//! [`recovery`] rebuilds the table and the expirations still unsettled from the data
+//! directory at start.
+//!
+//! [`LocalBackend`] assembles those parts and is what the server holds, as a
+//! [`crate::domain::Backend`]; `crate::cluster` is the other one.
+
+pub mod delivery;
+pub(crate) mod live_namespaces;
+mod recovery;
+pub mod store;
+pub mod table;
+pub(crate) mod timers;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::budget::container::MemoryLimit;
+use crate::budget::MemoryBudget;
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::domain::{Backend, Expirations, Health, Stopping, Timers};
+use crate::metrics::Metrics;
+use crate::worker::Worker;
+use delivery::DeliveryHandle;
+use recovery::Recovered;
+use store::{Store, StoreError, StoreHandle};
+use table::TimerTable;
+use timers::LocalTimers;
+
+/// Why the local backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("opening the data directory: {0}")]
+    Store(#[from] StoreError),
+    #[error("starting the timer worker thread: {0}")]
+    Worker(#[source] std::io::Error),
+    /// Recovery would need more memory than tickd can have (the message says how much).
+    #[error("{0}")]
+    RecoveryTooLarge(String),
+}
+
+/// The worker thread over the timer table, the delivery task, and the log both write to.
+pub struct LocalBackend {
+    worker: Worker<TimerTable>,
+    delivery: DeliveryHandle,
+    store: Option<(Store, StoreHandle)>,
+}
+
+impl LocalBackend {
+    /// Recovers the data directory (unless `--sync none`), then starts the delivery task
+    /// and the worker thread over what was recovered. Needs a multi-threaded tokio
+    /// runtime: recovery blocks in place, and the delivery task is spawned on it.
+    pub fn start(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        memory: (&Arc<MemoryBudget>, &MemoryLimit),
+    ) -> Result<Self, LocalError> {
+        // The worker must run on the clock the recovery converted deadlines with.
+        let clock = SystemClock::new();
+        let Recovered {
+            table,
+            store,
+            unsettled,
+        } = tokio::task::block_in_place(|| recovery::recover(config, clock, metrics, memory))?;
+        let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
+        let boot = store
+            .as_ref()
+            .map_or_else(delivery::ids::unlogged_boot, |(store, _)| store.boot());
+        let delivery = DeliveryHandle::spawn(
+            config.delivery(),
+            store_handle,
+            boot,
+            unsettled,
+            (
+                metrics.clone(),
+                // Namespaces the table creates are let go by delivery: one live set for both.
+                table.live_namespaces(),
+                Arc::new(clock),
+            ),
+        );
+        let table = table.hand_off_to(delivery.handoff());
+        let worker = Worker::spawn(table, clock, config.worker(metrics), |_| {})
+            .map_err(LocalError::Worker)?;
+        Ok(Self {
+            worker,
+            delivery,
+            store,
+        })
+    }
+}
+
+impl Backend for LocalBackend {
+    fn timers(&self) -> Arc<dyn Timers> {
+        Arc::new(LocalTimers::new(self.worker.handle()))
+    }
+
+    fn expirations(&self) -> Arc<dyn Expirations> {
+        Arc::new(self.delivery.clone())
+    }
+
+    fn health(&self) -> Health {
+        if let Some((store, handle)) = &self.store {
+            if handle.has_failed() {
+                return Health::Failed("the log failed to write (see the error above)");
+            }
+            if !store.is_running() {
+                return Health::Failed("the store thread stopped");
+            }
+        }
+        if !self.worker.is_running() {
+            return Health::Failed("the timer worker thread stopped");
+        }
+        if !self.delivery.is_running() {
+            return Health::Failed("the delivery task stopped");
+        }
+        Health::Serving
+    }
+
+    fn shutdown(&self) {
+        self.delivery.shutdown();
+    }
+
+    fn stop(self: Box<Self>) -> Stopping {
+        let Self {
+            worker,
+            delivery,
+            store,
+        } = *self;
+        Box::pin(async move {
+            // A worker that panicked leaves no table: what is pending is in the log.
+            let table = tokio::task::block_in_place(|| worker.try_stop());
+            let pending_timers = table.as_ref().map_or(0, TimerTable::len);
+            drop(table);
+            // Every handle on the store must go before it can finish its last commit.
+            delivery.close().await;
+            drop(delivery);
+            if let Some((store, handle)) = store {
+                let failed = handle.failure_flag();
+                drop(handle);
+                tokio::task::block_in_place(|| store.join());
+                if failed.load(Ordering::Acquire) {
+                    return Err("the log failed to write while stopping");
+                }
+            }
+            Ok(pending_timers)
+        })
+    }
+}
