@@ -120,8 +120,8 @@ where
             header_filled: 0,
             body_left: 0,
         });
-        let drain =
-            watching.then(|| Box::pin(super::stopped(self.limits.stopping.clone())) as Drain);
+        let drain = watching
+            .then(|| Box::pin(super::drain::stopped(self.limits.stopping.clone())) as Drain);
         let response = self.inner.call(Request::from_parts(parts, body));
         Box::pin(async move {
             let response = response.await?;

@@ -8,6 +8,7 @@
 
 mod calls;
 mod connections;
+mod drain;
 mod health;
 mod reload;
 mod tls;
@@ -45,6 +46,7 @@ use crate::proto;
 use crate::proto::timers_server::TimersServer;
 use calls::CallLayer;
 use connections::{Acceptor, ConnectionLimits};
+use drain::stopped;
 use health::{set_health, watch_health};
 use reload::{Reloadable, Reloader, TokenFile};
 use tls::{tls_incoming, ReloadableTls};
@@ -373,9 +375,4 @@ fn display_addr(addr: std::io::Result<std::net::SocketAddr>) -> String {
         |error| format!("unknown ({error})"),
         |addr| addr.to_string(),
     )
-}
-
-/// Resolves once the drain begins.
-pub(super) async fn stopped(mut stop_signal: watch::Receiver<bool>) {
-    let _ = stop_signal.wait_for(|stopping| *stopping).await;
 }

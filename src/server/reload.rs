@@ -98,7 +98,7 @@ impl Reloader {
 
     /// Runs until the drain begins.
     pub(crate) async fn run(mut self, stop_signal: watch::Receiver<bool>) {
-        let stopped = super::stopped(stop_signal);
+        let stopped = super::drain::stopped(stop_signal);
         tokio::pin!(stopped);
         let mut poll = (!self.interval.is_zero() && !self.watched.is_empty())
             .then(|| tokio::time::interval(self.interval));

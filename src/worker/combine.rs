@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 use prometheus_client::metrics::counter::Counter;
 
 use super::lanes::{LaneReceiver, LaneSender, Taken};
-use super::{Message, TimerState};
+use super::state::{Message, TimerState};
 use crate::clock::{Clock, Now};
 use crate::metrics::BusyTimer;
 
@@ -180,7 +180,7 @@ pub(super) fn lock<S: TimerState, K>(
 }
 
 /// A sender's way into the shared core, erased of the state's and clock's types so that
-/// [`super::WorkerHandle`] stays generic over the command alone.
+/// [`crate::worker::WorkerHandle`] stays generic over the command alone.
 pub(super) trait Combiner<C>: Send + Sync {
     /// After queueing a message and claiming the parked worker: applies what is queued
     /// here, or returns false if the worker must be woken instead.

@@ -16,37 +16,21 @@
 
 mod combine;
 pub(crate) mod lanes;
+mod state;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, Now};
+use crate::clock::Clock;
 use combine::{lock, Combiner, Core, SharedCore, Step};
 use lanes::{LaneSender, Parking, TrySendError};
 use prometheus_client::metrics::counter::Counter;
+use state::Message;
+pub use state::TimerState;
 
 use crate::metrics::BusyTimer;
-
-/// The state a worker thread owns and drives: a wheel plus whatever the commands need.
-pub trait TimerState: Send + 'static {
-    type Command: Send + 'static;
-    type Fired: Send + 'static;
-    /// Applies one command; `now` is the reading taken for the whole batch.
-    fn apply(&mut self, command: Self::Command, now: Now);
-    /// Moves everything due at `now` into `fired`.
-    fn fire_due(&mut self, now: Now, fired: &mut Vec<Self::Fired>);
-    /// The monotonic time at which `fire_due` next has work, if any.
-    fn next_expiration(&self) -> Option<u64>;
-    /// Called after each batch of commands: the place to hand off what the batch produced.
-    fn end_batch(&mut self) {}
-}
-
-enum Message<C> {
-    Command(C),
-    Stop,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {

@@ -9,7 +9,7 @@
 use bytes::Bytes;
 
 use super::record::{duration_nanos, timer_fields, TimerRecord};
-use super::TimerTable;
+use super::timer_table::TimerTable;
 use crate::budget::memory::held_bytes;
 use crate::clock::Now;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
@@ -148,7 +148,7 @@ impl TimerTable {
     }
 
     /// Logs the timer whole, as it now is: replay puts it back in place of the older copy.
-    fn log_whole(&mut self, handle: Handle) {
+    pub(super) fn log_whole(&mut self, handle: Handle) {
         if let Some(journal) = &mut self.journal {
             let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
             journal.record_registered(&timer_fields(&self.namespaces, &self.calendars, record));

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::TimerTable;
+use super::timer_table::TimerTable;
 use crate::budget::{MemoryBudget, Refusal};
 use crate::domain::TimerError;
 

@@ -1,7 +1,9 @@
-//! Page tokens as the worker's table makes them: a position in the wheel's storage, bound
+//! The pending timers listed a page at a time, and the page tokens the table makes: a position in the wheel's storage, bound
 //! to the namespace's number, which is never reused.
 
-use crate::domain::{PageToken, ALL_NAMESPACES};
+use super::timer_table::{TimerTable, SCAN_POSITIONS};
+use crate::clock::Now;
+use crate::domain::{PageToken, PendingPage, PendingQuery, TimerError, ALL_NAMESPACES};
 
 impl PageToken {
     /// A token of the listing of the namespace numbered `number` (None: every namespace).
@@ -20,6 +22,65 @@ impl PageToken {
         let listing = Self::local(number, 0);
         (self.scope == listing.scope && self.position >> 32 == listing.position >> 32)
             .then_some(self.position as u32)
+    }
+}
+
+/// Listing the pending timers a page at a time.
+impl TimerTable {
+    /// One page of the pending timers, in storage order (see [`PageToken`]).
+    pub(super) fn pending(&self, query: PendingQuery, now: Now) -> Result<PendingPage, TimerError> {
+        let namespace = match &query.namespace {
+            None => None,
+            Some(name) => match self.namespaces.slot(name) {
+                Some(slot) => Some(slot),
+                None => return Ok(PendingPage::default()),
+            },
+        };
+        let number = namespace.map(|slot| self.namespaces[slot].number);
+        let start = match query.after {
+            None => 0,
+            Some(token) => token.local_position(number).ok_or_else(|| {
+                TimerError::invalid(
+                    "page_token",
+                    "comes from the listing of another namespace (or of one since emptied)",
+                )
+            })?,
+        };
+        let count = namespace.map_or(self.wheel.len() as u64, |slot| {
+            self.namespaces[slot].pending
+        });
+        if query.page_size == 0 {
+            return Ok(PendingPage {
+                count,
+                ..PendingPage::default()
+            });
+        }
+        let mut timers = Vec::new();
+        let mut bytes = 0;
+        let mut resume_at = None;
+        for (position, timer) in self.wheel.positions_from(start).take(SCAN_POSITIONS) {
+            if timers.len() == query.page_size || bytes >= query.max_bytes {
+                resume_at = Some(position);
+                break;
+            }
+            resume_at = position.checked_add(1);
+            let Some((_, deadline, record)) = timer else {
+                continue;
+            };
+            if namespace.is_none_or(|id| id == record.namespace) {
+                let view = self.view(record, deadline, now);
+                bytes += view.listed_bytes();
+                timers.push(view);
+            }
+        }
+        // Past the last position there is nothing more to list.
+        let more =
+            resume_at.is_some_and(|position| self.wheel.positions_from(position).next().is_some());
+        Ok(PendingPage {
+            count,
+            timers,
+            next_page_token: more.then(|| PageToken::local(number, resume_at.unwrap_or_default())),
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 use tracing::warn;
 
 use super::record::{timer_fields, OptionalNanos, TimerRecord};
-use super::{TimerTable, SCAN_POSITIONS};
+use super::timer_table::{TimerTable, SCAN_POSITIONS};
 use crate::clock::Now;
 use crate::domain::Calendar;
 use crate::local::store::records::{self as durable, record::Kind, Record};
@@ -48,7 +48,7 @@ impl TimerTable {
         }
     }
 
-    fn find(&self, namespace: &str, id: u64) -> Option<Handle> {
+    pub(super) fn find(&self, namespace: &str, id: u64) -> Option<Handle> {
         let namespace = self.namespaces.slot(namespace)?;
         self.handle_in(namespace, id)
     }
@@ -60,7 +60,7 @@ impl TimerTable {
         (record.namespace == namespace).then_some(handle)
     }
 
-    fn replay_fired(&mut self, fired: durable::Fired, now: Now) {
+    pub(super) fn replay_fired(&mut self, fired: durable::Fired, now: Now) {
         let Some(timer) = fired.timer else {
             return;
         };
@@ -84,7 +84,7 @@ impl TimerTable {
         }
     }
 
-    fn move_deadline(&mut self, handle: Handle, deadline_unix: u64, now: Now) {
+    pub(super) fn move_deadline(&mut self, handle: Handle, deadline_unix: u64, now: Now) {
         if let Some((_, record)) = self.wheel.get_mut(handle) {
             record.deadline_unix = deadline_unix;
             record.late = deadline_unix < now.unix;
@@ -100,7 +100,7 @@ impl TimerTable {
     /// A cron timer's schedule is parsed once, not at every record of it: each of its
     /// firings logs it whole again, and a log of cron timers is mostly such records, so a
     /// copy with the schedule the table already holds for it keeps that one.
-    fn restore(&mut self, timer: durable::Timer, now: Now) {
+    pub(super) fn restore(&mut self, timer: durable::Timer, now: Now) {
         let mut same_schedule = None;
         if let Some(handle) = self.find(&timer.namespace, timer.id) {
             let (_, current) = self.wheel.get(handle).expect("indexed handles are live");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::record::TimerRecord;
-use super::TimerTable;
+use super::timer_table::TimerTable;
 use crate::clock::Now;
 use crate::domain::{Calendar, TimerId, TimerView};
 use crate::wheel::Handle;
@@ -34,7 +34,7 @@ impl TimerTable {
         self.view_with(record, deadline_monotonic, now, payload)
     }
 
-    fn view_with(
+    pub(super) fn view_with(
         &self,
         record: &TimerRecord,
         deadline_monotonic: u64,
