@@ -1,0 +1,70 @@
+//! Delivery: Subscribe, a namespace's stream of fired timers (as a subscriber that acks
+//! them, or an observer that only watches), and Ack, which settles delivered ones by
+//! delivery id. What a subscriber's options come to is decided in
+//! [`SubscribeOptions`]'s rules, not here.
+
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use super::auth::grant_of;
+use super::convert;
+use super::service::{connection_streams, BoxStream, TimersService};
+use super::streams::StreamKind;
+use crate::domain::SubscribeOptions;
+use crate::proto;
+
+pub(super) async fn subscribe(
+    service: &TimersService,
+    request: Request<proto::SubscribeRequest>,
+) -> Result<Response<BoxStream<proto::SubscribeResponse>>, Status> {
+    let grant = grant_of(&request);
+    let connection = connection_streams(&request).cloned();
+    let request = request.into_inner();
+    let namespace = service.authorized_namespace(&grant, &request.namespace)?;
+    let ack_timeout = match &request.ack_timeout {
+        Some(timeout) => Some(service.limits.duration("ack_timeout", timeout)?)
+            .filter(|timeout| !timeout.is_zero()),
+        None => None,
+    };
+    let options = SubscribeOptions {
+        namespace,
+        observer: request.mode == proto::subscribe_request::Mode::Observer as i32,
+        ack_timeout,
+        max_unacked: (request.max_unacked > 0).then_some(request.max_unacked as usize),
+        auto_ack: request.auto_ack,
+    };
+    let kind = match options.observer {
+        true => StreamKind::Observer,
+        false => StreamKind::Subscribe,
+    };
+    let permit = service.streams.acquire(kind, connection.as_ref())?;
+    let subscription = service.expirations.subscribe(options)?;
+    let stream = subscription.map(move |delivered| {
+        // The stream's place is given back when the stream ends.
+        let _permit = &permit;
+        Ok(proto::SubscribeResponse {
+            expiration: Some(convert::expiration(
+                delivered.delivery_id,
+                &delivered.expiration,
+                delivered.attempt,
+            )),
+        })
+    });
+    Ok(Response::new(Box::pin(stream)))
+}
+
+pub(super) async fn ack(
+    service: &TimersService,
+    request: Request<proto::AckRequest>,
+) -> Result<Response<proto::AckResponse>, Status> {
+    let grant = grant_of(&request);
+    let request = request.into_inner();
+    let namespace = service.authorized_namespace(&grant, &request.namespace)?;
+    let (delivery_ids, mut unknown) = convert::parse_delivery_ids(request.delivery_ids);
+    let outcome = service.expirations.ack(namespace, delivery_ids).await?;
+    unknown.extend(outcome.unknown.into_iter().map(convert::delivery_id));
+    Ok(Response::new(proto::AckResponse {
+        acknowledged: outcome.acknowledged,
+        unknown,
+    }))
+}
