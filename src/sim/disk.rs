@@ -18,6 +18,10 @@
 //! Everything is deterministic: one [`Rng`], ordered maps, no clock. All clones of a
 //! [`SimDisk`] share one state behind a mutex; the simulation calls from one thread, so
 //! the order of calls, and with it every random choice, is the seed's.
+//!
+//! [`Disk`]: crate::store::disk::Disk
+//! [`Rng`]: crate::sim::rng::Rng
+
 mod crash;
 mod directory;
 mod faults;

@@ -28,6 +28,9 @@
 //! Subscribers and observers wake on `tickd_fired` (sent by the firing statement for what
 //! it left unclaimed), on acks made on this replica (a subscriber only if it was out of
 //! room), and otherwise every [`POLL_INTERVAL`], which bounds how late a redelivery is.
+//!
+//! [`MAX_REDRIVE`]: crate::domain::MAX_REDRIVE
+//! [`POLL_INTERVAL`]: wake::POLL_INTERVAL
 
 /// The SQL condition of an expiration not under a live claim: never claimed, or its ack
 /// deadline passed. One definition for what claims take and what counts as dead, which
