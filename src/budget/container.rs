@@ -12,7 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::memory::BudgetSource;
-use super::ByteCount;
+use super::size::ByteCount;
 
 /// The share of the limit the budget takes by default, in percent. The rest is the
 /// process itself: its runtime and threads, request and response buffers, the log's

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use prometheus_client::metrics::gauge::Gauge;
 use tracing::{info, warn};
 
-use super::ByteCount;
+use super::size::ByteCount;
 
 /// Where the limit came from, for the start-up line and every refusal's message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 use tracing::info;
 
-use super::{ClusterError, Database};
+use super::database::Database;
+use super::error::ClusterError;
 
 /// When the database last answered a statement of any of the connections opened from one
 /// [`Database`] (and the variants made from it: every connection of a replica).

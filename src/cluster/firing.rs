@@ -39,9 +39,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::Row;
 use tracing::{debug, warn};
 
+use super::connections::Connections;
+use super::error::ClusterError;
 use super::schedule::{DueTimer, ScheduleCommand};
+use super::shared::Shared;
 use super::timers::stored_calendar;
-use super::{ClusterError, Connections, Shared};
 use crate::cluster::delivery::{Assignment, DirectDelivery, OVERFLOWED_ATTEMPTS};
 use crate::domain::DeliveryConfig;
 use crate::metrics::Metrics;

@@ -19,9 +19,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, Client, Notification};
 use tracing::{info, warn};
 
+use super::database::Database;
+use super::error::{with_causes, ClusterError};
 use super::notifications::{parse_due, Wakeups, DUE_CHANNEL, FIRED_CHANNEL};
 use super::schedule::{DueTimer, ScheduleCommand};
-use super::{ClusterError, Database, Shared};
+use super::shared::Shared;
 
 /// A watermark below every deadline (a deadline already past when given may be stored as
 /// 0), so a scan from it misses none.
@@ -100,7 +102,7 @@ impl Loader {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        let error = super::with_causes(&error);
+                        let error = with_causes(&error);
                         warn!(%error, "store listener connection closed");
                         return;
                     }

@@ -43,14 +43,15 @@ mod replica;
 pub mod schedule;
 pub mod schema;
 mod shared;
+mod store_url;
 pub(crate) mod timers;
 pub(crate) mod tls;
 
 pub use connections::Connections;
-pub use database::{Database, StoreUrl};
-pub(crate) use error::with_causes;
+pub use database::Database;
 pub use error::ClusterError;
 pub use notifications::Wakeups;
 pub(crate) use replica::default_replica_id;
 pub use replica::{ClusterConfig, Replica};
 pub use shared::{Owned, Shared};
+pub use store_url::StoreUrl;

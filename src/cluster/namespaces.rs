@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio_postgres::Client;
 
-use super::{ClusterError, Connections};
+use super::connections::Connections;
+use super::error::ClusterError;
 use crate::domain::TimerError;
 
 /// A namespace's row is refreshed by a registration into it once it is this old.

@@ -24,9 +24,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
+use super::connections::Connections;
 use super::connections::StoreClient;
+use super::error::ClusterError;
 use super::schedule::ScheduleCommand;
-use super::{ClusterError, Connections, Shared};
+use super::shared::Shared;
 
 /// Lets go of partitions `$2` held by replica `$1`, each locked `FOR UPDATE SKIP LOCKED`
 /// first: a firing of this replica in flight holds its rows `FOR KEY SHARE`, and the

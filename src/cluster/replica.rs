@@ -9,13 +9,16 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument, Span};
 
 use super::connections::Answers;
+use super::connections::Connections;
+use super::database::Database;
 use super::delivery::ClusterDeliveries;
+use super::error::ClusterError;
 use super::namespaces::NamespaceCap;
 use super::notifications::Wakeups;
 use super::schedule::Schedule;
 use super::shared::{Owned, Shared};
 use super::timers::ClusterTimers;
-use super::{firing, loader, ownership, schema, tls, ClusterError, Connections, Database};
+use super::{firing, loader, ownership, schema, tls};
 use crate::budget::MemoryBudget;
 use crate::clock::SystemClock;
 use crate::domain::{Backend, DeliveryConfig, Expirations, Health, Stopping, Timers};

@@ -10,7 +10,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 use tracing::info;
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 /// Each entry is one schema version; never edit a released one, add the next.
 const MIGRATIONS: &[&str] = &[

@@ -6,7 +6,7 @@ use std::fmt;
 use std::hint::black_box;
 use std::time::Instant;
 
-use super::CalendarSchedule;
+use super::schedule::CalendarSchedule;
 
 /// Typical schedules, with the zone each is measured in.
 const CASES: [(&str, &str); 8] = [

@@ -5,6 +5,7 @@
 //! And: the bit-mask search finds the wall time croner's own search finds.
 
 use super::*;
+use jiff::tz::TimeZoneDatabase;
 use jiff::Timestamp;
 use proptest::prelude::*;
 

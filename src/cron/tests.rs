@@ -5,6 +5,7 @@
 //! and 2 November 02:00 EDT → 01:00 EST.
 
 use super::*;
+use jiff::tz::TimeZoneDatabase;
 use jiff::Timestamp;
 
 pub(super) const NS: u64 = 1_000_000_000;

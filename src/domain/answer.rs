@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use super::TimerError;
+use super::error::TimerError;
 
 /// An answer on its way (see the module's docs).
 #[must_use = "an answer does nothing unless awaited"]

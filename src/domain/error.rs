@@ -31,7 +31,7 @@ impl TimerError {
 
     /// A call that needs a pending timer (Reschedule) found none: it fired (a one-shot
     /// timer), was cancelled, or never existed.
-    pub fn no_longer_pending(timer: &super::TimerRef) -> Self {
+    pub fn no_longer_pending(timer: &super::timer::TimerRef) -> Self {
         Self::NotFound(format!(
             "timer {} in namespace {:?} is no longer pending (fired or cancelled)",
             timer.target, timer.namespace

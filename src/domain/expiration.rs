@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio_stream::Stream;
 
-use super::{Calendar, TimerId};
+use super::timer::{Calendar, TimerId};
 use crate::budget::MemoryReservation;
 
 /// One firing of a timer, on its way to delivery.

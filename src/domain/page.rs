@@ -5,7 +5,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{TimerError, TimerView};
+use super::error::TimerError;
+use super::timer::TimerView;
 
 /// Where a page of the pending listing resumes: a position in the wheel's storage (see
 /// [`crate::wheel::Wheel::positions_from`]), bound to the listing it came from (one

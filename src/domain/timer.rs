@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::TimerError;
+use super::error::TimerError;
 use crate::cron::CalendarSchedule;
 
 /// The server-assigned id of a timer, shown to clients as 16 hex digits (a string, so no

@@ -23,9 +23,10 @@
 //! The top level is never staged: its clamped timers are re-checked rather than cascaded.
 
 use super::geometry::{LEVEL_COUNT, SLOTS_PER_LEVEL, SLOT_BITS, TOP_LEVEL};
+use super::handle::Expired;
 use super::level::slot_for;
 use super::lists::{bucket_home, slot_home, ListId};
-use super::{Expired, Wheel};
+use super::state::Wheel;
 
 /// Entries moved into the staging buckets per `advance` call by default: about 20-30 µs of
 /// work, so timers due meanwhile wait no longer than that.
@@ -232,8 +233,8 @@ fn staging_lead_ticks(level: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wheel::handle::Handle;
     use crate::wheel::tests::advance_collect;
-    use crate::wheel::Handle;
 
     #[test]
     fn a_big_cascade_is_staged_in_steps_and_swapped_in_at_its_start() {

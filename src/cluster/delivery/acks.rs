@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
-use super::{delivery_id, split_delivery_id};
+use super::rows::{delivery_id, split_delivery_id};
+use crate::cluster::connections::Connections;
+use crate::cluster::error::ClusterError;
 use crate::cluster::group_commit::GroupCommit;
-use crate::cluster::{ClusterError, Connections};
 use crate::domain::TimerError;
 
 /// Settles the deliveries (`$2` seqs, `$3` attempts) of namespaces `$1` (one per delivery)

@@ -9,8 +9,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{warn, Instrument};
 
-use super::{expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
-use crate::cluster::ClusterError;
+use super::cluster_deliveries::ClusterDeliveries;
+use super::rows::{expiration_of, EXPIRATION_COLUMNS};
+use super::wake::{next_look, Woke};
+use crate::cluster::error::ClusterError;
 use crate::domain::{Delivered, DeliveryStream};
 
 /// How long an observer's registration lasts unrenewed (it renews at every look).

@@ -11,10 +11,12 @@ use tokio_postgres::Row;
 use tracing::{debug, warn, Instrument};
 
 use super::charged::{send_charged, ChargedStream};
-use super::direct::{Membership, Slot};
-use super::{delivery_id, expiration_of, next_look, ClusterDeliveries, Woke, EXPIRATION_COLUMNS};
+use super::cluster_deliveries::ClusterDeliveries;
+use super::rows::{delivery_id, expiration_of, EXPIRATION_COLUMNS};
+use super::slot::{Membership, Slot};
+use super::wake::{next_look, Woke};
+use crate::cluster::error::ClusterError;
 use crate::cluster::notifications::{NamespaceWakeup, FIRED_CHANNEL};
-use crate::cluster::ClusterError;
 use crate::domain::{Delivered, DeliveryStream, SubscribeOptions, SubscriberRules};
 
 /// Claimable rows of namespace `$1` with attempts left (`$2`): never claimed, or claimed

@@ -11,8 +11,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::{ClusterDeliveries, DEAD, MARK_DEAD};
-use crate::cluster::ClusterError;
+use super::cluster_deliveries::ClusterDeliveries;
+use super::dead::{DEAD, MARK_DEAD};
+use crate::cluster::error::ClusterError;
 
 /// How often acknowledged expirations past their retention, and the oldest dead ones
 /// beyond `--max-dead` per namespace, are deleted, and the newly dead marked.

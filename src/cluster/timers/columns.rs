@@ -4,8 +4,8 @@
 
 use tokio_postgres::types::ToSql;
 
-use super::nanos;
-use crate::cluster::Shared;
+use super::rows::nanos;
+use crate::cluster::shared::Shared;
 use crate::domain::NewTimer;
 
 /// The columns a registration writes, in the order of [`TimerColumns::parameters`].

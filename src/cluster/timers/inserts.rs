@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
-use super::announce_if_due;
+use super::announce::{announce_if_due, announce_until};
 use super::columns::{TimerColumns, ANNOUNCE_LIMIT, INSERTED_COLUMNS, INSERTED_ROWS};
+use crate::cluster::connections::Connections;
+use crate::cluster::error::ClusterError;
 use crate::cluster::group_commit::GroupCommit;
-use crate::cluster::{ClusterError, Connections, Shared};
+use crate::cluster::shared::Shared;
 use crate::domain::NewTimer;
 
 /// What one statement inserts at most, in units of [`units`] (a timer, or a KiB of its
@@ -117,10 +119,7 @@ async fn insert(
     let rows = connections
         .client()
         .await?
-        .query(
-            &statement,
-            &columns.parameters(&super::announce_until(shared)),
-        )
+        .query(&statement, &columns.parameters(&announce_until(shared)))
         .await
         .map_err(ClusterError::query("registering timers"))?;
     let keyless = timers

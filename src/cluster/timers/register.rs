@@ -8,14 +8,13 @@
 
 use rustc_hash::FxHashSet;
 
+use super::announce::announce_if_due;
+use super::cluster_timers::ClusterTimers;
 use super::columns::{TimerColumns, ANNOUNCE_LIMIT, INSERTED_COLUMNS, INSERTED_ROWS};
 use super::inserts::InsertRequest;
-use super::{
-    announce_if_due, deadline_of, new_view, view_of, ClusterTimers, ID_BLOCK, ID_BLOCKS_AT_ONCE,
-    VIEW_COLUMNS,
-};
+use super::rows::{deadline_of, new_view, view_of, VIEW_COLUMNS};
 use crate::budget::Refusal;
-use crate::cluster::ClusterError;
+use crate::cluster::error::ClusterError;
 use crate::domain::{NewTimer, Registered, TimerError};
 
 /// What a replacement rewrites: all the timer is, but its id (so its partition) and its
@@ -239,39 +238,6 @@ impl ClusterTimers {
                 .pop()
                 .expect("a registration answers each timer")),
         }
-    }
-
-    /// `count` new ids. Blocks are taken from the sequence several at a time (the
-    /// sequence hands out one per `nextval`), so that concurrent calls, which wait for
-    /// each other here, rarely wait for a round trip.
-    async fn allocate_ids(&self, count: usize) -> Result<Vec<u64>, ClusterError> {
-        let mut block = self.ids.lock().await;
-        let mut ids = Vec::with_capacity(count);
-        while ids.len() < count {
-            if block.next == block.end {
-                if block.spare.is_empty() {
-                    let rows = self
-                        .connections
-                        .client()
-                        .await?
-                        .query(
-                            "SELECT nextval('tickd_timer_ids') FROM generate_series(1, $1)",
-                            &[&ID_BLOCKS_AT_ONCE],
-                        )
-                        .await
-                        .map_err(ClusterError::query("allocating timer ids"))?;
-                    block
-                        .spare
-                        .extend(rows.iter().map(|row| row.get::<_, i64>(0) as u64));
-                }
-                let start = block.spare.pop().expect("blocks were just taken");
-                block.next = start;
-                block.end = start + ID_BLOCK;
-            }
-            ids.push(block.next);
-            block.next += 1;
-        }
-        Ok(ids)
     }
 }
 

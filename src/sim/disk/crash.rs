@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{Inode, InodeId, State};
+use super::file::Inode;
+use super::state::{InodeId, State};
 use crate::sim::rng::Rng;
 
 /// The size of a disk sector: a corrupted unsynced tail has one sector's worth of garbage.

@@ -4,7 +4,8 @@
 
 use std::io::{self, ErrorKind};
 
-use super::{Faults, InodeId, SimDisk, State};
+use super::faults::Faults;
+use super::state::{InodeId, SimDisk, State};
 use crate::local::store::disk::DiskFile;
 use crate::sim::rng::Rng;
 

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// What the store acknowledged to its callers while writing the way it does.
+#[derive(Default)]
+struct Acknowledged {
+    /// Records 1..=records were in a file whose `sync_data` returned Ok.
+    records: u64,
+}
+
 fn settled(id: u64) -> Vec<u8> {
     let mut out = Vec::new();
     let record = Record {
