@@ -22,6 +22,7 @@
 mod budget;
 pub(crate) mod ids;
 pub(crate) mod queue;
+mod request;
 mod task;
 
 use std::pin::Pin;
@@ -34,49 +35,12 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryConfig, DeliveryStream, Expiration,
-    Expirations, Handoff, RedriveOutcome, SubscribeOptions, SubscriberRules, TimerError,
+    Expirations, Handoff, RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::local::live_namespaces::LiveNamespaces;
 use crate::local::store::StoreHandle;
 use crate::metrics::Metrics;
-
-enum Request {
-    Fired(Vec<Handoff>),
-    Subscribe {
-        options: SubscribeOptions,
-        rules: SubscriberRules,
-        id: u64,
-        sender: mpsc::Sender<Delivered>,
-    },
-    Unsubscribe {
-        namespace: Arc<str>,
-        id: u64,
-    },
-    /// A subscriber's stream took one delivery from its buffer, making room.
-    Pulled {
-        namespace: Arc<str>,
-        id: u64,
-    },
-    Ack {
-        namespace: String,
-        delivery_ids: Vec<u64>,
-        reply: oneshot::Sender<AckOutcome>,
-    },
-    Dead {
-        /// None: every namespace.
-        namespace: Option<String>,
-        reply: oneshot::Sender<DeadList>,
-    },
-    Redrive {
-        namespace: String,
-        /// None: every dead expiration of the namespace.
-        ids: Option<Vec<u64>>,
-        reply: oneshot::Sender<RedriveOutcome>,
-    },
-    Shutdown,
-    /// Stops journaling (the store is closing) and confirms.
-    Close(oneshot::Sender<()>),
-}
+use request::Request;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("delivery has stopped")]

@@ -1,7 +1,7 @@
 //! One namespace's delivery state: fired expirations waiting for a subscriber, deliveries
 //! awaiting an ack, the dead ones, and the subscribers sharing the namespace.
 //!
-//! Plain data, no tasks and no clock reads: [`super::Delivery`] drives it and keeps the ack
+//! Plain data, no tasks and no clock reads: [`super::task::Delivery`] drives it and keeps the ack
 //! deadlines in its own wheel.
 
 use std::collections::VecDeque;

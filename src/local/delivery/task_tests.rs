@@ -4,12 +4,16 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::clock::SystemClock;
-use crate::domain::{RedriveOutcome, TimerId};
+use crate::domain::{
+    DeadList, Delivered, DeliveryConfig, Expiration, Handoff, RedriveOutcome, SubscribeOptions,
+    TimerId,
+};
 use crate::local::live_namespaces::LiveNamespaces;
+use crate::metrics::Metrics;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
     Expiration {

@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use super::frame;
 use super::records::{record::Kind, Record};
-use super::OnDurable;
 use crate::budget::{MemoryBudget, MemoryReservation};
+
+/// Work to run once an append is durable (typically: send the RPC's reply).
+pub(crate) type OnDurable = Box<dyn FnOnce() + Send>;
 
 /// Records to append together, and what to run once they are durable.
 #[derive(Default)]

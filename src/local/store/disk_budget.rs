@@ -21,6 +21,7 @@
 //!   its own unflushed batch holds, so a refused call changes nothing.
 
 use super::disk::Disk;
+use super::error::{io_error, StoreError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -227,8 +228,8 @@ impl DiskBudget {
 
 /// Bytes of every file in the data directory (segments, snapshots, and whatever else an
 /// operator left there: it takes the same disk).
-pub(super) fn directory_bytes(disk: &dyn Disk, dir: &Path) -> Result<u64, super::StoreError> {
-    let files = disk.list(dir).map_err(super::io_error(dir))?;
+pub(super) fn directory_bytes(disk: &dyn Disk, dir: &Path) -> Result<u64, StoreError> {
+    let files = disk.list(dir).map_err(io_error(dir))?;
     Ok(files.iter().map(|(_, length)| length).sum())
 }
 

@@ -12,9 +12,9 @@ use std::path::Path;
 use tracing::{info, warn};
 
 use super::disk::Disk;
+use super::error::{io_error, StoreError};
 use super::records::Record;
 use super::scan::{self, Stop, Unsettled};
-use super::{io_error, StoreError};
 
 pub(crate) struct Recovered {
     /// The highest file number on disk (0 if none): the new segment takes the next one.

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use super::disk::{Disk, RealDisk};
+use super::error::{io_error, StoreError};
 use super::frame::Damage;
 use super::scan;
-use super::{io_error, StoreError};
 
 /// What [`set_aside_damage`] moved.
 #[derive(Debug)]

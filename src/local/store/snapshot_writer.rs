@@ -4,9 +4,10 @@
 //! its writes, the fsyncs that put it on disk, its rename and the deletion of the files it
 //! replaces all held back the group commits queued behind them: registrations' answers and
 //! firings waiting for the log, for 70 ms and more at a time. Here the store thread only
-//! passes the chunks on; this thread writes them, fdatasyncs every [`FLUSH_EVERY`] bytes so
-//! that the disk takes the snapshot at an even pace, and, once told to seal, makes the
-//! snapshot durable, renames it into place and deletes what it replaces.
+//! passes the chunks on; this thread writes them, fdatasyncs every
+//! [`FLUSH_EVERY`](super::snapshot_task::FLUSH_EVERY) bytes so that the disk takes the
+//! snapshot at an even pace, and, once told to seal, makes the snapshot durable, renames it
+//! into place and deletes what it replaces ([`super::snapshot_task`] does that work).
 //!
 //! The hidden contracts:
 //! - the store commits everything appended before the seal before it sends the seal, so a
@@ -19,36 +20,16 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
+use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use super::disk::{Disk, DiskFile};
-use super::{frame, io_error, scan, snapshot_path, sync_dir, QueuedChunk, StoreError};
-
-/// Snapshot bytes written between two flushes: small, because the log's fsync waits for
-/// the disk to take whatever is in flight. At 8 MiB a flush held a concurrent log fsync
-/// for about 5 ms; at 1 MiB, hardly at all.
-const FLUSH_EVERY: u64 = 1 << 20;
-
-/// What the snapshot thread is sent, in order.
-pub(super) enum Job {
-    Chunk(QueuedChunk),
-    /// The last frames (the fired expirations not yet settled); then seal.
-    Seal(Vec<u8>),
-}
-
-/// What a sealed snapshot changed in the directory.
-pub(super) struct Sealed {
-    pub(super) path: PathBuf,
-    /// Files deleted because the snapshot replaces them, and their bytes.
-    pub(super) removed_files: usize,
-    pub(super) removed_bytes: u64,
-    /// From the seal's start to the last deletion.
-    pub(super) sealing: Duration,
-}
+use super::disk::Disk;
+#[cfg(any(test, feature = "sim"))]
+use super::disk::DiskFile;
+use super::error::{io_error, StoreError};
+use super::handle::QueuedChunk;
+use super::snapshot_task::{Job, Sealed, SnapshotTask};
 
 /// The store thread's handle on one snapshot being written or sealed.
 pub(super) enum SnapshotWriter {
@@ -80,7 +61,7 @@ pub(super) struct SteppedSnapshot {
 #[cfg(any(test, feature = "sim"))]
 impl SteppedSnapshot {
     /// Records the snapshot's end; a failure deletes its partial file, as the thread's
-    /// [`RemovedUnlessSealed`] does.
+    /// [`super::snapshot_task::RemovedUnlessSealed`] does.
     fn finish(&mut self, outcome: Result<Sealed, StoreError>) {
         self.file = None;
         if outcome.is_err() {
@@ -221,156 +202,6 @@ impl SnapshotWriter {
     }
 }
 
-/// The snapshot thread's state.
-struct SnapshotTask {
-    disk: Arc<dyn Disk>,
-    dir: PathBuf,
-    sequence: u64,
-}
-
-impl SnapshotTask {
-    fn partial_path(&self) -> PathBuf {
-        snapshot_path(&self.dir, self.sequence).with_extension("partial")
-    }
-
-    fn run(self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
-        // Recovery ignores a partial snapshot, but it must not take up the disk: it goes
-        // unless sealed, after an error or a panic alike.
-        let mut partial = RemovedUnlessSealed(self.disk.as_ref(), Some(self.partial_path()));
-        let sealed = self.write_and_seal(jobs)?;
-        partial.1 = None;
-        Ok(sealed)
-    }
-
-    fn write_and_seal(&self, jobs: Receiver<Job>) -> Result<Sealed, StoreError> {
-        let mut file = self.create_partial()?;
-        let mut unflushed = 0;
-        for job in jobs {
-            match job {
-                Job::Chunk(chunk) => self.write_chunk(file.as_mut(), chunk, &mut unflushed)?,
-                Job::Seal(last_frames) => return self.seal(file, &last_frames),
-            }
-        }
-        Err(self.abandoned())
-    }
-
-    /// The partial file, created with its header.
-    fn create_partial(&self) -> Result<Box<dyn DiskFile>, StoreError> {
-        let partial = self.partial_path();
-        let mut file = self.disk.create(&partial).map_err(io_error(&partial))?;
-        file.append(&frame::FILE_HEADER)
-            .map_err(io_error(&partial))?;
-        Ok(file)
-    }
-
-    /// Appends one chunk, flushing every [`FLUSH_EVERY`] bytes (`unflushed` counts them).
-    fn write_chunk(
-        &self,
-        file: &mut dyn DiskFile,
-        chunk: QueuedChunk,
-        unflushed: &mut u64,
-    ) -> Result<(), StoreError> {
-        crate::faults::panic_if_injected("snapshot");
-        // The file's name is made only on an error: this runs once per chunk.
-        let failed = |source| StoreError::Io {
-            path: self.partial_path(),
-            source,
-        };
-        file.append(&chunk.frames).map_err(failed)?;
-        *unflushed += chunk.frames.len() as u64;
-        // Dropping the chunk tells the worker it may send more.
-        drop(chunk);
-        if *unflushed >= FLUSH_EVERY {
-            file.sync_data().map_err(failed)?;
-            *unflushed = 0;
-        }
-        Ok(())
-    }
-
-    /// The outcome of a snapshot given up before its seal.
-    fn abandoned(&self) -> StoreError {
-        StoreError::Io {
-            path: self.partial_path(),
-            source: io::Error::other("snapshot abandoned before its seal"),
-        }
-    }
-
-    /// Makes the snapshot the one recovery starts from, then deletes what it replaces.
-    fn seal(&self, mut file: Box<dyn DiskFile>, last_frames: &[u8]) -> Result<Sealed, StoreError> {
-        let started = Instant::now();
-        let partial = self.partial_path();
-        let path = snapshot_path(&self.dir, self.sequence);
-        file.append(last_frames).map_err(io_error(&partial))?;
-        file.sync_all().map_err(io_error(&partial))?;
-        self.disk.rename(&partial, &path).map_err(io_error(&path))?;
-        sync_dir(self.disk.as_ref(), &self.dir)?;
-        let (removed_files, removed_bytes) =
-            remove_older_than(self.disk.as_ref(), &self.dir, self.sequence)?;
-        Ok(Sealed {
-            path,
-            removed_files,
-            removed_bytes,
-            sealing: started.elapsed(),
-        })
-    }
-}
-
-/// A partial snapshot's path, deleted on drop unless taken out.
-struct RemovedUnlessSealed<'disk>(&'disk dyn Disk, Option<PathBuf>);
-
-impl Drop for RemovedUnlessSealed<'_> {
-    fn drop(&mut self) {
-        if let Some(path) = &self.1 {
-            let _ = self.0.remove(path);
-        }
-    }
-}
-
-/// Deletes segments and snapshots (and stray partial snapshots) numbered below `sequence`;
-/// how many, and their bytes.
-fn remove_older_than(
-    disk: &dyn Disk,
-    dir: &Path,
-    sequence: u64,
-) -> Result<(usize, u64), StoreError> {
-    let (mut files, mut bytes) = (0, 0);
-    for (path, length) in disk.list(dir).map_err(io_error(dir))? {
-        if scan::file_sequence(&path).is_some_and(|(number, _)| number < sequence) {
-            remove_gradually(disk, &path, length)?;
-            files += 1;
-            bytes += length;
-        }
-    }
-    Ok((files, bytes))
-}
-
-/// Bytes a replaced file shrinks by at a time before it is deleted.
-const REMOVE_STEP_BYTES: u64 = 8 << 20;
-/// The pause between two steps.
-const REMOVE_STEP_PAUSE: Duration = Duration::from_millis(1);
-
-/// Deletes a replaced file a few megabytes at a time. Why: freeing a file's blocks is
-/// filesystem journal work, and the log's next fsync waits for the journal; freeing a
-/// segment of 200 MB at once held it for 10 to 20 ms, and every firing behind it. The
-/// file is already obsolete (recovery starts from the newer snapshot and deletes what is
-/// left of it), so a crash half way through loses nothing. The shrinking is only a
-/// courtesy to the log: a file that cannot be opened for writing (say, made read-only by
-/// hand) is simply unlinked, and only the unlink's failure is an error.
-fn remove_gradually(disk: &dyn Disk, path: &Path, mut length: u64) -> Result<(), StoreError> {
-    if length > REMOVE_STEP_BYTES {
-        if let Ok(mut file) = disk.open(path) {
-            while length > REMOVE_STEP_BYTES {
-                length -= REMOVE_STEP_BYTES;
-                if file.set_len(length).is_err() {
-                    break;
-                }
-                std::thread::sleep(REMOVE_STEP_PAUSE);
-            }
-        }
-    }
-    disk.remove(path).map_err(io_error(path))
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{records, Batch, Store, SyncMode};
@@ -439,16 +270,21 @@ mod tests {
     #[test]
     fn a_large_replaced_file_is_removed_in_steps() {
         let dir = tempfile::tempdir().unwrap();
-        let old = super::super::segment_path(dir.path(), 1);
-        let length = 2 * super::REMOVE_STEP_BYTES + 12_345;
+        let old = super::super::files::segment_path(dir.path(), 1);
+        let length = 2 * super::super::snapshot_task::REMOVE_STEP_BYTES + 12_345;
         std::fs::File::create(&old)
             .unwrap()
             .set_len(length)
             .unwrap();
-        let kept = super::super::segment_path(dir.path(), 2);
+        let kept = super::super::files::segment_path(dir.path(), 2);
         std::fs::write(&kept, b"kept").unwrap();
         assert_eq!(
-            super::remove_older_than(&crate::local::store::disk::RealDisk, dir.path(), 2).unwrap(),
+            super::super::snapshot_task::remove_older_than(
+                &crate::local::store::disk::RealDisk,
+                dir.path(),
+                2
+            )
+            .unwrap(),
             (1, length)
         );
         assert_eq!(files(dir.path()), vec![format!("{:020}.log", 2)]);
@@ -489,7 +325,7 @@ mod tests {
         let mut cut = super::super::frame::FILE_HEADER.to_vec();
         cut.extend_from_slice(&chunk_of(1..50));
         cut.truncate(cut.len() - 3);
-        let old = super::super::segment_path(dir.path(), 1);
+        let old = super::super::files::segment_path(dir.path(), 1);
         std::fs::write(&old, &cut).unwrap();
 
         let mut replayed = 0;

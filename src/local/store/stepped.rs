@@ -7,10 +7,14 @@ use std::path::Path;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
+use super::batch::Batch;
 use super::disk::Disk;
+use super::error::StoreError;
+use super::handle::{Request, StoreHandle};
+use super::open::{Opened, RecoveredFiring};
 use super::records::Record;
+use super::sync_mode::SyncMode;
 use super::writer::Writer;
-use super::{Batch, Opened, RecoveredFiring, Request, StoreError, StoreHandle, SyncMode};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 
@@ -25,7 +29,7 @@ pub(crate) struct SteppedStore {
 }
 
 impl SteppedStore {
-    /// Opens and recovers `dir` on `disk` as [`super::Store::open`] does; returns the store,
+    /// Opens and recovers `dir` on `disk` as [`super::open::Store::open`] does; returns the store,
     /// and the fired expirations never settled.
     pub(crate) fn open(
         disk: Arc<dyn Disk>,

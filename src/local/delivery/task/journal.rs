@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc::{self, OwnedPermit};
 
-use super::Delivery;
+use super::state::Delivery;
 use crate::domain::{Delivered, Expiration};
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::records::{record::Kind, Attempted, Record, Settled};

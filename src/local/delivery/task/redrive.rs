@@ -14,7 +14,7 @@ use rustc_hash::FxHashSet;
 use tokio::sync::oneshot;
 
 use super::journal::attempted;
-use super::Delivery;
+use super::state::Delivery;
 use crate::domain::{RedriveOutcome, MAX_REDRIVE};
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::Batch;

@@ -1,0 +1,50 @@
+//! What the delivery task is sent: by its handle (fired expirations, subscriptions, acks,
+//! the dead list, redrives, shutdown) and by each subscriber's stream (taken, or gone).
+//! Everything reaches the task through this one channel, so the task alone owns the queues.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::{
+    AckOutcome, DeadList, Delivered, Handoff, RedriveOutcome, SubscribeOptions, SubscriberRules,
+};
+
+/// A message to the delivery task, handled in the order sent.
+pub(super) enum Request {
+    Fired(Vec<Handoff>),
+    Subscribe {
+        options: SubscribeOptions,
+        rules: SubscriberRules,
+        id: u64,
+        sender: mpsc::Sender<Delivered>,
+    },
+    Unsubscribe {
+        namespace: Arc<str>,
+        id: u64,
+    },
+    /// A subscriber's stream took one delivery from its buffer, making room.
+    Pulled {
+        namespace: Arc<str>,
+        id: u64,
+    },
+    Ack {
+        namespace: String,
+        delivery_ids: Vec<u64>,
+        reply: oneshot::Sender<AckOutcome>,
+    },
+    Dead {
+        /// None: every namespace.
+        namespace: Option<String>,
+        reply: oneshot::Sender<DeadList>,
+    },
+    Redrive {
+        namespace: String,
+        /// None: every dead expiration of the namespace.
+        ids: Option<Vec<u64>>,
+        reply: oneshot::Sender<RedriveOutcome>,
+    },
+    Shutdown,
+    /// Stops journaling (the store is closing) and confirms.
+    Close(oneshot::Sender<()>),
+}

@@ -1,0 +1,136 @@
+//! Acknowledgements and their deadlines: an ack settles its delivery (answered once that
+//! is durable); a deadline passed takes the delivery back for another attempt, or buries
+//! it once it is out of attempts.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::dead::OUT_OF_ATTEMPTS;
+use super::state::Delivery;
+use crate::domain::{AckOutcome, Dead};
+use crate::local::delivery::queue::Waiting;
+
+impl Delivery {
+    /// Settles acknowledged deliveries; the answer waits until the settlement is durable.
+    pub(super) fn ack(
+        &mut self,
+        namespace: &str,
+        delivery_ids: Vec<u64>,
+        reply: oneshot::Sender<AckOutcome>,
+    ) {
+        if self.closed {
+            // Dropping the reply answers UNAVAILABLE.
+            return;
+        }
+        let mut outcome = AckOutcome::default();
+        let namespace: Arc<str> = Arc::from(namespace);
+        let mut settled = Vec::new();
+        for delivery_id in delivery_ids {
+            match self.settle(&namespace, delivery_id) {
+                Some(waiting) => {
+                    outcome.acknowledged += 1;
+                    settled.push(waiting.expiration);
+                }
+                None => outcome.unknown.push(delivery_id),
+            }
+        }
+        self.budget.let_go(settled.len());
+        self.dispatch(&namespace);
+        self.forget_if_idle(&namespace);
+        self.journal_settled(
+            &settled,
+            Some(Box::new(move || {
+                let _ = reply.send(outcome);
+            })),
+        );
+    }
+
+    /// Ends an in-flight delivery: cancels its ack deadline and frees its subscriber's room.
+    fn settle(&mut self, namespace: &Arc<str>, delivery_id: u64) -> Option<Waiting> {
+        let queue = self.namespaces.get_mut(namespace)?;
+        let in_flight = queue.in_flight.remove(&delivery_id)?;
+        self.metrics.delivery_unacked.dec();
+        self.ack_deadlines.cancel(in_flight.ack_deadline);
+        if let Some(subscriber) = queue.subscriber_mut(in_flight.subscriber) {
+            subscriber.unacked -= 1;
+        }
+        Some(in_flight.waiting)
+    }
+
+    /// Puts an unacknowledged delivery back in line, or buries it once it has used up its
+    /// attempts.
+    pub(super) fn take_back(&mut self, namespace: &Arc<str>, delivery_id: u64) {
+        let Some(waiting) = self.settle(namespace, delivery_id) else {
+            return;
+        };
+        if waiting.attempts >= self.config.max_attempts {
+            let dead = Dead {
+                id: 0,
+                attempts: waiting.attempts,
+                expiration: waiting.expiration,
+                reason: OUT_OF_ATTEMPTS,
+            };
+            self.budget.let_go(1);
+            let mut dropped = Vec::new();
+            self.bury(namespace, dead, &mut dropped);
+            self.journal_settled(&dropped, None);
+        } else {
+            self.queue(namespace).waiting.push_front(waiting);
+            self.metrics.delivery_buffered.inc();
+        }
+    }
+
+    pub(crate) fn expire_ack_deadlines(&mut self) {
+        let mut expired = Vec::new();
+        self.ack_deadlines.advance(self.now(), &mut expired);
+        if expired.is_empty() {
+            return;
+        }
+        let mut touched: Vec<Arc<str>> = Vec::new();
+        for entry in expired {
+            // The fired entry's handle is stale now, so settling it cancels nothing.
+            let (namespace, delivery_id) = entry.value;
+            if !self.restart_unsent(&namespace, delivery_id) {
+                self.take_back(&namespace, delivery_id);
+            }
+            if !touched.contains(&namespace) {
+                touched.push(namespace);
+            }
+        }
+        for namespace in touched {
+            self.dispatch(&namespace);
+        }
+    }
+
+    /// A delivery whose deadline passed before it even left (its attempt's write was that
+    /// slow) gets its subscriber's whole ack timeout again, from now: true if so.
+    pub(super) fn restart_unsent(&mut self, namespace: &Arc<str>, delivery_id: u64) -> bool {
+        let now = self.now();
+        let Some(queue) = self.namespaces.get_mut(namespace) else {
+            return false;
+        };
+        let Some(in_flight) = queue.in_flight.get(&delivery_id) else {
+            return false;
+        };
+        if in_flight.has_left() {
+            return false;
+        }
+        let subscriber = in_flight.subscriber;
+        let Some(ack_timeout) = queue
+            .subscriber_mut(subscriber)
+            .map(|subscriber| subscriber.ack_timeout)
+        else {
+            return false;
+        };
+        let deadline = now.saturating_add(ack_timeout.as_nanos() as u64);
+        let handle = self
+            .ack_deadlines
+            .insert(deadline, (namespace.clone(), delivery_id))
+            .expect("the ack deadline wheel has no limit");
+        if let Some(in_flight) = queue.in_flight.get_mut(&delivery_id) {
+            in_flight.ack_deadline = handle;
+        }
+        true
+    }
+}

@@ -1,0 +1,80 @@
+//! Subscribers and observers coming and going: a subscriber's window, the deliveries a
+//! lost one held handed back, and the room a stream makes as it takes one.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::state::Delivery;
+use crate::domain::{Delivered, SubscribeOptions, SubscriberRules};
+use crate::local::delivery::queue::Subscriber;
+
+impl Delivery {
+    pub(super) fn subscribe(
+        &mut self,
+        options: SubscribeOptions,
+        rules: SubscriberRules,
+        id: u64,
+        sender: mpsc::Sender<Delivered>,
+    ) {
+        let namespace: Arc<str> = Arc::from(options.namespace.as_str());
+        debug_assert_eq!(
+            sender.max_capacity(),
+            rules.max_unacked,
+            "the window's channel"
+        );
+        let queue = self.queue(&namespace);
+        if options.observer {
+            queue.observers.push((id, sender));
+            return;
+        }
+        queue.subscribers.push(Subscriber {
+            id,
+            sender,
+            unacked: 0,
+            max_unacked: rules.max_unacked,
+            ack_timeout: rules.ack_timeout,
+            auto_ack: options.auto_ack,
+        });
+        self.dispatch(&namespace);
+    }
+
+    pub(super) fn unsubscribe(&mut self, namespace: &Arc<str>, id: u64) {
+        let Some(queue) = self.namespaces.get_mut(namespace) else {
+            return;
+        };
+        queue.observers.retain(|(observer, _)| *observer != id);
+        queue.subscribers.retain(|subscriber| subscriber.id != id);
+        let orphaned: Vec<u64> = queue
+            .in_flight
+            .iter()
+            .filter(|(_, in_flight)| in_flight.subscriber == id)
+            .map(|(&delivery_id, _)| delivery_id)
+            .collect();
+        // Planted bug: a lost subscriber's deliveries wait for their ack timeouts.
+        let orphaned = if crate::faults::planted("no-redeliver-on-unsubscribe") {
+            Vec::new()
+        } else {
+            orphaned
+        };
+        for delivery_id in orphaned {
+            self.take_back(namespace, delivery_id);
+        }
+        self.dispatch(namespace);
+        self.forget_if_idle(namespace);
+    }
+
+    pub(super) fn pulled(&mut self, namespace: &Arc<str>, id: u64) {
+        let Some(queue) = self.namespaces.get_mut(namespace) else {
+            return;
+        };
+        if let Some(subscriber) = queue.subscriber_mut(id) {
+            if subscriber.auto_ack {
+                subscriber.unacked -= 1;
+            }
+        }
+        if !queue.waiting.is_empty() {
+            self.dispatch(namespace);
+        }
+    }
+}
