@@ -1,14 +1,21 @@
-//! The seam between the server and whatever holds the timers: the server starts one
-//! [`Backend`], serves the API over its [`Timers`] and [`Expirations`], watches its
-//! [`Health`], and stops it. It never learns which backend it holds: the local one
-//! (`crate::local`) or a replica of a shared database (`crate::cluster`).
+//! The seam between the server and whatever holds the timers. The API asks [`Timers`]
+//! and [`Expirations`]; the server starts one [`Backend`], serves the API over what it
+//! offers, watches its [`Health`], and stops it. Neither learns which backend it holds:
+//! the local one (`crate::local`) or a replica of a shared database (`crate::cluster`).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Expirations, Timers};
+use bytes::Bytes;
+
+use super::answer::Answer;
+use super::error::TimerError;
+use super::expiration::{AckOutcome, DeadList, DeliveryStream, RedriveOutcome};
+use super::page::{PendingPage, PendingQuery};
+use super::subscriber::SubscribeOptions;
+use super::timer::{Due, NewTimer, Registered, TimerRef, TimerView};
 
 /// What the health watch makes of a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,4 +45,37 @@ pub trait Backend: Send + Sync + 'static {
     fn shutdown(&self);
     /// Stops everything, once the API has drained.
     fn stop(self: Box<Self>) -> Stopping;
+}
+
+/// What the API asks of the timers: register, cancel, look up, heartbeat, list.
+///
+/// Every mutation is durable (per the backend's sync mode) before its answer arrives.
+pub trait Timers: Send + Sync + 'static {
+    /// Registers a batch; each item is answered on its own (a refused one changes
+    /// nothing). The outer error refuses the whole batch (a full queue, a stopped backend).
+    /// A backend may leave the payload out of the answer's view: the caller sent it, and
+    /// the API's answer leaves it out anyway.
+    fn register(&self, timers: Vec<NewTimer>) -> Answer<Vec<Result<Registered, TimerError>>>;
+    /// True if a pending timer was cancelled; false if none was pending by that reference.
+    fn cancel(&self, timer: TimerRef) -> Answer<bool>;
+    fn get(&self, timer: TimerRef) -> Answer<TimerView>;
+    /// Moves a lease's deadline one ttl (the given one, which then becomes its ttl) ahead.
+    fn touch(&self, timer: TimerRef, ttl: Option<Duration>) -> Answer<TimerView>;
+    fn pending(&self, query: PendingQuery) -> Answer<PendingPage>;
+    /// Moves a pending timer's next firing to `due`, and replaces its payload if one is
+    /// given. A lease keeps its ttl; a cron timer moves this firing only. NOT_FOUND if the
+    /// timer is no longer pending (it fired, or was cancelled). As with `register`, the
+    /// answer's view may leave the payload out.
+    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView>;
+}
+
+/// What the API asks of delivery: streams of expirations, their acks, the dead ones.
+pub trait Expirations: Send + Sync + 'static {
+    fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError>;
+    fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Answer<AckOutcome>;
+    /// The dead expirations kept in a namespace, or (None) in every namespace.
+    fn dead(&self, namespace: Option<String>) -> Answer<DeadList>;
+    /// Sends a namespace's dead expirations (those named, or all of them) back to
+    /// delivery, their attempts counted afresh.
+    fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome>;
 }

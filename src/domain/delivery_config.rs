@@ -2,7 +2,7 @@
 //! ones are kept, how often one is delivered before it is dead, and what a subscriber's
 //! rules are decided from.
 
-use super::SubscriberDefaults;
+use super::subscriber::SubscriberDefaults;
 
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryConfig {
@@ -14,7 +14,7 @@ pub struct DeliveryConfig {
     pub buffered_total: usize,
     /// Dead expirations kept, all namespaces.
     pub dead_total: usize,
-    /// What a subscriber's rules are decided from (see [`super::SubscribeOptions::rules`]).
+    /// What a subscriber's rules are decided from (see [`super::subscriber::SubscribeOptions::rules`]).
     pub subscriber: SubscriberDefaults,
     /// Deliveries of one expiration before it is declared dead.
     pub max_attempts: u32,

@@ -11,6 +11,7 @@
 //! [`crate::domain::Backend`]; `crate::cluster` is the other one.
 
 pub mod delivery;
+mod error;
 pub(crate) mod live_namespaces;
 mod recovery;
 pub mod store;
@@ -28,22 +29,11 @@ use crate::domain::{Backend, Expirations, Health, Stopping, Timers};
 use crate::metrics::Metrics;
 use crate::worker::Worker;
 use delivery::DeliveryHandle;
+pub use error::LocalError;
 use recovery::Recovered;
-use store::{Store, StoreError, StoreHandle};
+use store::{Store, StoreHandle};
 use table::TimerTable;
 use timers::LocalTimers;
-
-/// Why the local backend could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum LocalError {
-    #[error("opening the data directory: {0}")]
-    Store(#[from] StoreError),
-    #[error("starting the timer worker thread: {0}")]
-    Worker(#[source] std::io::Error),
-    /// Recovery would need more memory than tickd can have (the message says how much).
-    #[error("{0}")]
-    RecoveryTooLarge(String),
-}
 
 /// The worker thread over the timer table, the delivery task, and the log both write to.
 pub struct LocalBackend {

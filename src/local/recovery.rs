@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use super::error::LocalError;
 use super::store::{repair, Store, StoreHandle, SyncMode};
 use super::table::journal::Journal;
 use super::table::{held_again, TimerTable};
-use super::LocalError;
 use crate::budget::container::MemoryLimit;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::clock::{Clock, SystemClock};

@@ -1,0 +1,16 @@
+//! Why the local backend could not start: its data directory, its worker thread, or a
+//! recovery larger than the memory tickd may use.
+
+use super::store::StoreError;
+
+/// Why the local backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("opening the data directory: {0}")]
+    Store(#[from] StoreError),
+    #[error("starting the timer worker thread: {0}")]
+    Worker(#[source] std::io::Error),
+    /// Recovery would need more memory than tickd can have (the message says how much).
+    #[error("{0}")]
+    RecoveryTooLarge(String),
+}
