@@ -246,7 +246,7 @@ fn recover(
     ));
     // Fired before the restart and never settled: they are held again until settled, with
     // the deliveries they had.
-    let recovered = crate::worker::table::held_again(unsettled, memory);
+    let recovered = table.held_again(unsettled, memory);
     info!(
         data_dir = %config.data_dir.display(),
         pending_timers = table.len(),

@@ -21,7 +21,7 @@ use crate::budget::MemoryBudget;
 use crate::clock::{Clock, ManualClock};
 use crate::delivery::{DeliveryConfig, DeliveryHandle, SteppedDelivery, Subscription};
 use crate::domain::{
-    AckOutcome, Delivered, Expirations, Handoff, RedriveOutcome, SubscribeOptions,
+    AckOutcome, Calendar, Delivered, Expirations, Handoff, RedriveOutcome, SubscribeOptions,
 };
 use crate::metrics::Metrics;
 use crate::store::stepped::SteppedStore;
@@ -60,14 +60,18 @@ pub(crate) struct Node {
 
 impl Node {
     /// Starts a process on `disk`: recovery, the boot record, the delivery of what was
-    /// fired and never settled. An error is the store's refusal to start.
+    /// fired and never settled. An error is the store's refusal to start. Recovery reads
+    /// the run's `schedules` back without parsing them again (see
+    /// [`TimerTable::knowing_schedules`]).
     pub(crate) fn start(
         disk: &SimDisk,
         clock: &ManualClock,
         config: &NodeConfig,
+        schedules: impl IntoIterator<Item = Calendar>,
     ) -> Result<Node, StoreError> {
         let metrics = Metrics::new();
         let mut table = TimerTable::on_clock(config.table, metrics.clone(), clock);
+        table.knowing_schedules(schedules);
         let now = clock.now();
         let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
         let (store, unsettled) = SteppedStore::open(
@@ -85,7 +89,7 @@ impl Node {
             SNAPSHOT_AFTER_BYTES,
             store.recovered_snapshot_bytes(),
         ));
-        let recovered = crate::worker::table::held_again(unsettled, &MemoryBudget::unlimited());
+        let recovered = table.held_again(unsettled, &MemoryBudget::unlimited());
         let (delivery, delivery_task) = DeliveryHandle::stepped(
             config.delivery,
             Some(store.handle().clone()),

@@ -36,10 +36,8 @@ impl Harness {
         let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
         let kind = match self.choices.below(10) {
             0 => {
-                let every = [1, 2, 5][self.choices.below_usize(3)];
-                let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
-                    .expect("a valid cron expression");
-                Kind::Cron(Calendar(Arc::new(schedule)))
+                let which = self.choices.below_usize(3);
+                Kind::Cron(self.every_few_seconds(which))
             }
             1 | 2 => Kind::Lease {
                 ttl: 20 * MILLISECOND + self.choices.below(300 * MILLISECOND),
@@ -96,6 +94,20 @@ impl Harness {
             reply,
         });
         self.calls.push(Call::Register { token, answer });
+    }
+
+    /// The cron schedule firing every 1, 2 or 5 seconds (`which` 0, 1 or 2), in UTC: parsed
+    /// at its first use in a run and shared after, as a schedule is a pure function of its
+    /// expression (parsing one costs more than the rest of a registration's step).
+    fn every_few_seconds(&mut self, which: usize) -> Calendar {
+        let every = [1, 2, 5][which];
+        self.schedules[which]
+            .get_or_insert_with(|| {
+                let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
+                    .expect("a valid cron expression");
+                Calendar(Arc::new(schedule))
+            })
+            .clone()
     }
 
     /// A lease's heartbeat (the call the API's Touch and KeepAlive make), on any timer the

@@ -12,6 +12,7 @@ mod record;
 mod replay;
 #[cfg(test)]
 mod snapshot_pacing_tests;
+mod stored_schedules;
 mod view;
 
 use std::sync::Arc;
@@ -35,7 +36,6 @@ use crate::metrics::Metrics;
 use crate::store::records::{self as durable, record::Kind};
 use crate::wheel::{Handle, Wheel};
 use id_index::IdIndex;
-pub(crate) use record::held_again;
 use record::{duration_nanos, next_repeat, timer_fields, TimerRecord};
 
 /// Storage positions one listing page (or one snapshot chunk) looks at, at most: about a
@@ -65,6 +65,8 @@ pub struct TimerTable {
     namespaces: Namespaces,
     /// The schedules of cron timers (see [`calendar`]).
     calendars: record::Calendars,
+    /// Until recovery ends ([`TimerTable::held_again`]): the schedules it has read back.
+    stored_schedules: stored_schedules::StoredSchedules,
     next_id: u64,
     /// With a data directory: where records and deferred replies go.
     journal: Option<Journal>,
@@ -93,6 +95,7 @@ impl TimerTable {
             handles: IdIndex::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone(), clock),
             calendars: record::Calendars::default(),
+            stored_schedules: Default::default(),
             next_id: 1,
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,
