@@ -19,7 +19,7 @@ use super::rng::Rng;
 use crate::clock::ManualClock;
 use crate::delivery::{DeliveryConfig, Subscription};
 use crate::domain::{
-    AckOutcome, Calendar, RedriveOutcome, Registered, SubscribeOptions, TimerError, TimerView,
+    AckOutcome, RedriveOutcome, Registered, SubscribeOptions, TimerError, TimerView,
 };
 use crate::store::{StoreError, SyncMode};
 use crate::worker::table::TableConfig;
@@ -100,9 +100,6 @@ pub(crate) struct Harness {
     clients: Vec<Client>,
     model: Model,
     ledger: Ledger,
-    /// The cron schedules registrations use, once parsed (see `every_few_seconds`); each
-    /// restart's recovery is handed them too.
-    schedules: [Option<Calendar>; 3],
     trace: u64,
     verbose: bool,
     restarts: u64,
@@ -146,7 +143,6 @@ impl Harness {
             clients: Vec::new(),
             model: Model::default(),
             ledger: Ledger::new(),
-            schedules: Default::default(),
             trace: 0xcbf2_9ce4_8422_2325,
             verbose: std::env::var_os("TICKD_DST_VERBOSE").is_some(),
             restarts: 0,
@@ -204,7 +200,7 @@ impl Harness {
     /// checked that it changed nothing.
     fn restart(&mut self) -> Result<(), Violation> {
         let before = self.disk.fingerprint();
-        let schedules = self.schedules.iter().flatten().cloned();
+        let schedules = calls::SCHEDULES.iter().cloned();
         match Node::start(&self.disk, &self.clock, &self.config, schedules) {
             Ok(node) => {
                 self.restarts += 1;

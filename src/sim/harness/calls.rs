@@ -1,7 +1,7 @@
 //! The harness's client calls: each queues one call to the simulated process, or acts as
 //! a client would (subscribing, acking what it received, letting time pass).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -13,6 +13,18 @@ use crate::sim::ledger::{Held, Ledger};
 use crate::sim::model::{payload_of, Outcome, Registration};
 use crate::sim::node::Node;
 use crate::worker::command::{Command, Reschedule};
+
+/// The cron schedules registrations use: every 1, 2 or 5 seconds, in UTC. Parsed once for
+/// the whole process and shared by every run, as a schedule is a pure function of its
+/// expression and parsing one costs more than the rest of a registration's step; each
+/// restart's recovery is handed them too (see [`Node::start`]).
+pub(super) static SCHEDULES: LazyLock<[Calendar; 3]> = LazyLock::new(|| {
+    [1, 2, 5].map(|every| {
+        let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
+            .expect("a valid cron expression");
+        Calendar(Arc::new(schedule))
+    })
+});
 
 /// The kinds of timer a registration makes.
 enum Kind {
@@ -35,10 +47,7 @@ impl Harness {
     pub(super) fn register(&mut self) {
         let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
         let kind = match self.choices.below(10) {
-            0 => {
-                let which = self.choices.below_usize(3);
-                Kind::Cron(self.every_few_seconds(which))
-            }
+            0 => Kind::Cron(SCHEDULES[self.choices.below_usize(3)].clone()),
             1 | 2 => Kind::Lease {
                 ttl: 20 * MILLISECOND + self.choices.below(300 * MILLISECOND),
             },
@@ -94,20 +103,6 @@ impl Harness {
             reply,
         });
         self.calls.push(Call::Register { token, answer });
-    }
-
-    /// The cron schedule firing every 1, 2 or 5 seconds (`which` 0, 1 or 2), in UTC: parsed
-    /// at its first use in a run and shared after, as a schedule is a pure function of its
-    /// expression (parsing one costs more than the rest of a registration's step).
-    fn every_few_seconds(&mut self, which: usize) -> Calendar {
-        let every = [1, 2, 5][which];
-        self.schedules[which]
-            .get_or_insert_with(|| {
-                let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
-                    .expect("a valid cron expression");
-                Calendar(Arc::new(schedule))
-            })
-            .clone()
     }
 
     /// A lease's heartbeat (the call the API's Touch and KeepAlive make), on any timer the
