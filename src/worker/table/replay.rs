@@ -156,7 +156,7 @@ impl TimerTable {
     /// Schedules recovery may read back without parsing them: the simulation's few, parsed
     /// once a run. A stored expression and zone equal to one of these parse to the same
     /// schedule, and parsing is most of what a simulated restart would cost otherwise.
-    #[cfg(feature = "sim")]
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn knowing_schedules(
         &mut self,
         calendars: impl IntoIterator<Item = crate::domain::Calendar>,

@@ -34,7 +34,7 @@ impl StoredSchedules {
     }
 
     /// Adds a schedule parsed elsewhere, under the expression and zone it is logged with.
-    #[cfg(feature = "sim")]
+    #[cfg(any(test, feature = "sim"))]
     pub(super) fn know(&mut self, calendar: Calendar) {
         self.keep(
             calendar.expression(),
