@@ -10,6 +10,12 @@ use std::sync::Mutex;
 
 use tickd::sim::{run_seed, Report};
 
+/// The allocator tickd itself runs on (see `src/bin/tickd.rs`). The simulation allocates
+/// mostly small, short-lived buffers (records, frames, file copies on the simulated disk):
+/// on glibc's malloc they took about a fifth of its time.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()

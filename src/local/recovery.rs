@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::error::LocalError;
 use super::store::{repair, Store, StoreHandle, SyncMode};
 use super::table::journal::Journal;
-use super::table::{held_again, TimerTable};
+use super::table::TimerTable;
 use crate::budget::container::MemoryLimit;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::clock::{Clock, SystemClock};
@@ -87,7 +87,7 @@ pub(super) fn recover(
     ));
     // Fired before the restart and never settled: they are held again until settled, with
     // the deliveries they had.
-    let unsettled = held_again(unsettled, memory);
+    let unsettled = table.held_again(unsettled, memory);
     info!(
         data_dir = %config.data_dir.display(),
         pending_timers = table.len(),

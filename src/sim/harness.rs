@@ -201,7 +201,8 @@ impl Harness {
     /// checked that it changed nothing.
     fn restart(&mut self) -> Result<(), Violation> {
         let before = self.disk.fingerprint();
-        match Node::start(&self.disk, &self.clock, &self.config) {
+        let schedules = calls::SCHEDULES.iter().cloned();
+        match Node::start(&self.disk, &self.clock, &self.config, schedules) {
             Ok(node) => {
                 self.restarts += 1;
                 self.ledger.restarted();

@@ -19,8 +19,9 @@ use tokio::sync::oneshot;
 use super::disk::SimDisk;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, ManualClock};
-use crate::domain::DeliveryConfig;
-use crate::domain::{AckOutcome, Delivered, Expirations, RedriveOutcome, SubscribeOptions};
+use crate::domain::{
+    AckOutcome, Calendar, Delivered, DeliveryConfig, Expirations, RedriveOutcome, SubscribeOptions,
+};
 use crate::local::delivery::{DeliveryHandle, SteppedDelivery, Subscription};
 use crate::local::store::stepped::SteppedStore;
 use crate::local::store::{StoreError, SyncMode};
@@ -58,14 +59,18 @@ pub(crate) struct Node {
 
 impl Node {
     /// Starts a process on `disk`: recovery, the boot record, the delivery of what was
-    /// fired and never settled. An error is the store's refusal to start.
+    /// fired and never settled. An error is the store's refusal to start. Recovery reads
+    /// the run's `schedules` back without parsing them again (see
+    /// [`TimerTable::knowing_schedules`]).
     pub(crate) fn start(
         disk: &SimDisk,
         clock: &ManualClock,
         config: &NodeConfig,
+        schedules: impl IntoIterator<Item = Calendar>,
     ) -> Result<Node, StoreError> {
         let metrics = Metrics::new();
         let mut table = TimerTable::on_clock(config.table, metrics.clone(), clock);
+        table.knowing_schedules(schedules);
         let now = clock.now();
         let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
         let (store, unsettled) = SteppedStore::open(
@@ -83,7 +88,7 @@ impl Node {
             SNAPSHOT_AFTER_BYTES,
             store.recovered_snapshot_bytes(),
         ));
-        let recovered = crate::local::table::held_again(unsettled, &MemoryBudget::unlimited());
+        let recovered = table.held_again(unsettled, &MemoryBudget::unlimited());
         let (delivery, delivery_task) = DeliveryHandle::stepped(
             config.delivery,
             Some(store.handle().clone()),

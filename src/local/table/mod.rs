@@ -18,6 +18,7 @@ mod register;
 mod replay;
 #[cfg(test)]
 mod snapshot_pacing_tests;
+mod stored_schedules;
 mod timer_table;
 mod view;
 
@@ -27,7 +28,6 @@ use crate::clock::Now;
 use crate::domain::Handoff;
 use crate::worker::TimerState;
 use command::{Command, Reschedule};
-pub(crate) use record::held_again;
 pub use timer_table::{HandoffTarget, TableConfig, TimerTable};
 
 /// How long a snapshot waits for the disk when its chunks sent are not yet written.

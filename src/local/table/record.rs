@@ -7,13 +7,13 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::budget::memory::{expiration_held_bytes, held_bytes, logged_firing_bytes};
-use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::clock::Now;
 use crate::domain::{Calendar, Expiration, TimerId};
 use crate::local::store::frame::TimerFields;
 use crate::local::store::records as durable;
-use crate::local::store::RecoveredFiring;
 use crate::local::table::namespaces::Namespaces;
+
+use super::stored_schedules::StoredSchedules;
 
 /// What the wheel holds for each pending timer. Every pending timer has one, so it is kept
 /// to 72 bytes: with the wheel's own fields an entry is 96 bytes, and a timer whose key and
@@ -147,8 +147,12 @@ pub(super) fn duration_nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// An expiration fired before a restart and never settled, as the store kept it.
-fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> {
+/// An expiration fired before a restart and never settled, as the store kept it, with its
+/// schedule from those recovery has read back.
+pub(super) fn recovered_expiration(
+    fired: durable::Fired,
+    schedules: &mut StoredSchedules,
+) -> Option<Expiration> {
     let timer = fired.timer?;
     Some(Expiration {
         id: TimerId(timer.id),
@@ -160,32 +164,11 @@ fn recovered_expiration(fired: durable::Fired) -> Option<Expiration> {
         repeat: OptionalNanos(timer.repeat_nanos).get(),
         ttl: OptionalNanos(timer.ttl_nanos).get(),
         fired_count: timer.fired_count,
-        calendar: Calendar::stored(&timer.cron, &timer.time_zone),
+        calendar: schedules.stored(&timer.cron, &timer.time_zone),
         late: false,
         memory: Default::default(),
         over_memory_budget: false,
     })
-}
-
-/// The fired expirations recovery found unsettled, each with the deliveries it had, held
-/// again until settled: each charged to `memory` (even past its limit: nothing accepted is
-/// dropped to fit).
-pub(crate) fn held_again(
-    unsettled: Vec<RecoveredFiring>,
-    memory: &Arc<MemoryBudget>,
-) -> Vec<(Expiration, u32)> {
-    unsettled
-        .into_iter()
-        .filter_map(|(fired, attempts)| recovered_expiration(fired).map(|found| (found, attempts)))
-        .map(|(mut expiration, attempts)| {
-            let key = expiration.key.as_ref().map_or(0, String::len);
-            let payload = expiration.payload.len();
-            let held = expiration_held_bytes(key, payload, expiration.calendar.is_some())
-                + logged_firing_bytes(key, payload);
-            expiration.memory = MemoryReservation::forced(memory, held);
-            (expiration, attempts)
-        })
-        .collect()
 }
 
 /// The schedules of the pending cron timers, by id: most timers have none, so a record

@@ -1,15 +1,20 @@
 //! Start-up and snapshots: the table rebuilt from the log's records, and the snapshot
 //! streamed out of the wheel a chunk at a time while the worker keeps firing.
 
+use std::sync::Arc;
+
 use tracing::warn;
 
-use super::record::{timer_fields, OptionalNanos, TimerRecord};
+use super::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
+use super::namespaces::Admission;
+use super::record::{recovered_expiration, timer_fields, OptionalNanos, TimerRecord};
 use super::timer_table::{TimerTable, SCAN_POSITIONS};
+use crate::budget::memory::{expiration_held_bytes, logged_firing_bytes};
+use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::clock::Now;
-use crate::domain::Calendar;
+use crate::domain::Expiration;
 use crate::local::store::records::{self as durable, record::Kind, Record};
-use crate::local::table::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
-use crate::local::table::namespaces::Admission;
+use crate::local::store::RecoveredFiring;
 use crate::wheel::Handle;
 
 impl TimerTable {
@@ -97,27 +102,18 @@ impl TimerTable {
     /// firing the table has already seen (a fuzzy snapshot holds the later state) is
     /// older and changes nothing.
     ///
-    /// A cron timer's schedule is parsed once, not at every record of it: each of its
-    /// firings logs it whole again, and a log of cron timers is mostly such records, so a
-    /// copy with the schedule the table already holds for it keeps that one.
+    /// A cron timer's schedule is parsed once per distinct expression and zone, not at
+    /// every record of it (see [`super::stored_schedules`]).
     pub(super) fn restore(&mut self, timer: durable::Timer, now: Now) {
-        let mut same_schedule = None;
         if let Some(handle) = self.find(&timer.namespace, timer.id) {
             let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
             if current.fired_count > timer.fired_count {
                 return;
             }
-            same_schedule = self
-                .calendars
-                .get(timer.id)
-                .filter(|held| {
-                    held.expression() == timer.cron && held.time_zone() == timer.time_zone
-                })
-                .cloned();
             let record = self.wheel.cancel(handle).expect("indexed handles are live");
             self.unindex(&record, now);
         }
-        let calendar = same_schedule.or_else(|| Calendar::stored(&timer.cron, &timer.time_zone));
+        let calendar = self.stored_schedules.stored(&timer.cron, &timer.time_zone);
         let namespace = self
             .namespaces
             .intern(&timer.namespace, Admission::Restored)
@@ -155,6 +151,42 @@ impl TimerTable {
                 self.namespaces.queue_if_empty(namespace, now.monotonic);
             }
         }
+    }
+
+    /// Schedules recovery may read back without parsing them: the simulation's few, parsed
+    /// once a run. A stored expression and zone equal to one of these parse to the same
+    /// schedule, and parsing is most of what a simulated restart would cost otherwise.
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn knowing_schedules(
+        &mut self,
+        calendars: impl IntoIterator<Item = crate::domain::Calendar>,
+    ) {
+        for calendar in calendars {
+            self.stored_schedules.know(calendar);
+        }
+    }
+
+    /// The fired expirations recovery found unsettled, each with the deliveries it had, held
+    /// again until settled: each charged to `memory` (even past its limit: nothing accepted
+    /// is dropped to fit). The last step of recovery: the schedules it read back are let go.
+    pub(crate) fn held_again(
+        &mut self,
+        unsettled: Vec<RecoveredFiring>,
+        memory: &Arc<MemoryBudget>,
+    ) -> Vec<(Expiration, u32)> {
+        let mut schedules = std::mem::take(&mut self.stored_schedules);
+        unsettled
+            .into_iter()
+            .filter_map(|(fired, attempts)| {
+                let mut expiration = recovered_expiration(fired, &mut schedules)?;
+                let key = expiration.key.as_ref().map_or(0, String::len);
+                let payload = expiration.payload.len();
+                let held = expiration_held_bytes(key, payload, expiration.calendar.is_some())
+                    + logged_firing_bytes(key, payload);
+                expiration.memory = MemoryReservation::forced(memory, held);
+                Some((expiration, attempts))
+            })
+            .collect()
     }
 
     /// Streams the next chunk of a snapshot in progress, if any is due at `now`: up to a

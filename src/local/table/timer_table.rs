@@ -12,6 +12,7 @@ use super::id_index::IdIndex;
 use super::journal::Journal;
 use super::namespaces::Namespaces;
 use super::record::{self, TimerRecord};
+use super::stored_schedules::StoredSchedules;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, Now, SystemClock};
 use crate::domain::{Handoff, TimerView};
@@ -43,6 +44,8 @@ pub struct TimerTable {
     pub(super) namespaces: Namespaces,
     /// The schedules of cron timers (see [`calendar`]).
     pub(super) calendars: record::Calendars,
+    /// Until recovery ends ([`TimerTable::held_again`]): the schedules it has read back.
+    pub(super) stored_schedules: StoredSchedules,
     pub(super) next_id: u64,
     /// With a data directory: where records and deferred replies go.
     pub(super) journal: Option<Journal>,
@@ -77,6 +80,7 @@ impl TimerTable {
             handles: IdIndex::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone(), clock),
             calendars: record::Calendars::default(),
+            stored_schedules: StoredSchedules::default(),
             next_id: 1,
             journal: None,
             max_pending_per_namespace: config.max_pending_per_namespace,

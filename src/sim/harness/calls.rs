@@ -1,7 +1,7 @@
 //! The harness's client calls: each queues one call to the simulated process, or acts as
 //! a client would (subscribing, acking what it received, letting time pass).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -13,6 +13,18 @@ use crate::local::table::command::{Command, Reschedule};
 use crate::sim::ledger::{Held, Ledger};
 use crate::sim::model::{payload_of, Outcome, Registration};
 use crate::sim::node::Node;
+
+/// The cron schedules registrations use: every 1, 2 or 5 seconds, in UTC. Parsed once for
+/// the whole process and shared by every run, as a schedule is a pure function of its
+/// expression and parsing one costs more than the rest of a registration's step; each
+/// restart's recovery is handed them too (see [`Node::start`]).
+pub(super) static SCHEDULES: LazyLock<[Calendar; 3]> = LazyLock::new(|| {
+    [1, 2, 5].map(|every| {
+        let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
+            .expect("a valid cron expression");
+        Calendar(Arc::new(schedule))
+    })
+});
 
 /// The kinds of timer a registration makes.
 enum Kind {
@@ -35,12 +47,7 @@ impl Harness {
     pub(super) fn register(&mut self) {
         let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
         let kind = match self.choices.below(10) {
-            0 => {
-                let every = [1, 2, 5][self.choices.below_usize(3)];
-                let schedule = CalendarSchedule::parse(&format!("*/{every} * * * * *"), "UTC")
-                    .expect("a valid cron expression");
-                Kind::Cron(Calendar(Arc::new(schedule)))
-            }
+            0 => Kind::Cron(SCHEDULES[self.choices.below_usize(3)].clone()),
             1 | 2 => Kind::Lease {
                 ttl: 20 * MILLISECOND + self.choices.below(300 * MILLISECOND),
             },
