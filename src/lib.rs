@@ -3,18 +3,19 @@
 //! The life of a timer, following the data one way through the modules:
 //! - [`api`] validates a gRPC request into the [`domain`]'s types and asks the backend,
 //!   which it knows only as the [`domain::Timers`] and [`domain::Expirations`] traits;
-//! - [`worker`] runs the dedicated thread that owns the [`wheel`] and every timer's state
-//!   ([`worker::local`] is the local backend's way in); it applies commands in batches,
-//!   sleeps until the next due slot, and hands fired timers out in batches;
-//! - [`store`] writes every change to the log before it is answered;
-//! - [`delivery`] queues fired timers per namespace and streams them to subscribers;
+//! - [`local`] is the backend of one process: its `timers` turn each call into a command
+//!   for the [`worker`] thread, which owns the [`wheel`] and the local `table` of every
+//!   timer; the table journals each change to the `store` before it is answered, and
+//!   hands what fires to `delivery` in the same log batch as the firings' records;
+//!   delivery streams them to subscribers until acknowledged;
 //! - [`cron`] computes a cron timer's next firing in its time zone (pure, like the wheel).
 //!
-//! With `--store postgres://...`, [`cluster`] is the backend instead of the worker's table,
-//! the local log and the delivery queues: timers live in a shared database, and each
-//! replica's wheel holds only what its partitions need to fire soon.
+//! With `--store postgres://...`, [`cluster`] is the backend instead of [`local`]: timers
+//! live in a shared database, and each replica's wheel holds only what its partitions
+//! need to fire soon.
 //!
-//! [`server::run`] chooses the backend, in one place, and wires it behind a listener.
+//! [`backend`] chooses one from the configuration, in one place; [`server::run`] serves
+//! it behind the listeners as a [`domain::Backend`], never knowing which it holds.
 
 pub(crate) mod api;
 pub mod backend;
