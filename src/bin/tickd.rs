@@ -13,7 +13,7 @@ use tracing::{error, info};
 
 use tickd::clock::{Clock, SystemClock};
 use tickd::config::{Command, Config, LogFormat};
-use tickd::local::table::TimerTable;
+use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
 use tickd::server::Listeners;
 
@@ -157,7 +157,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 /// 0 nothing that stops start-up (a torn final append is reported: start-up drops it), 1
 /// damage, 2 the directory could not be read.
 fn check(config: &Config, dir: &Path) -> ExitCode {
-    let mut table = TimerTable::new(config.table(), Metrics::new());
+    let mut table = TimerTable::new(TableConfig::from_config(config), Metrics::new());
     let now = SystemClock::new().now();
     let scan = match tickd::local::store::scan::scan(dir, |record| table.replay(record, now)) {
         Ok(scan) => scan,

@@ -1,6 +1,8 @@
 //! The daemon's configuration: every flag also reads a `TICKD_*` environment variable, and
 //! every default is embedded, so `tickd` with no arguments is a working server.
 
+mod sync_mode;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,10 +16,9 @@ use crate::budget::{ByteCount, MemoryBudget};
 use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::domain::DeliveryConfig;
 use crate::domain::SubscriberDefaults;
-use crate::local::store::SyncMode;
-use crate::local::table::TableConfig;
 use crate::metrics::Metrics;
 use crate::worker::WorkerConfig;
+pub use sync_mode::SyncMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -361,15 +362,6 @@ impl Config {
             .memory_budget
             .set(i64::try_from(limit).unwrap_or(i64::MAX));
         MemoryBudget::new(limit, source, metrics.budgets.memory_used.clone())
-    }
-
-    pub fn table(&self) -> TableConfig {
-        TableConfig {
-            tick: self.tick,
-            max_pending: self.max_pending,
-            max_pending_per_namespace: self.max_pending_per_namespace,
-            max_namespaces: self.max_namespaces,
-        }
     }
 
     pub(crate) fn worker(&self, metrics: &Metrics) -> WorkerConfig {

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::error::LocalError;
 use super::store::{repair, Store, StoreHandle, SyncMode};
 use super::table::journal::Journal;
-use super::table::TimerTable;
+use super::table::{TableConfig, TimerTable};
 use crate::budget::container::MemoryLimit;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::clock::{Clock, SystemClock};
@@ -36,8 +36,8 @@ pub(super) fn recover(
     metrics: &Arc<Metrics>,
     (memory, limit): (&Arc<MemoryBudget>, &MemoryLimit),
 ) -> Result<Recovered, LocalError> {
-    let mut table =
-        TimerTable::new(config.table(), metrics.clone()).with_memory_budget(memory.clone());
+    let mut table = TimerTable::new(TableConfig::from_config(config), metrics.clone())
+        .with_memory_budget(memory.clone());
     if config.sync == SyncMode::None {
         return Ok(Recovered {
             table,

@@ -50,12 +50,12 @@ pub mod records {
     include!(concat!(env!("OUT_DIR"), "/tickd.store.v1.rs"));
 }
 
+pub use crate::config::SyncMode;
 pub use batch::Batch;
 pub(crate) use batch::OnDurable;
 pub use error::StoreError;
 pub use handle::StoreHandle;
 pub use open::{RecoveredFiring, Store};
-pub use sync_mode::SyncMode;
 /// The simulation's bound on what a machine crash may lose.
 #[cfg(any(test, feature = "sim"))]
 pub(crate) use sync_mode::SYNC_INTERVAL;

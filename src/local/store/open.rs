@@ -12,10 +12,10 @@ use super::disk_budget::DiskBudget;
 use super::error::{io_error, StoreError};
 use super::handle::{Request, StoreHandle};
 use super::records::{self, Record};
-use super::sync_mode::SyncMode;
 use super::writer::{self, Writer};
 use super::{frame, recovery};
 use crate::clock::{Clock, SystemClock};
+use crate::config::SyncMode;
 use crate::metrics::Metrics;
 
 /// A fired expiration never settled, as recovery found it: its record, and the deliveries

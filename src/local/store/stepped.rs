@@ -13,9 +13,9 @@ use super::error::StoreError;
 use super::handle::{Request, StoreHandle};
 use super::open::{Opened, RecoveredFiring};
 use super::records::Record;
-use super::sync_mode::SyncMode;
 use super::writer::Writer;
 use crate::clock::Clock;
+use crate::config::SyncMode;
 use crate::metrics::Metrics;
 
 /// A store whose writer runs only when [`SteppedStore::step`] is called.

@@ -1,20 +1,10 @@
-//! When an append counts as durable (`--sync`), and how often the interval mode syncs.
+//! How often the interval mode of `--sync` syncs. The mode itself, [`SyncMode`], is a
+//! flag's value, defined with the configuration and re-exported by the store.
 
 use std::time::Duration;
 
-use clap::ValueEnum;
-
-/// When an append counts as durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SyncMode {
-    /// fsync before answering; concurrent appends share one fsync.
-    Always,
-    /// Answer once written to the OS; fsync every `SYNC_INTERVAL`. A machine crash loses at
-    /// most that window; a process crash loses nothing.
-    Interval,
-    /// No log at all: timers live in memory only.
-    None,
-}
+#[cfg(doc)]
+use crate::config::SyncMode;
 
 /// How often `--sync interval` fsyncs.
 pub(crate) const SYNC_INTERVAL: Duration = Duration::from_millis(10);

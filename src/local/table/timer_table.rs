@@ -15,6 +15,7 @@ use super::record::{self, TimerRecord};
 use super::stored_schedules::StoredSchedules;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, Now, SystemClock};
+use crate::config::Config;
 use crate::domain::{Handoff, TimerView};
 use crate::local::store::records::record::Kind;
 use crate::metrics::Metrics;
@@ -34,6 +35,18 @@ pub struct TableConfig {
     pub max_pending_per_namespace: u64,
     /// Live namespaces at most (see [`crate::local::live_namespaces`]); 0: no limit.
     pub max_namespaces: usize,
+}
+
+impl TableConfig {
+    /// The table's part of the daemon's flags.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            tick: config.tick,
+            max_pending: config.max_pending,
+            max_pending_per_namespace: config.max_pending_per_namespace,
+            max_namespaces: config.max_namespaces,
+        }
+    }
 }
 
 pub struct TimerTable {

@@ -9,12 +9,13 @@ use std::time::Instant;
 use tracing::error;
 
 use super::state::Writer;
+use crate::config::SyncMode;
 use crate::local::store::batch::Batch;
 use crate::local::store::error::{io_error, StoreError};
 use crate::local::store::files::segment_path;
 use crate::local::store::handle::Request;
 use crate::local::store::scan::KeptFrames;
-use crate::local::store::sync_mode::{SyncMode, SYNC_INTERVAL};
+use crate::local::store::sync_mode::SYNC_INTERVAL;
 
 /// Capacity the store keeps for the next group commit's frames after writing one.
 const PENDING_KEPT_BYTES: usize = 1 << 20;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::clock::Clock;
+use crate::config::SyncMode;
 use crate::local::store::disk::{Disk, DiskFile};
 use crate::local::store::disk_budget::{self, DiskBudget};
 use crate::local::store::error::{io_error, StoreError};
@@ -17,7 +18,6 @@ use crate::local::store::frame;
 use crate::local::store::frame_buffers::FrameBuffers;
 use crate::local::store::scan::KeptFrames;
 use crate::local::store::snapshot_writer::SnapshotWriter;
-use crate::local::store::sync_mode::SyncMode;
 use crate::metrics::Metrics;
 
 /// Fired expirations not yet settled: their frames, by (timer id, fired count).
