@@ -50,7 +50,8 @@ impl Manual {
                 }
             }
         }));
-        let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), |_| {}).unwrap();
+        let sink = table.worker_sink();
+        let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).unwrap();
         let handle = worker.handle();
         Self {
             clock,

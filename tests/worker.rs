@@ -79,7 +79,8 @@ fn start_worker(clock: &ManualClock) -> (Worker<TimerTable>, mpsc::Receiver<Vec<
     );
     let (fired, batches) = mpsc::channel();
     let table = table.hand_off_to(expirations_to(fired));
-    let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), |_| {}).unwrap();
+    let sink = table.worker_sink();
+    let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).unwrap();
     (worker, batches)
 }
 

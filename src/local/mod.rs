@@ -75,7 +75,8 @@ impl LocalBackend {
             ),
         );
         let table = table.hand_off_to(delivery.handoff());
-        let worker = Worker::spawn(table, clock, config.worker(metrics), |_| {})
+        let sink = table.worker_sink();
+        let worker = Worker::spawn(table, clock, config.worker(metrics), sink)
             .map_err(LocalError::Worker)?;
         Ok(Self {
             worker,

@@ -148,8 +148,11 @@ impl Node {
             .next_expiration()
             .is_some_and(|due| due <= now.monotonic)
         {
-            // The table hands its firings to delivery in the batch that logs them.
-            self.table.fire_due(now, &mut Vec::new());
+            // With its log the table hands its firings to delivery in the batch that logs
+            // them, so none come back here.
+            let mut handed_to_worker = Vec::new();
+            self.table.fire_due(now, &mut handed_to_worker);
+            debug_assert!(handed_to_worker.is_empty(), "a simulated node has a log");
         }
         for command in self.queued.drain(..) {
             self.table.apply(command, now);

@@ -125,8 +125,9 @@ fn measure(variant: Variant, count: usize, calendars: &[Calendar]) -> Rates {
             let _ = all_fired.send(());
         }
     }));
+    let sink = table.worker_sink();
     let worker =
-        Worker::spawn(table, clock.clone(), WorkerConfig::default(), |_| {}).expect("spawn worker");
+        Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).expect("spawn worker");
     let commands = worker.handle();
 
     let deadline_unix = START_UNIX.div_ceil(1_000_000_000) * 1_000_000_000;

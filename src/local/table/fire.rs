@@ -91,18 +91,26 @@ impl TimerTable {
     /// carries their records and runs once it is durable, so that every record before
     /// them (the timers' registrations too) is durable as well; a batch the log fails to
     /// write drops its callbacks, so a timer whose registration was answered with an error
-    /// is never delivered. Without a log, at once.
-    pub(super) fn hand_off(&mut self, fired: Vec<Handoff>) {
+    /// is never delivered. Without a log they go back to the worker in `fired`, which hands
+    /// them to delivery through [`TimerTable::worker_sink`] once it has released its lock:
+    /// a channel send and a task's wake-up are no reason to keep callers from combining.
+    pub(super) fn hand_off(&mut self, round: Vec<Handoff>, fired: &mut Vec<Handoff>) {
         match &mut self.journal {
             Some(journal) => {
-                if !fired.is_empty() {
+                if !round.is_empty() {
                     let deliver = self.deliver.clone();
-                    journal.on_durable(Box::new(move || deliver(fired)));
+                    journal.on_durable(Box::new(move || deliver(round)));
                 }
                 journal.flush();
             }
-            None if !fired.is_empty() => (self.deliver)(fired),
-            None => {}
+            None => fired.extend(round),
         }
+    }
+
+    /// The worker's sink for this table: delivery, the same target as the log's
+    /// hand-offs. Only a table without a log gives its worker anything to sink.
+    pub fn worker_sink(&self) -> impl FnMut(Vec<Handoff>) + Send + 'static {
+        let deliver = self.deliver.clone();
+        move |fired| deliver(fired)
     }
 }

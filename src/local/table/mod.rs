@@ -22,7 +22,6 @@ mod stored_schedules;
 mod timer_table;
 mod view;
 
-use std::convert::Infallible;
 
 use crate::clock::Now;
 use crate::domain::Handoff;
@@ -35,8 +34,9 @@ const SNAPSHOT_BACKLOG_RETRY_NANOS: u64 = 1_000_000;
 
 impl TimerState for TimerTable {
     type Command = Command;
-    /// The table hands its firings to delivery itself, in the batch that logs them.
-    type Fired = Infallible;
+    /// With a log the table hands its firings to delivery itself, in the batch that logs
+    /// them; without one they leave through the worker's sink ([`TimerTable::worker_sink`]).
+    type Fired = Handoff;
 
     fn apply(&mut self, command: Command, now: Now) {
         crate::faults::panic_if_injected("worker");
@@ -89,7 +89,7 @@ impl TimerState for TimerTable {
 
     /// Fires what is due and hands it to delivery itself (see [`TimerTable::hand_off`]):
     /// nothing leaves through the worker's own hand-off.
-    fn fire_due(&mut self, now: Now, _: &mut Vec<Infallible>) {
+    fn fire_due(&mut self, now: Now, handed_to_worker: &mut Vec<Handoff>) {
         self.last_woken = now.monotonic;
         let mut expired = Vec::new();
         // Planted bug: the wheel is advanced a tick ahead of the clock.
@@ -99,9 +99,9 @@ impl TimerState for TimerTable {
             now.monotonic
         };
         self.wheel.advance(until, &mut expired);
-        let mut fired = Vec::with_capacity(expired.len());
+        let mut round = Vec::with_capacity(expired.len());
         for entry in expired {
-            fired.push(Handoff::Fired(self.expire(
+            round.push(Handoff::Fired(self.expire(
                 entry.value,
                 entry.deadline,
                 now,
@@ -109,9 +109,9 @@ impl TimerState for TimerTable {
         }
         // After this batch's expirations, so that delivery holds what they need first.
         self.namespaces
-            .sweep(now.monotonic, |name| fired.push(Handoff::Forgotten(name)));
-        let handed_over = !fired.is_empty();
-        self.hand_off(fired);
+            .sweep(now.monotonic, |name| round.push(Handoff::Forgotten(name)));
+        let handed_over = !round.is_empty();
+        self.hand_off(round, handed_to_worker);
         // A snapshot chunk prefers a round that hands nothing over: the worker comes
         // straight back for it (`next_expiration`), once these firings are on their way to
         // delivery. Encoded first, it would hold them back by its length.
