@@ -8,6 +8,8 @@
 //!   timer; the table journals each change to the `store` before it is answered, and
 //!   hands what fires to `delivery` in the same log batch as the firings' records;
 //!   delivery streams them to subscribers until acknowledged;
+//! - [`sink`] pushes a namespace's expirations to its HTTP endpoint, as tickd's own
+//!   subscriber of the namespace;
 //! - [`cron`] computes a cron timer's next firing in its time zone (pure, like the wheel).
 //!
 //! With `--store postgres://...`, [`cluster`] is the backend instead of [`local`]: timers
@@ -30,9 +32,11 @@ pub mod local;
 pub mod metrics;
 mod pem;
 pub mod proto;
+pub mod proto_json;
 pub mod reference;
 pub mod server;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod sink;
 pub mod wheel;
 pub mod worker;

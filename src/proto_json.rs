@@ -1,5 +1,5 @@
 //! The proto3 JSON mapping (the canonical JSON that grpcurl and every protobuf library print)
-//! for tickctl's `--output json`, both ways: `deliveryId`, 64-bit integers as strings, bytes
+//! for tickctl's `--output json` and the bodies tickd pushes to HTTP sinks, both ways: `deliveryId`, 64-bit integers as strings, bytes
 //! as base64, RFC 3339 timestamps, `"1.500s"` durations, default values left out.
 //!
 //! prost-reflect does the mapping from the descriptor set tickd already embeds for gRPC
@@ -13,7 +13,7 @@ use serde_json::Value;
 
 /// A generated message and its full protobuf name (tonic's codegen implements no
 /// `prost::Name`), to find its descriptor.
-pub(crate) trait ProtoMessage: prost::Message + Default {
+pub trait ProtoMessage: prost::Message + Default {
     const FULL_NAME: &'static str;
 }
 
@@ -26,16 +26,16 @@ macro_rules! proto_messages {
 }
 
 proto_messages! {
-    tickd::proto::Timer => "tickd.v1.Timer",
-    tickd::proto::TimerSpec => "tickd.v1.TimerSpec",
-    tickd::proto::Expiration => "tickd.v1.Expiration",
-    tickd::proto::NewTimeoutResponse => "tickd.v1.NewTimeoutResponse",
-    tickd::proto::NewTimeoutResult => "tickd.v1.NewTimeoutResult",
-    tickd::proto::PendingResponse => "tickd.v1.PendingResponse",
-    tickd::proto::CancelResponse => "tickd.v1.CancelResponse",
-    tickd::proto::AckResponse => "tickd.v1.AckResponse",
-    tickd::proto::RedriveResponse => "tickd.v1.RedriveResponse",
-    tickd::proto::KeepAliveResponse => "tickd.v1.KeepAliveResponse",
+    crate::proto::Timer => "tickd.v1.Timer",
+    crate::proto::TimerSpec => "tickd.v1.TimerSpec",
+    crate::proto::Expiration => "tickd.v1.Expiration",
+    crate::proto::NewTimeoutResponse => "tickd.v1.NewTimeoutResponse",
+    crate::proto::NewTimeoutResult => "tickd.v1.NewTimeoutResult",
+    crate::proto::PendingResponse => "tickd.v1.PendingResponse",
+    crate::proto::CancelResponse => "tickd.v1.CancelResponse",
+    crate::proto::AckResponse => "tickd.v1.AckResponse",
+    crate::proto::RedriveResponse => "tickd.v1.RedriveResponse",
+    crate::proto::KeepAliveResponse => "tickd.v1.KeepAliveResponse",
     tonic_health::pb::HealthCheckResponse => "grpc.health.v1.HealthCheckResponse",
 }
 
@@ -45,11 +45,11 @@ fn descriptor_pool() -> &'static DescriptorPool {
     POOL.get_or_init(|| {
         let mut pool = DescriptorPool::new();
         for descriptor_set in [
-            tickd::proto::FILE_DESCRIPTOR_SET,
+            crate::proto::FILE_DESCRIPTOR_SET,
             tonic_health::pb::FILE_DESCRIPTOR_SET,
         ] {
             pool.decode_file_descriptor_set(descriptor_set)
-                .expect("the descriptor sets compiled into tickctl decode");
+                .expect("the descriptor sets compiled in decode");
         }
         pool
     })
@@ -63,7 +63,7 @@ fn descriptor<M: ProtoMessage>() -> MessageDescriptor {
 
 /// A message in canonical proto3 JSON, its fields in the .proto's order (as grpcurl prints
 /// them): indented, or on one line.
-pub(crate) fn to_json_text<M: ProtoMessage>(message: &M, indented: bool) -> String {
+pub fn to_json_text<M: ProtoMessage>(message: &M, indented: bool) -> String {
     let mut dynamic = DynamicMessage::new(descriptor::<M>());
     dynamic
         .transcode_from(message)
@@ -80,7 +80,7 @@ pub(crate) fn to_json_text<M: ProtoMessage>(message: &M, indented: bool) -> Stri
 
 /// A message from proto3 JSON (lowerCamelCase or the proto's own field names); a field the
 /// message does not have is an error, so a misspelt one is never silently dropped.
-pub(crate) fn from_json<M: ProtoMessage>(value: Value) -> Result<M, String> {
+pub fn from_json<M: ProtoMessage>(value: Value) -> Result<M, String> {
     let dynamic = DynamicMessage::deserialize_with_options(
         descriptor::<M>(),
         value,
@@ -93,8 +93,8 @@ pub(crate) fn from_json<M: ProtoMessage>(value: Value) -> Result<M, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::{Expiration, Timer, TimerSpec};
     use serde_json::json;
-    use tickd::proto::{Expiration, Timer, TimerSpec};
 
     #[test]
     fn output_follows_the_proto3_json_mapping() {

@@ -188,6 +188,8 @@ fn scraped_families(text: &str) -> BTreeMap<String, Family> {
 async fn every_metric_served_is_on_the_page_with_its_type_and_labels_and_no_other() {
     let server = TestServer::start_with(config(|config| {
         config.sync = tickd::local::store::SyncMode::None;
+        // A sink's series show from its start, whether it is ever reached or not.
+        config.sinks = vec!["pushed=http://127.0.0.1:9/".parse().expect("a valid sink")];
     }))
     .await;
     let mut client = server.client().await;

@@ -42,7 +42,7 @@ impl Default for Limits {
 const DEFAULT_NAMESPACE: &str = "default";
 
 impl Limits {
-    pub(super) fn namespace(&self, namespace: &str) -> Result<String, TimerError> {
+    pub(crate) fn namespace(&self, namespace: &str) -> Result<String, TimerError> {
         if namespace.is_empty() {
             return Ok(DEFAULT_NAMESPACE.to_owned());
         }
@@ -184,7 +184,7 @@ fn fired_timer(expiration: &Expiration) -> proto::Timer {
 
 /// An expiration as Subscribe delivers it and Pending lists a dead one: under the delivery
 /// id that Ack (or, for a dead one, Redrive) takes, with its delivery attempts so far.
-pub(super) fn expiration(
+pub(crate) fn expiration(
     delivery: u64,
     expiration: &Expiration,
     attempt: u32,

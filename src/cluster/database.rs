@@ -14,9 +14,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tracing::warn;
 
 use super::connections::Answers;
-use super::error::{with_causes, ClusterError};
+use super::error::ClusterError;
 use super::store_url::TlsParams;
 use super::tls::{self, SslMode};
+use crate::domain::with_causes;
 
 /// A live connection's driver, which the loader polls itself for notifications.
 pub(crate) type Connection =

@@ -1,7 +1,7 @@
 //! How the replicated mode fails: connecting, a statement the database refused, a setting
 //! it does not support. The API sees each as UNAVAILABLE (the call may be retried).
 
-use crate::domain::TimerError;
+use crate::domain::{with_causes, TimerError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -29,20 +29,6 @@ pub enum ClusterError {
     /// A group-committed statement's failure, as each of its callers is told it.
     #[error("{0}")]
     Batch(String),
-}
-
-/// `error` and its causes, `: `-separated. tokio-postgres' own text names only the kind of
-/// failure ("db error", "error performing TLS handshake"); the reason an operator needs
-/// (the server's message, the certificate problem) is in its causes.
-pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
 }
 
 /// The API sees a database failure as UNAVAILABLE: the call may be retried.

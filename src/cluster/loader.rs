@@ -20,10 +20,11 @@ use tokio_postgres::{AsyncMessage, Client, Notification};
 use tracing::{info, warn};
 
 use super::database::Database;
-use super::error::{with_causes, ClusterError};
+use super::error::ClusterError;
 use super::notifications::{parse_due, Wakeups, DUE_CHANNEL, FIRED_CHANNEL};
 use super::schedule::{DueTimer, ScheduleCommand};
 use super::shared::Shared;
+use crate::domain::with_causes;
 
 /// A watermark below every deadline (a deadline already past when given may be stored as
 /// 0), so a scan from it misses none.

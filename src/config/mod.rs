@@ -17,6 +17,7 @@ use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::domain::DeliveryConfig;
 use crate::domain::SubscriberDefaults;
 use crate::metrics::Metrics;
+use crate::sink::{SinkConfig, SinkSpec};
 use crate::worker::WorkerConfig;
 pub use sync_mode::SyncMode;
 
@@ -153,6 +154,24 @@ pub struct Config {
     /// Default number of unacknowledged deliveries a subscriber holds.
     #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
     pub max_unacked: usize,
+    /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas):
+    /// each of its expirations is POSTed to the URL (`http://`; the body is the expiration
+    /// in proto3 JSON, or encoded with `#protobuf` at the URL's end), acknowledged by a
+    /// 2xx answer, with a Subscribe stream's attempts, dead list and Redrive.
+    #[arg(long = "sink", env = "TICKD_SINK", value_delimiter = ',')]
+    pub sinks: Vec<SinkSpec>,
+    /// Where sinks may connect: IP addresses, CIDRs and host names (repeatable; several
+    /// separated by commas), checked on the resolved address of every connection. None:
+    /// loopback only (a sidecar's app).
+    #[arg(long, env = "TICKD_SINK_ALLOW", value_delimiter = ',')]
+    pub sink_allow: Vec<String>,
+    /// How long a push waits for its sink's answer before it counts as a failed attempt.
+    #[arg(long, env = "TICKD_SINK_TIMEOUT", default_value = "10s", value_parser = parse_connection_timeout)]
+    pub sink_timeout: Duration,
+    /// Pushes to one sink awaiting an answer at most (held ones, while the sink is
+    /// unreachable, included); the rest wait in the namespace's buffer.
+    #[arg(long, env = "TICKD_SINK_MAX_IN_FLIGHT", default_value_t = 64, value_parser = parse_positive)]
+    pub sink_max_in_flight: usize,
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
@@ -282,6 +301,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The push sinks, and what they all share.
+    pub fn sinks(&self) -> SinkConfig {
+        SinkConfig {
+            sinks: self.sinks.clone(),
+            allow: self.sink_allow.clone(),
+            timeout: self.sink_timeout,
+            max_in_flight: self.sink_max_in_flight,
+        }
+    }
+
     /// The embedded defaults, as if `tickd` were started with no arguments (`TICKD_*`
     /// environment variables still apply).
     pub fn defaults() -> Self {

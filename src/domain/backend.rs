@@ -78,4 +78,9 @@ pub trait Expirations: Send + Sync + 'static {
     /// Sends a namespace's dead expirations (those named, or all of them) back to
     /// delivery, their attempts counted afresh.
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome>;
+    /// Hands an unacknowledged delivery back, to be delivered again once `after` has
+    /// passed, as if its ack deadline fell then: its attempt stays counted, so one out of
+    /// attempts goes dead instead. False if it is not awaiting an ack (acknowledged, taken
+    /// back already, or unknown). A push sink's back-off is this (see `crate::sink`).
+    fn retry_later(&self, namespace: String, delivery_id: u64, after: Duration) -> Answer<bool>;
 }

@@ -52,6 +52,20 @@ impl From<crate::budget::memory::MemoryExhausted> for TimerError {
     }
 }
 
+/// `error` and its causes, `: `-separated. Many libraries' own text names only the kind of
+/// failure (tokio-postgres' "db error", hyper's "client error (Connect)"); the reason an
+/// operator needs (the server's message, the refused connection) is in the causes.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ mod timer;
 pub use answer::Answer;
 pub use backend::{Backend, Expirations, Health, Stopping, Timers};
 pub use delivery_config::DeliveryConfig;
+pub(crate) use error::with_causes;
 pub use error::TimerError;
 pub use expiration::{
     AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, Handoff, RedriveOutcome,

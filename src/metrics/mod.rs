@@ -11,6 +11,7 @@ pub(crate) mod connections;
 mod exposition;
 mod process;
 mod registry;
+pub(crate) mod sinks;
 pub(crate) mod subscribers;
 
 use std::future::Future;

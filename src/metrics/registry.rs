@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{budgets, connections, process, subscribers};
+use super::{budgets, connections, process, sinks, subscribers};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct NamespaceLabels {
@@ -84,6 +84,8 @@ pub struct Metrics {
     pub(crate) namespaces: Gauge,
     /// The byte budgets and refusals by reason.
     pub(crate) budgets: budgets::BudgetMetrics,
+    /// Each push sink's pushes, latency, in flight and circuit.
+    pub(crate) sinks: sinks::SinkMetrics,
 }
 
 impl Metrics {
@@ -113,6 +115,7 @@ impl Metrics {
             serving: Gauge::default(),
             namespaces: namespaces.clone(),
             budgets: budgets::BudgetMetrics::default(),
+            sinks: sinks::SinkMetrics::default(),
         };
         metrics.register_all(namespaces);
         Arc::new(metrics)
@@ -134,6 +137,7 @@ impl Metrics {
         self.connections.register(registry);
         self.subscribers.register(registry);
         self.budgets.register(registry);
+        self.sinks.register(registry);
         registry.register(
             "serving",
             "1 while tickd reports SERVING; 0 once its store failed or is unreachable",

@@ -44,6 +44,7 @@ use crate::domain::Backend;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;
 use crate::proto::timers_server::TimersServer;
+use crate::sink::CheckedSinks;
 use calls::CallLayer;
 use connections::{Acceptor, ConnectionLimits};
 use drain::stopped;
@@ -70,6 +71,8 @@ pub enum ServerError {
     Tls(String),
     #[error(transparent)]
     Tokens(#[from] crate::api::auth::TokenFileError),
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
     #[error("stopped because {0}")]
     Failed(&'static str),
 }
@@ -115,7 +118,9 @@ pub async fn run(
     // Read once: the budget's default and recovery's ceiling both follow it.
     let memory_limit = config.memory_limit();
     let memory = config.memory_budget(&metrics, &memory_limit);
+    let sinks = CheckedSinks::check(&config.sinks()).await?;
     let backend = crate::backend::start(config, &metrics, &memory, &memory_limit).await?;
+    let sinks = sinks.start(backend.expirations(), &metrics);
     // Said once the timers are recovered (or the replica has joined): a refused start
     // never claims to serve.
     info!(
@@ -174,6 +179,9 @@ pub async fn run(
     };
     set_health(&health_reporter, &metrics, false).await;
     let _ = stopping.send(true);
+    // Before the backend ends its streams: a pusher stops pulling, and lets the pushes it
+    // has out finish (and be acknowledged) for a moment.
+    sinks.stop().await;
     backend.shutdown();
     let drain_timed_out = match tokio::time::timeout(config.drain_timeout, &mut serving).await {
         Ok(result) => {

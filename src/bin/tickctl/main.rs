@@ -16,7 +16,7 @@ mod cmd;
 mod connection;
 mod failure;
 mod output;
-mod proto_json;
+use tickd::proto_json;
 mod proto_time;
 mod session;
 mod streaming;

@@ -5,14 +5,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::acks;
 use super::direct::DirectDelivery;
+use super::rows::split_delivery_id;
 use super::slot::LocalSubscribers;
 use crate::budget::MemoryBudget;
 use crate::cluster::connections::Connections;
+use crate::cluster::error::ClusterError;
 use crate::cluster::notifications::Wakeups;
 use crate::cluster::shared::Shared;
 use crate::domain::DeliveryConfig;
@@ -154,6 +157,38 @@ impl ClusterDeliveries {
     }
 }
 
+impl ClusterDeliveries {
+    /// Moves the claim of one live attempt to end `after` from now, whichever replica
+    /// delivered it: it is then claimed again (its attempt counted) as any claim whose
+    /// deadline passed. This replica's window still counts it until its old deadline,
+    /// which can only leave less room, never more.
+    pub(crate) async fn retry_later(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+        after: Duration,
+    ) -> Result<bool, TimerError> {
+        let (seq, attempts) = split_delivery_id(delivery_id);
+        let after_micros = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
+        let moved = self
+            .connections
+            .client()
+            .await?
+            .execute(RETRY_LATER, &[&namespace, &seq, &attempts, &after_micros])
+            .await
+            .map_err(ClusterError::query("moving a claim's deadline"))?;
+        Ok(moved == 1)
+    }
+}
+
+/// Moves the live claim of attempt `$3` of expiration `$2` (namespace `$1`) to end `$4`
+/// microseconds from now; the conditions are an ack's (see `acks::ACK`).
+const RETRY_LATER: &str = "
+UPDATE tickd_expirations
+SET claim_until = clock_timestamp() + $4::INT8 * INTERVAL '1 microsecond'
+WHERE namespace = $1 AND seq = $2 AND attempts = $3
+  AND acked_at IS NULL AND claimed_by IS NOT NULL AND claim_until > clock_timestamp()";
+
 /// The replicated backend's expirations, seen as the API's [`Expirations`].
 impl Expirations for ClusterDeliveries {
     fn subscribe(&self, options: SubscribeOptions) -> Result<DeliveryStream, TimerError> {
@@ -171,6 +206,13 @@ impl Expirations for ClusterDeliveries {
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let deliveries = self.clone();
         Answer::work(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
+    }
+
+    fn retry_later(&self, namespace: String, delivery_id: u64, after: Duration) -> Answer<bool> {
+        let deliveries = self.clone();
+        Answer::work(async move {
+            ClusterDeliveries::retry_later(&deliveries, namespace, delivery_id, after).await
+        })
     }
 
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {

@@ -29,6 +29,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -284,6 +285,20 @@ impl Expirations for DeliveryHandle {
     fn dead(&self, namespace: Option<String>) -> Answer<DeadList> {
         let delivery = self.clone();
         Answer::work(async move { Ok(DeliveryHandle::dead(&delivery, namespace).await?) })
+    }
+
+    fn retry_later(&self, namespace: String, delivery_id: u64, after: Duration) -> Answer<bool> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.sender.send(Request::RetryLater {
+            namespace,
+            delivery_id,
+            after,
+            reply,
+        });
+        Answer::work(async move {
+            sent.map_err(|_| DeliveryStopped)?;
+            Ok(answer.await.map_err(|_| DeliveryStopped)?)
+        })
     }
 
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {

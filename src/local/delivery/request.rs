@@ -33,6 +33,13 @@ pub(super) enum Request {
         delivery_ids: Vec<u64>,
         reply: oneshot::Sender<AckOutcome>,
     },
+    /// Moves an in-flight delivery's ack deadline to `after` from now.
+    RetryLater {
+        namespace: String,
+        delivery_id: u64,
+        after: std::time::Duration,
+        reply: oneshot::Sender<bool>,
+    },
     Dead {
         /// None: every namespace.
         namespace: Option<String>,

@@ -75,6 +75,14 @@ impl Delivery {
                 delivery_ids,
                 reply,
             } => self.ack(&namespace, delivery_ids, reply),
+            Request::RetryLater {
+                namespace,
+                delivery_id,
+                after,
+                reply,
+            } => {
+                let _ = reply.send(self.retry_later(&namespace, delivery_id, after));
+            }
             Request::Dead { namespace, reply } => {
                 let _ = reply.send(self.dead(namespace.as_deref()));
             }

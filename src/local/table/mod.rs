@@ -22,7 +22,6 @@ mod stored_schedules;
 mod timer_table;
 mod view;
 
-
 use crate::clock::Now;
 use crate::domain::Handoff;
 use crate::worker::TimerState;

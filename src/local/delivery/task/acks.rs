@@ -3,6 +3,7 @@
 //! it once it is out of attempts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -56,6 +57,31 @@ impl Delivery {
             subscriber.unacked -= 1;
         }
         Some(in_flight.waiting)
+    }
+
+    /// Moves an in-flight delivery's ack deadline to `after` from now, when it is taken
+    /// back (or buried) as any other whose deadline passed. Nothing is logged: the
+    /// attempt was when it left, and a restart brings the delivery back anyway.
+    pub(super) fn retry_later(
+        &mut self,
+        namespace: &str,
+        delivery_id: u64,
+        after: Duration,
+    ) -> bool {
+        let now = self.now();
+        let Some(queue) = self.namespaces.get_mut(namespace) else {
+            return false;
+        };
+        let Some(in_flight) = queue.in_flight.get_mut(&delivery_id) else {
+            return false;
+        };
+        self.ack_deadlines.cancel(in_flight.ack_deadline);
+        let deadline = now.saturating_add(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX));
+        in_flight.ack_deadline = self
+            .ack_deadlines
+            .insert(deadline, (Arc::from(namespace), delivery_id))
+            .expect("the ack deadline wheel has no limit");
+        true
     }
 
     /// Puts an unacknowledged delivery back in line, or buries it once it has used up its

@@ -1,0 +1,715 @@
+//! `--sink-allow`: the addresses a sink may connect to, judged on resolved addresses.
+//!
+//! A sink's URL names a host, and a host name can resolve to anything: a name that pointed
+//! at a webhook yesterday can point at the cloud metadata address (169.254.169.254) or an
+//! internal database today. So the list is checked not against the URL but against every
+//! address the host resolves to, at each connection, and the connector dials only the
+//! addresses that pass ([`super::connect`]).
+//!
+//! Entries are IP addresses (`10.1.2.3`, `fd00::1`), networks in CIDR notation
+//! (`10.0.0.0/8`, `fd00::/8`) or host names (`hooks.internal`). A host name allows the
+//! addresses it resolves to at the moment of the connection, looked up again each time,
+//! so that the entry follows its service when it moves. With no entries only loopback is
+//! allowed (127.0.0.0/8 and ::1): a sidecar in the same pod, and nothing else. Entries
+//! replace that default rather than add to it, so that an operator who lists networks
+//! lists everything a sink may reach.
+//!
+//! An IPv4 address written as IPv6 (`::ffff:10.1.2.3`) reaches the IPv4 host, so it is
+//! judged as that IPv4 address, by the IPv4 entries: `::/0` allows IPv6 destinations,
+//! not every IPv4 one through its mapped form.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// The flag every message names, so that an operator knows what to change.
+const FLAG: &str = "--sink-allow";
+
+/// The forms an entry may take, for the messages that refuse one.
+const ENTRY_FORMS: &str = "an entry is an IP address (10.1.2.3, fd00::1), a CIDR \
+    (10.0.0.0/8, fd00::/8) or a host name (letters, digits, '-' and '.')";
+
+/// The parsed `--sink-allow` list. Cheap to clone; the connector shares one in an `Arc`.
+#[derive(Clone, Debug)]
+pub(crate) struct SinkAllow {
+    /// The IP and CIDR entries; an IP entry is a network of one address.
+    networks: Vec<AllowedNetwork>,
+    /// The host-name entries, lower-cased and without a trailing dot, resolved again at
+    /// each connection.
+    host_names: Vec<String>,
+    /// No entry was given, so `networks` is loopback. Refusals say so, since an operator
+    /// who never set the flag may not know that it exists.
+    loopback_default: bool,
+}
+
+impl SinkAllow {
+    /// Parses the flag's entries; none means loopback only. An error names the flag and
+    /// quotes the entry: `--sink-allow "10.0.0.0/33": a prefix length is at most 32 for IPv4`.
+    pub(crate) fn parse(entries: &[String]) -> Result<SinkAllow, String> {
+        if entries.is_empty() {
+            return Ok(Self::loopback_only());
+        }
+        let mut networks = Vec::new();
+        let mut host_names = Vec::new();
+        for entry in entries {
+            match parse_entry(entry).map_err(|reason| format!("{FLAG} {entry:?}: {reason}"))? {
+                AllowEntry::Network(network) => networks.push(network),
+                AllowEntry::HostName(name) => {
+                    // Each name listed once is looked up once per connection.
+                    if !host_names.contains(&name) {
+                        host_names.push(name);
+                    }
+                }
+            }
+        }
+        Ok(SinkAllow {
+            networks,
+            host_names,
+            loopback_default: false,
+        })
+    }
+
+    fn loopback_only() -> SinkAllow {
+        SinkAllow {
+            networks: vec![
+                AllowedNetwork::V4 {
+                    network: u32::from(Ipv4Addr::new(127, 0, 0, 0)),
+                    prefix_length: 8,
+                },
+                AllowedNetwork::V6 {
+                    network: u128::from(Ipv6Addr::LOCALHOST),
+                    prefix_length: 128,
+                },
+            ],
+            host_names: Vec::new(),
+            loopback_default: true,
+        }
+    }
+
+    /// The addresses of `host` that a connection may go to, in the resolver's order (the
+    /// order to try them in). `host` is a name, looked up now, or an IP literal, taken as
+    /// is (with or without the brackets a URL puts around IPv6). An address passes if an
+    /// IP or CIDR entry holds it, or if a host-name entry resolves to it now.
+    ///
+    /// Refused with [`SinkRefused::NotAllowed`] when no address passes, and with
+    /// [`SinkRefused::LookupFailed`] when `host` does not resolve, or when nothing passed
+    /// and a host-name entry that might have allowed it did not resolve.
+    pub(crate) async fn allowed_addresses(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, SinkRefused> {
+        let resolved = resolve_sink_host(host, port).await?;
+        let mut addresses_of_allowed_names: Vec<IpAddr> = Vec::new();
+        let mut failed_name_lookup = None;
+        for name in &self.host_names {
+            // Names are looked up only while some address is still undecided: a sink on
+            // an allowed network costs no lookups beyond its own.
+            let every_address_allowed = resolved
+                .iter()
+                .all(|address| self.allows(address.ip(), &addresses_of_allowed_names));
+            if every_address_allowed {
+                break;
+            }
+            match tokio::net::lookup_host((name.as_str(), 0)).await {
+                Ok(found) => {
+                    addresses_of_allowed_names
+                        .extend(found.map(|address| address.ip().to_canonical()));
+                }
+                Err(error) => {
+                    failed_name_lookup = Some(io::Error::new(
+                        error.kind(),
+                        format!(
+                            "the {FLAG} entry {name:?} did not resolve ({error}), so whether \
+                             {host} may be reached is unknown"
+                        ),
+                    ));
+                }
+            }
+        }
+        let allowed: Vec<SocketAddr> = resolved
+            .iter()
+            .copied()
+            .filter(|address| self.allows(address.ip(), &addresses_of_allowed_names))
+            .collect();
+        if !allowed.is_empty() {
+            return Ok(allowed);
+        }
+        // Nothing passed; if an entry could not be looked up, the answer is "not known
+        // yet" rather than "never", and the caller retries instead of giving up.
+        if let Some(source) = failed_name_lookup {
+            return Err(SinkRefused::LookupFailed {
+                host: host.to_owned(),
+                source,
+            });
+        }
+        Err(SinkRefused::NotAllowed {
+            host: host.to_owned(),
+            resolved: resolved.iter().map(SocketAddr::ip).collect(),
+            allowed: self.to_string(),
+        })
+    }
+
+    /// Whether an IP or CIDR entry holds `address`, or it is one of the addresses the
+    /// host-name entries resolved to (already in canonical form).
+    fn allows(&self, address: IpAddr, addresses_of_allowed_names: &[IpAddr]) -> bool {
+        let address = address.to_canonical();
+        self.networks
+            .iter()
+            .any(|network| network.contains(address))
+            || addresses_of_allowed_names.contains(&address)
+    }
+}
+
+/// The entries as a refusal shows them: `10.0.0.0/8, 10.1.2.3, hooks.internal`.
+impl fmt::Display for SinkAllow {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries: Vec<String> = self
+            .networks
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.host_names.iter().cloned())
+            .collect();
+        formatter.write_str(&entries.join(", "))?;
+        if self.loopback_default {
+            formatter.write_str(" (loopback, the default when no entry is given)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a sink may not connect now. [`Self::NotAllowed`] is the configuration's answer:
+/// it stands until `--sink-allow`, the sink's URL or its host's DNS changes, so a sink
+/// being configured is refused. [`Self::LookupFailed`] is the resolver's, worth retrying.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SinkRefused {
+    #[error("{}", not_allowed_message(.host, .resolved, .allowed))]
+    NotAllowed {
+        /// The host as the sink's URL gives it.
+        host: String,
+        /// Every address it resolved to, none of them allowed.
+        resolved: Vec<IpAddr>,
+        /// The allow list as [`SinkAllow`]'s `Display` shows it.
+        allowed: String,
+    },
+    #[error("could not resolve the sink host {host}: {source}")]
+    LookupFailed {
+        host: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SinkRefused {
+    /// True for a failed lookup, which may succeed later; false for a refusal by the list.
+    pub(crate) fn is_retryable(&self) -> bool {
+        matches!(self, SinkRefused::LookupFailed { .. })
+    }
+}
+
+fn not_allowed_message(host: &str, resolved: &[IpAddr], allowed: &str) -> String {
+    let addresses: Vec<String> = resolved.iter().map(ToString::to_string).collect();
+    let addresses = addresses.join(", ");
+    let destination = if addresses == host.trim_start_matches('[').trim_end_matches(']') {
+        format!("the sink address {addresses} is not allowed by {FLAG}")
+    } else {
+        format!("the sink host {host} resolved to {addresses}, none of which {FLAG} allows")
+    };
+    format!(
+        "{destination}; it allows {allowed}. Add the address, a network holding it or a host \
+         name resolving to it to {FLAG}"
+    )
+}
+
+/// The addresses `host` names: itself if it is an IP literal, else what it resolves to
+/// now, without repeats, in the resolver's order.
+async fn resolve_sink_host(host: &str, port: u16) -> Result<Vec<SocketAddr>, SinkRefused> {
+    // A URL writes an IPv6 address in brackets (`http://[::1]:8080/`), and
+    // `Uri::host` keeps them.
+    let unbracketed = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(address) = unbracketed.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(address, port)]);
+    }
+    let lookup_failed = |source| SinkRefused::LookupFailed {
+        host: host.to_owned(),
+        source,
+    };
+    let mut resolved = Vec::new();
+    for address in tokio::net::lookup_host((unbracketed, port))
+        .await
+        .map_err(lookup_failed)?
+    {
+        if !resolved.contains(&address) {
+            resolved.push(address);
+        }
+    }
+    if resolved.is_empty() {
+        return Err(lookup_failed(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the lookup found no address",
+        )));
+    }
+    Ok(resolved)
+}
+
+enum AllowEntry {
+    Network(AllowedNetwork),
+    HostName(String),
+}
+
+fn parse_entry(entry: &str) -> Result<AllowEntry, String> {
+    if entry.is_empty() {
+        return Err(format!("the entry is empty; {ENTRY_FORMS}"));
+    }
+    if let Some((address, prefix_length)) = entry.split_once('/') {
+        let address: IpAddr = address
+            .parse()
+            .map_err(|_| format!("{address:?} before the '/' is not an IP address"))?;
+        // All digits: `u32::from_str` would also take a sign (`/+8`).
+        if prefix_length.is_empty() || !prefix_length.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Err(format!(
+                "the prefix length {prefix_length:?} after the '/' is not a number"
+            ));
+        }
+        let prefix_length: u32 = prefix_length
+            .parse()
+            .map_err(|_| format!("the prefix length {prefix_length} is too long"))?;
+        return AllowedNetwork::from_cidr(address, prefix_length).map(AllowEntry::Network);
+    }
+    if let Ok(address) = entry.parse::<IpAddr>() {
+        return Ok(AllowEntry::Network(AllowedNetwork::single(address)));
+    }
+    if entry.contains(':') {
+        return Err(format!("not a valid IPv6 address; {ENTRY_FORMS}"));
+    }
+    parse_host_name(entry).map(AllowEntry::HostName)
+}
+
+/// A host name (RFC 1123): dot-separated labels of letters, digits and '-', not starting
+/// or ending with '-'. Lower-cased, since DNS names are case-insensitive.
+fn parse_host_name(entry: &str) -> Result<String, String> {
+    // A fully-qualified name may end with a dot; it names the same host.
+    let name = entry.strip_suffix('.').unwrap_or(entry);
+    if let Some(character) = name
+        .chars()
+        .find(|character| !(character.is_ascii_alphanumeric() || matches!(character, '-' | '.')))
+    {
+        return Err(format!(
+            "{character:?} cannot appear in a host name; {ENTRY_FORMS}"
+        ));
+    }
+    if name.len() > 253 {
+        return Err("a host name is at most 253 characters".to_owned());
+    }
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err(
+                "a host name has no empty label (no leading dot, no two dots in a row)".to_owned(),
+            );
+        }
+        if label.len() > 63 {
+            return Err(format!("the label {label:?} is longer than 63 characters"));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("the label {label:?} starts or ends with '-'"));
+        }
+    }
+    // No top-level domain is numeric, so `10.0.0.256` or `10.1` is a mistyped IPv4
+    // address, not a name to look up.
+    if name
+        .rsplit('.')
+        .next()
+        .is_some_and(|top_level| top_level.bytes().all(|byte| byte.is_ascii_digit()))
+    {
+        return Err(format!("not a valid IPv4 address; {ENTRY_FORMS}"));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// A network as the top `prefix_length` bits of an address, the rest zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AllowedNetwork {
+    V4 { network: u32, prefix_length: u32 },
+    V6 { network: u128, prefix_length: u32 },
+}
+
+impl AllowedNetwork {
+    /// The network of one address (an IP entry).
+    fn single(address: IpAddr) -> AllowedNetwork {
+        match address.to_canonical() {
+            IpAddr::V4(address) => AllowedNetwork::V4 {
+                network: u32::from(address),
+                prefix_length: 32,
+            },
+            IpAddr::V6(address) => AllowedNetwork::V6 {
+                network: u128::from(address),
+                prefix_length: 128,
+            },
+        }
+    }
+
+    /// A CIDR entry. Bits set past the prefix are refused rather than cleared:
+    /// `10.1.2.3/8` is more likely a mistyped `10.1.2.3/32` than a way to write 10.0.0.0/8.
+    fn from_cidr(address: IpAddr, prefix_length: u32) -> Result<AllowedNetwork, String> {
+        let network = match address {
+            IpAddr::V4(address) => {
+                if prefix_length > 32 {
+                    return Err("a prefix length is at most 32 for IPv4".to_owned());
+                }
+                AllowedNetwork::V4 {
+                    network: u32::from(address),
+                    prefix_length,
+                }
+            }
+            IpAddr::V6(address) => {
+                if prefix_length > 128 {
+                    return Err("a prefix length is at most 128 for IPv6".to_owned());
+                }
+                AllowedNetwork::V6 {
+                    network: u128::from(address),
+                    prefix_length,
+                }
+            }
+        };
+        let cleared = network.with_host_bits_cleared();
+        if cleared != network {
+            return Err(format!(
+                "{address} has bits set past its first {prefix_length}; the network is \
+                 {cleared}, and a single address is written without a prefix length"
+            ));
+        }
+        Ok(network.mapped_to_v4())
+    }
+
+    fn with_host_bits_cleared(self) -> AllowedNetwork {
+        match self {
+            AllowedNetwork::V4 {
+                network,
+                prefix_length,
+            } => AllowedNetwork::V4 {
+                network: network & v4_mask(prefix_length),
+                prefix_length,
+            },
+            AllowedNetwork::V6 {
+                network,
+                prefix_length,
+            } => AllowedNetwork::V6 {
+                network: network & v6_mask(prefix_length),
+                prefix_length,
+            },
+        }
+    }
+
+    /// A network inside `::ffff:0:0/96` (IPv4 written as IPv6) as the IPv4 network it
+    /// is, since addresses are matched in canonical form (see the module's docs).
+    fn mapped_to_v4(self) -> AllowedNetwork {
+        const MAPPED_PREFIX: u128 = 0xffff << 32;
+        match self {
+            AllowedNetwork::V6 {
+                network,
+                prefix_length,
+            } if prefix_length >= 96 && network & v6_mask(96) == MAPPED_PREFIX => {
+                AllowedNetwork::V4 {
+                    // The low 32 bits, which the mask keeps whole: no truncation.
+                    network: (network & u128::from(u32::MAX)) as u32,
+                    prefix_length: prefix_length - 96,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the network holds `address`, which is in canonical form.
+    fn contains(self, address: IpAddr) -> bool {
+        match (self, address) {
+            (
+                AllowedNetwork::V4 {
+                    network,
+                    prefix_length,
+                },
+                IpAddr::V4(address),
+            ) => u32::from(address) & v4_mask(prefix_length) == network,
+            (
+                AllowedNetwork::V6 {
+                    network,
+                    prefix_length,
+                },
+                IpAddr::V6(address),
+            ) => u128::from(address) & v6_mask(prefix_length) == network,
+            _ => false,
+        }
+    }
+}
+
+/// `10.0.0.0/8`; a single address without its `/32` or `/128`.
+impl fmt::Display for AllowedNetwork {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AllowedNetwork::V4 {
+                network,
+                prefix_length: 32,
+            } => write!(formatter, "{}", Ipv4Addr::from(network)),
+            AllowedNetwork::V4 {
+                network,
+                prefix_length,
+            } => write!(formatter, "{}/{prefix_length}", Ipv4Addr::from(network)),
+            AllowedNetwork::V6 {
+                network,
+                prefix_length: 128,
+            } => write!(formatter, "{}", Ipv6Addr::from(network)),
+            AllowedNetwork::V6 {
+                network,
+                prefix_length,
+            } => write!(formatter, "{}/{prefix_length}", Ipv6Addr::from(network)),
+        }
+    }
+}
+
+/// The top `prefix_length` bits set. A shift by the full width overflows, so a zero
+/// prefix length (every address) is the zero mask by hand.
+fn v4_mask(prefix_length: u32) -> u32 {
+    u32::MAX.checked_shl(32 - prefix_length).unwrap_or(0)
+}
+
+fn v6_mask(prefix_length: u32) -> u128 {
+    u128::MAX.checked_shl(128 - prefix_length).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allow_list(entries: &[&str]) -> SinkAllow {
+        let entries: Vec<String> = entries.iter().map(|entry| entry.to_string()).collect();
+        SinkAllow::parse(&entries).expect("a valid allow list")
+    }
+
+    fn parse_error(entry: &str) -> String {
+        SinkAllow::parse(&[entry.to_owned()]).expect_err("a malformed entry")
+    }
+
+    fn allows_ip(allow: &SinkAllow, address: &str) -> bool {
+        allow.allows(address.parse().expect("an IP address"), &[])
+    }
+
+    #[tokio::test]
+    async fn loopback_is_the_default_and_nothing_else() {
+        let allow = allow_list(&[]);
+        for host in ["127.0.0.1", "127.5.5.5", "::1", "[::1]", "::ffff:127.0.0.1"] {
+            let addresses = allow
+                .allowed_addresses(host, 8080)
+                .await
+                .unwrap_or_else(|refusal| panic!("{host}: {refusal}"));
+            assert_eq!(addresses.len(), 1, "{host}");
+            assert!(addresses[0].ip().to_canonical().is_loopback(), "{host}");
+            assert_eq!(addresses[0].port(), 8080);
+        }
+        for host in ["10.1.2.3", "128.0.0.1", "::2", "0.0.0.0"] {
+            match allow.allowed_addresses(host, 8080).await {
+                Err(refusal @ SinkRefused::NotAllowed { .. }) => {
+                    let message = refusal.to_string();
+                    assert!(message.contains(host), "{message}");
+                    assert!(message.contains("--sink-allow"), "{message}");
+                    assert!(message.contains("loopback, the default"), "{message}");
+                    assert!(!refusal.is_retryable());
+                }
+                other => panic!("{host} should be refused, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn localhost_resolves_to_loopback_and_is_allowed_by_default() {
+        let addresses = allow_list(&[])
+            .allowed_addresses("localhost", 9000)
+            .await
+            .expect("localhost is loopback");
+        assert!(!addresses.is_empty());
+        for address in addresses {
+            assert!(address.ip().is_loopback(), "{address}");
+            assert_eq!(address.port(), 9000);
+        }
+    }
+
+    #[test]
+    fn ipv4_cidr_boundaries() {
+        let allow = allow_list(&["10.0.0.0/8", "192.168.1.64/26"]);
+        for inside in [
+            "10.0.0.0",
+            "10.255.255.255",
+            "192.168.1.64",
+            "192.168.1.127",
+        ] {
+            assert!(allows_ip(&allow, inside), "{inside}");
+        }
+        for outside in ["9.255.255.255", "11.0.0.0", "192.168.1.63", "192.168.1.128"] {
+            assert!(!allows_ip(&allow, outside), "{outside}");
+        }
+        // Entries replace the default: loopback is no longer allowed.
+        assert!(!allows_ip(&allow, "127.0.0.1"));
+    }
+
+    #[test]
+    fn ipv6_cidr_boundaries() {
+        let allow = allow_list(&["fd00::/8", "2001:db8::/127"]);
+        let inside = [
+            "fd00::",
+            "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "2001:db8::",
+            "2001:db8::1",
+        ];
+        for address in inside {
+            assert!(allows_ip(&allow, address), "{address}");
+        }
+        let outside = [
+            "fcff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "fe00::",
+            "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff",
+            "2001:db8::2",
+        ];
+        for address in outside {
+            assert!(!allows_ip(&allow, address), "{address}");
+        }
+    }
+
+    #[test]
+    fn zero_prefix_lengths_allow_a_whole_family_only() {
+        let every_ipv4 = allow_list(&["0.0.0.0/0"]);
+        assert!(allows_ip(&every_ipv4, "255.255.255.255"));
+        assert!(!allows_ip(&every_ipv4, "::1"));
+        let every_ipv6 = allow_list(&["::/0"]);
+        assert!(allows_ip(&every_ipv6, "ffff::1"));
+        assert!(!allows_ip(&every_ipv6, "10.1.2.3"));
+        // A mapped IPv4 address is judged as IPv4, so "all of IPv6" does not reach it.
+        assert!(!allows_ip(&every_ipv6, "::ffff:10.1.2.3"));
+    }
+
+    #[test]
+    fn ipv4_written_as_ipv6_is_matched_as_ipv4() {
+        let allow = allow_list(&["10.0.0.0/8"]);
+        assert!(allows_ip(&allow, "::ffff:10.1.2.3"));
+        assert!(!allows_ip(&allow, "::ffff:11.1.2.3"));
+        let mapped_entry = allow_list(&["::ffff:10.0.0.0/104", "::ffff:192.168.0.1"]);
+        assert!(allows_ip(&mapped_entry, "10.1.2.3"));
+        assert!(allows_ip(&mapped_entry, "192.168.0.1"));
+        assert!(!allows_ip(&mapped_entry, "11.0.0.0"));
+        assert_eq!(mapped_entry.to_string(), "10.0.0.0/8, 192.168.0.1");
+    }
+
+    #[tokio::test]
+    async fn an_ip_entry_allows_exactly_that_ip() {
+        let allow = allow_list(&["10.1.2.3"]);
+        let addresses = allow
+            .allowed_addresses("10.1.2.3", 80)
+            .await
+            .expect("the listed address");
+        assert_eq!(addresses, vec![SocketAddr::from(([10, 1, 2, 3], 80))]);
+        for neighbour in ["10.1.2.2", "10.1.2.4", "127.0.0.1"] {
+            assert!(
+                matches!(
+                    allow.allowed_addresses(neighbour, 80).await,
+                    Err(SinkRefused::NotAllowed { .. })
+                ),
+                "{neighbour}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_host_name_entry_allows_the_addresses_it_resolves_to() {
+        let without_name = allow_list(&["10.0.0.0/8"]);
+        assert!(matches!(
+            without_name.allowed_addresses("127.0.0.1", 80).await,
+            Err(SinkRefused::NotAllowed { .. })
+        ));
+        let with_name = allow_list(&["10.0.0.0/8", "LocalHost."]);
+        assert_eq!(with_name.host_names, vec!["localhost".to_owned()]);
+        let addresses = with_name
+            .allowed_addresses("127.0.0.1", 80)
+            .await
+            .expect("localhost resolves to 127.0.0.1");
+        assert_eq!(addresses, vec![SocketAddr::from(([127, 0, 0, 1], 80))]);
+        // The name allows its addresses, not its network: 127.0.0.2 is not localhost.
+        assert!(matches!(
+            with_name.allowed_addresses("127.0.0.2", 80).await,
+            Err(SinkRefused::NotAllowed { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_lookup_failure_is_retryable_and_not_a_refusal() {
+        // `.invalid` never resolves (RFC 6761).
+        let refusal = allow_list(&[])
+            .allowed_addresses("no-such-sink.invalid", 80)
+            .await
+            .expect_err("an unresolvable host");
+        assert!(
+            matches!(&refusal, SinkRefused::LookupFailed { host, .. } if host == "no-such-sink.invalid"),
+            "{refusal:?}"
+        );
+        assert!(refusal.is_retryable());
+
+        // An entry that does not resolve leaves the answer unknown, not "never".
+        let refusal = allow_list(&["no-such-entry.invalid"])
+            .allowed_addresses("127.0.0.1", 80)
+            .await
+            .expect_err("nothing allows 127.0.0.1 for sure");
+        assert!(refusal.is_retryable(), "{refusal:?}");
+        assert!(
+            refusal.to_string().contains("no-such-entry.invalid"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn malformed_entries_name_the_flag_and_quote_the_entry() {
+        assert_eq!(
+            parse_error("10.0.0.0/33"),
+            r#"--sink-allow "10.0.0.0/33": a prefix length is at most 32 for IPv4"#
+        );
+        assert_eq!(
+            parse_error("fd00::/129"),
+            r#"--sink-allow "fd00::/129": a prefix length is at most 128 for IPv6"#
+        );
+        let malformed = [
+            "",
+            "10.0.0.0/",
+            "10.0.0.0/x",
+            "10.0.0.0/+8",
+            "10.0.0.0/99999999999",
+            "10.1.2.3/8",
+            "hooks/8",
+            "10.0.0.256",
+            "10.1",
+            "fd00::zz",
+            "[::1]",
+            "not a host!",
+            "hooks_internal",
+            "-hooks.internal",
+            "hooks..internal",
+            ".hooks",
+        ];
+        for entry in malformed {
+            let message = parse_error(entry);
+            assert!(
+                message.starts_with(&format!("--sink-allow {entry:?}: ")),
+                "{message}"
+            );
+        }
+        assert!(parse_error("10.1.2.3/8").contains("10.0.0.0/8"));
+        // One bad entry spoils the list, wherever it is.
+        let entries = ["10.0.0.0/8".to_owned(), "bad entry".to_owned()];
+        assert!(SinkAllow::parse(&entries).is_err());
+    }
+
+    #[test]
+    fn host_names_are_case_insensitive_and_listed_once() {
+        let allow = allow_list(&["Hooks.Internal", "hooks.internal.", "a-1.b2"]);
+        assert_eq!(allow.host_names, vec!["hooks.internal", "a-1.b2"]);
+        assert!(allow.networks.is_empty());
+        assert_eq!(allow.to_string(), "hooks.internal, a-1.b2");
+    }
+}

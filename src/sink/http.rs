@@ -1,0 +1,136 @@
+//! An HTTP sink: one POST per expiration on kept-alive connections, made only to
+//! addresses `--sink-allow` allows (see [`super::connect`]), each within the push timeout.
+//!
+//! Each push carries headers a receiver needs to deduplicate and to report:
+//! `Idempotency-Key` (the same for every attempt at one expiration, across restarts),
+//! `Tickd-Delivery-Id` and `Tickd-Attempt` (one attempt), and `Tickd-Namespace`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use prost::Message;
+
+use super::allow::SinkAllow;
+use super::connect::{sink_refusal, AllowedConnector};
+use super::outcome::PushOutcome;
+use super::spec::{BodyFormat, HttpTarget};
+use crate::domain::{with_causes, Delivered};
+
+/// Idle connections kept per sink host: enough for its in-flight limit to reuse them.
+const IDLE_CONNECTIONS_PER_HOST: usize = 256;
+/// A connection is given up on after this long; the push is then unreachable, not late.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(crate) struct HttpSink {
+    client: Client<AllowedConnector, Full<Bytes>>,
+    target: HttpTarget,
+    timeout: Duration,
+}
+
+impl HttpSink {
+    pub(crate) fn new(target: HttpTarget, allow: Arc<SinkAllow>, timeout: Duration) -> Self {
+        let connector = AllowedConnector::new(allow, CONNECT_TIMEOUT.min(timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
+            .build(connector);
+        Self {
+            client,
+            target,
+            timeout,
+        }
+    }
+
+    /// Pushes one delivery and reads what the sink made of it.
+    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
+        let request = match self.request(delivered) {
+            Ok(request) => request,
+            Err(error) => {
+                return PushOutcome::Unreachable {
+                    reason: format!("building the request: {error}"),
+                }
+            }
+        };
+        let answered = tokio::time::timeout(self.timeout, async {
+            let response = self.client.request(request).await?;
+            let (parts, body) = response.into_parts();
+            // Read to its end, so that the connection goes back to the pool.
+            let _ = body.collect().await;
+            Ok::<_, hyper_util::client::legacy::Error>(parts)
+        })
+        .await;
+        match answered {
+            Ok(Ok(parts)) => PushOutcome::of_answer(parts.status, &parts.headers),
+            // The request may have reached the sink: an attempt, asked again later.
+            Err(_) => PushOutcome::Retry { after: None },
+            Ok(Err(error)) if error.is_connect() => PushOutcome::Unreachable {
+                // A refusal by `--sink-allow` says so itself; other errors need their causes.
+                reason: match sink_refusal(&error) {
+                    Some(refused) => refused.to_string(),
+                    None => with_causes(&error),
+                },
+            },
+            // Sent, and the connection failed before an answer: as a timeout.
+            Ok(Err(_)) => PushOutcome::Retry { after: None },
+        }
+    }
+
+    fn request(&self, delivered: &Delivered) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+        let message = crate::api::convert::expiration(
+            delivered.delivery_id,
+            &delivered.expiration,
+            delivered.attempt,
+        );
+        let (content_type, body) = match self.target.body {
+            BodyFormat::Json => (
+                "application/json",
+                Bytes::from(crate::proto_json::to_json_text(&message, false)),
+            ),
+            BodyFormat::Protobuf => (
+                "application/x-protobuf",
+                Bytes::from(message.encode_to_vec()),
+            ),
+        };
+        let expiration = &delivered.expiration;
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.target.uri.clone())
+            .header(CONTENT_TYPE, content_type)
+            .header("idempotency-key", idempotency_key(delivered))
+            .header("tickd-delivery-id", message.delivery_id.as_str())
+            .header("tickd-attempt", delivered.attempt)
+            .header("tickd-namespace", escaped(&expiration.namespace));
+        if let Some(authorization) = &self.target.authorization {
+            request = request.header(AUTHORIZATION, authorization.as_str());
+        }
+        request.body(Full::new(body))
+    }
+}
+
+/// One expiration's key, the same for all its attempts and across restarts: its
+/// namespace, its timer and which firing of that timer it is.
+pub(crate) fn idempotency_key(delivered: &Delivered) -> String {
+    let expiration = &delivered.expiration;
+    format!(
+        "{}/{:016x}/{}",
+        escaped(&expiration.namespace),
+        expiration.id.0,
+        expiration.fired_count
+    )
+}
+
+/// A namespace as a header value holds it: percent-encoded beyond printable ASCII, and
+/// `/` too (the idempotency key's separator).
+fn escaped(namespace: &str) -> String {
+    percent_encoding::utf8_percent_encode(namespace, KEY_ESCAPES).to_string()
+}
+
+/// Escaped in a namespace shown in a header: controls, `/`, `%` and spaces (anything past
+/// ASCII always is).
+const KEY_ESCAPES: &percent_encoding::AsciiSet =
+    &percent_encoding::CONTROLS.add(b'/').add(b'%').add(b' ');

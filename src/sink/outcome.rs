@@ -1,0 +1,130 @@
+//! What became of one push, read from the sink's answer: the whole contract between tickd
+//! and an HTTP sink is which answers acknowledge, which ask again later, and which refuse.
+
+use std::time::{Duration, SystemTime};
+
+use hyper::header::{HeaderMap, RETRY_AFTER};
+use hyper::StatusCode;
+
+/// The most a sink's `Retry-After` holds a delivery back: an answer cannot park an
+/// expiration for days.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PushOutcome {
+    /// 2xx: the sink has it; the delivery is acknowledged.
+    Delivered,
+    /// The sink was reached and wants it again later: 408, 429, 5xx, or no answer within
+    /// the push timeout. The attempt counts; `after` is its `Retry-After`, if it gave one.
+    Retry { after: Option<Duration> },
+    /// Any other answer (4xx, 3xx, 1xx): the sink refuses this expiration. The attempt
+    /// counts and it is retried with back-off until out of attempts, then dead; the sink
+    /// itself is up, so this never opens its circuit.
+    Rejected { status: u16 },
+    /// The push never reached the sink (refused connection, a name that does not resolve
+    /// or resolves outside `--sink-allow`): no attempt is counted, the push waits and goes
+    /// again.
+    Unreachable { reason: String },
+}
+
+impl PushOutcome {
+    /// The answer's outcome: its status, and its `Retry-After` (seconds, or an HTTP date).
+    pub(crate) fn of_answer(status: StatusCode, headers: &HeaderMap) -> Self {
+        if status.is_success() {
+            return Self::Delivered;
+        }
+        let asks_again = status == StatusCode::REQUEST_TIMEOUT
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status.is_server_error();
+        if asks_again {
+            Self::Retry {
+                after: retry_after(headers, SystemTime::now()),
+            }
+        } else {
+            Self::Rejected {
+                status: status.as_u16(),
+            }
+        }
+    }
+
+    /// The metric label of this outcome (`tickd_sink_pushes{outcome}`).
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Retry { .. } => "retry",
+            Self::Rejected { .. } => "rejected",
+            Self::Unreachable { .. } => "unreachable",
+        }
+    }
+}
+
+/// `Retry-After` as a wait from `now`: delta-seconds or an HTTP date, at most
+/// [`MAX_RETRY_AFTER`]. None if absent or unreadable (the back-off applies instead).
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    fn answer(status: u16, retry_after: Option<&str>) -> PushOutcome {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from_str(value).unwrap());
+        }
+        PushOutcome::of_answer(StatusCode::from_u16(status).unwrap(), &headers)
+    }
+
+    #[test]
+    fn success_acknowledges_and_busy_or_broken_sinks_are_asked_again() {
+        for status in [200, 201, 202, 204] {
+            assert_eq!(answer(status, None), PushOutcome::Delivered);
+        }
+        for status in [408, 429, 500, 502, 503, 504] {
+            assert_eq!(answer(status, None), PushOutcome::Retry { after: None });
+        }
+        for status in [301, 400, 401, 403, 404, 410, 422] {
+            assert_eq!(answer(status, None), PushOutcome::Rejected { status });
+        }
+    }
+
+    #[test]
+    fn retry_after_is_honoured_in_seconds_or_as_a_date_within_a_bound() {
+        assert_eq!(
+            answer(429, Some("1")),
+            PushOutcome::Retry {
+                after: Some(Duration::from_secs(1))
+            }
+        );
+        assert_eq!(
+            answer(503, Some("86400")),
+            PushOutcome::Retry {
+                after: Some(MAX_RETRY_AFTER)
+            }
+        );
+        assert_eq!(
+            answer(503, Some("soon")),
+            PushOutcome::Retry { after: None }
+        );
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:30 GMT"),
+        );
+        assert_eq!(retry_after(&headers, now), Some(Duration::from_secs(30)));
+        // A date already past: at once.
+        let later = now + Duration::from_secs(3_600);
+        assert_eq!(retry_after(&headers, later), Some(Duration::ZERO));
+    }
+}

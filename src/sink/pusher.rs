@@ -1,0 +1,273 @@
+//! One sink's pusher: tickd's own subscriber of the sink's namespace. It takes deliveries
+//! from the backend like any Subscribe stream (so a push sink has a stream's guarantees:
+//! attempts counted across restarts, the dead list, Redrive, buffering within the
+//! namespace's limits), POSTs each, and settles it by the sink's answer:
+//!
+//! - delivered: acknowledged;
+//! - asked again (408, 429, 5xx, no answer in time) or rejected (other answers): handed
+//!   back with [`Expirations::retry_later`] after its `Retry-After` or its back-off, when
+//!   the backend delivers it again as the next attempt, or buries it once out of attempts;
+//! - unreachable: not an attempt. The pusher keeps the delivery, extending its claim, and
+//!   pushes it again after a back-off, so a sink that is down for a while loses nothing
+//!   and burns no attempts.
+//!
+//! The window of the subscription is the sink's in-flight limit: held deliveries count in
+//! it, so a sink that is down holds at most that many while the rest wait in the backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tracing::{debug, info, warn};
+
+use super::circuit::{backoff, Admission, Circuit};
+use super::http::HttpSink;
+use super::outcome::PushOutcome;
+use crate::domain::{Delivered, Expirations, SubscribeOptions};
+use crate::metrics::sinks::{OutcomeLabels, SinkLabels};
+use crate::metrics::Metrics;
+
+/// Beyond the push timeout, how long a delivery's claim lasts: time to read the answer
+/// and acknowledge it before the backend would hand it to another attempt.
+const CLAIM_SLACK: Duration = Duration::from_secs(5);
+/// While a push waits (for the circuit, or after an unreachable sink), its claim is
+/// extended by this much at a time.
+const HOLD_STEP: Duration = Duration::from_secs(30);
+/// How long a stopping pusher lets the pushes in flight finish before it drops them
+/// (unacknowledged, they come back after a restart).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long a pusher waits to subscribe again when the backend refused or ended its
+/// subscription (it is starting, or a replica lost its database for a moment).
+const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+
+pub(crate) struct Pusher {
+    pub(crate) namespace: String,
+    pub(crate) sink: HttpSink,
+    pub(crate) shown_as: String,
+    pub(crate) expirations: Arc<dyn Expirations>,
+    pub(crate) circuit: Circuit,
+    pub(crate) timeout: Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Pusher {
+    fn subscription(&self) -> SubscribeOptions {
+        SubscribeOptions {
+            namespace: self.namespace.clone(),
+            observer: false,
+            ack_timeout: Some(self.timeout + CLAIM_SLACK),
+            max_unacked: Some(self.max_in_flight),
+            auto_ack: false,
+        }
+    }
+
+    /// Pushes until `stop` says true.
+    pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut pushes = JoinSet::new();
+        info!(namespace = %self.namespace, sink = %self.shown_as, "pushing expirations to a sink");
+        loop {
+            match self.expirations.subscribe(self.subscription()) {
+                Ok(mut deliveries) => loop {
+                    tokio::select! {
+                        () = stopped(&mut stop) => return finish(pushes).await,
+                        Some(_) = pushes.join_next(), if !pushes.is_empty() => {}
+                        next = deliveries.next() => match next {
+                            Some(delivered) => {
+                                pushes.spawn(self.clone().deliver(delivered));
+                            }
+                            None => break,
+                        },
+                    }
+                },
+                Err(error) => {
+                    warn!(namespace = %self.namespace, %error, "a sink could not subscribe; trying again");
+                }
+            }
+            tokio::select! {
+                () = stopped(&mut stop) => return finish(pushes).await,
+                () = tokio::time::sleep(RESUBSCRIBE_AFTER) => {}
+            }
+        }
+    }
+
+    /// Pushes one delivery until the sink answers, then settles it by the answer.
+    async fn deliver(self: Arc<Self>, delivered: Delivered) {
+        let mut claim_until = Instant::now() + self.timeout + CLAIM_SLACK;
+        let mut unreached = 0;
+        loop {
+            let Some(admission) = self.admitted(&delivered, &mut claim_until).await else {
+                return;
+            };
+            // The claim must outlive the push and its ack.
+            if claim_until < Instant::now() + self.timeout + CLAIM_SLACK / 2
+                && !self
+                    .extend(&delivered, &mut claim_until, self.timeout + CLAIM_SLACK)
+                    .await
+            {
+                return;
+            }
+            let outcome = self.push(&delivered).await;
+            let after = match outcome {
+                PushOutcome::Delivered => {
+                    self.circuit_answered();
+                    return self.acknowledge(&delivered).await;
+                }
+                PushOutcome::Rejected { status } => {
+                    self.circuit_answered();
+                    debug!(namespace = %self.namespace, status, attempt = delivered.attempt, "a sink rejected an expiration");
+                    backoff(delivered.attempt, delivered.delivery_id)
+                }
+                PushOutcome::Retry { after } => {
+                    self.circuit_failed(admission);
+                    after.unwrap_or_else(|| backoff(delivered.attempt, delivered.delivery_id))
+                }
+                PushOutcome::Unreachable { reason } => {
+                    self.circuit_failed(admission);
+                    unreached += 1;
+                    let wait = backoff(unreached, delivered.delivery_id);
+                    debug!(namespace = %self.namespace, reason, ?wait, "a sink is unreachable; holding the expiration");
+                    if !self
+                        .extend(&delivered, &mut claim_until, wait + HOLD_STEP)
+                        .await
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            };
+            // Handed back: the backend delivers it again after `after`, as the next
+            // attempt, or buries it if this was the last.
+            let _ = self
+                .expirations
+                .retry_later(self.namespace.clone(), delivered.delivery_id, after)
+                .await;
+            return;
+        }
+    }
+
+    /// Waits for the circuit to let this push go, keeping the claim alive meanwhile.
+    /// None if the claim was lost (it was handed to another attempt).
+    async fn admitted(
+        &self,
+        delivered: &Delivered,
+        claim_until: &mut Instant,
+    ) -> Option<Admission> {
+        loop {
+            let renew_at = claim_until
+                .checked_sub(self.timeout + CLAIM_SLACK)
+                .unwrap_or_else(Instant::now);
+            tokio::select! {
+                admission = self.circuit.admit() => return Some(admission),
+                () = tokio::time::sleep_until(renew_at) => {
+                    if !self.extend(delivered, claim_until, HOLD_STEP + self.timeout + CLAIM_SLACK).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the delivery's claim to end `by` from now; false if it is no longer ours.
+    async fn extend(&self, delivered: &Delivered, claim_until: &mut Instant, by: Duration) -> bool {
+        let extended = self
+            .expirations
+            .retry_later(self.namespace.clone(), delivered.delivery_id, by)
+            .await;
+        match extended {
+            Ok(true) => {
+                *claim_until = Instant::now() + by;
+                true
+            }
+            Ok(false) | Err(_) => false,
+        }
+    }
+
+    /// One POST, counted in the sink's metrics.
+    async fn push(&self, delivered: &Delivered) -> PushOutcome {
+        let labels = SinkLabels {
+            namespace: self.namespace.clone(),
+        };
+        let sinks = &self.metrics.sinks;
+        let in_flight = sinks.in_flight.get_or_create(&labels).clone();
+        in_flight.inc();
+        let started = Instant::now();
+        let outcome = self.sink.push(delivered).await;
+        in_flight.dec();
+        sinks
+            .push_seconds
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        sinks
+            .pushes
+            .get_or_create(&OutcomeLabels {
+                namespace: self.namespace.clone(),
+                outcome: outcome.label(),
+            })
+            .inc();
+        outcome
+    }
+
+    async fn acknowledge(&self, delivered: &Delivered) {
+        match self
+            .expirations
+            .ack(self.namespace.clone(), vec![delivered.delivery_id])
+            .await
+        {
+            Ok(outcome) if outcome.acknowledged == 1 => {}
+            // Its claim ended first (the push outlived it): delivered again, at least once.
+            Ok(_) => {
+                debug!(namespace = %self.namespace, "a pushed expiration's claim had ended before its ack")
+            }
+            Err(error) => {
+                debug!(namespace = %self.namespace, %error, "acknowledging a push failed")
+            }
+        }
+    }
+
+    fn circuit_answered(&self) {
+        let was = self.circuit.gauge_value();
+        self.circuit.sink_answered();
+        if was != 0 {
+            info!(namespace = %self.namespace, sink = %self.shown_as, "a sink answers again: pushing");
+        }
+        self.show_circuit();
+    }
+
+    fn circuit_failed(&self, admission: Admission) {
+        let was = self.circuit.gauge_value();
+        self.circuit.sink_failed(admission);
+        if was == 0 && self.circuit.gauge_value() != 0 {
+            warn!(namespace = %self.namespace, sink = %self.shown_as, "a sink keeps failing: pushes paused, probing it");
+        }
+        self.show_circuit();
+    }
+
+    fn show_circuit(&self) {
+        self.metrics
+            .sinks
+            .circuit
+            .get_or_create(&SinkLabels {
+                namespace: self.namespace.clone(),
+            })
+            .set(self.circuit.gauge_value());
+    }
+}
+
+/// Resolves once `stop` says true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Lets the pushes in flight finish for a moment, then drops the rest.
+async fn finish(mut pushes: JoinSet<()>) {
+    let _ = tokio::time::timeout(STOP_GRACE, async {
+        while pushes.join_next().await.is_some() {}
+    })
+    .await;
+    pushes.abort_all();
+}

@@ -1,0 +1,206 @@
+//! A sink as configured: `--sink NAMESPACE=URL` read into the namespace and where its
+//! expirations go. What the URL carries beyond an address stays out of anything shown:
+//! its user and password become the Basic credentials of each push and are never logged.
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine;
+use hyper::Uri;
+
+use crate::api::convert::Limits;
+
+/// One namespace's sink (`--sink NAMESPACE=URL`).
+#[derive(Clone)]
+pub struct SinkSpec {
+    pub(crate) namespace: String,
+    pub(crate) target: HttpTarget,
+}
+
+/// An HTTP endpoint that takes one expiration per POST.
+#[derive(Clone)]
+pub(crate) struct HttpTarget {
+    /// The URL without its credentials (and without its fragment, which names the body).
+    pub(crate) uri: Uri,
+    pub(crate) body: BodyFormat,
+    /// `Basic ...`, from the URL's `user:password@`.
+    pub(crate) authorization: Option<String>,
+}
+
+/// How an expiration is written in a push's body: chosen by the URL's fragment (`#json`,
+/// the default, or `#protobuf`), which HTTP never sends to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyFormat {
+    /// The proto3 JSON mapping of `tickd.v1.Expiration`, `application/json`.
+    Json,
+    /// `tickd.v1.Expiration` encoded, `application/x-protobuf`.
+    Protobuf,
+}
+
+impl HttpTarget {
+    pub(crate) fn host(&self) -> &str {
+        self.uri.host().unwrap_or_default()
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.uri.port_u16().unwrap_or(80)
+    }
+}
+
+/// The URL as it may be shown: no credentials.
+impl fmt::Display for HttpTarget {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}", self.uri)?;
+        if self.body == BodyFormat::Protobuf {
+            write!(formatter, "#protobuf")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SinkSpec {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}={}", self.namespace, self.target)
+    }
+}
+
+impl FromStr for SinkSpec {
+    type Err = String;
+
+    /// `NAMESPACE=URL`; each refusal quotes the flag's value (its credentials masked) and
+    /// says what is wrong with it.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let refuse = |why: String| format!("--sink {:?}: {why}", masked(text));
+        let (namespace, url) = text
+            .split_once('=')
+            .ok_or_else(|| refuse("give NAMESPACE=URL".into()))?;
+        if namespace.is_empty() {
+            return Err(refuse("the namespace is empty".into()));
+        }
+        let namespace = Limits::default()
+            .namespace(namespace)
+            .map_err(|error| refuse(error.to_string()))?;
+        let target = http_target(url).map_err(refuse)?;
+        Ok(SinkSpec { namespace, target })
+    }
+}
+
+fn http_target(url: &str) -> Result<HttpTarget, String> {
+    let (url, body) = match url.split_once('#') {
+        None | Some((_, "json")) => (url.split('#').next().unwrap_or(url), BodyFormat::Json),
+        Some((url, "protobuf")) => (url, BodyFormat::Protobuf),
+        Some((_, other)) => {
+            return Err(format!(
+                "#{other} names no body format: give #json (the default) or #protobuf"
+            ))
+        }
+    };
+    if !url.contains("://") {
+        return Err("give the scheme, as in http://127.0.0.1:8080/timers".into());
+    }
+    let uri = Uri::from_str(url).map_err(|error| format!("not a URL: {error}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(scheme) => {
+            return Err(format!(
+                "tickd pushes to http:// sinks; {scheme}:// is not one of them"
+            ))
+        }
+        None => return Err("give the scheme, as in http://127.0.0.1:8080/timers".into()),
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| "give a host, as in http://127.0.0.1:8080/timers".to_owned())?;
+    if authority.host().is_empty() {
+        return Err("the host is empty".into());
+    }
+    let (credentials, host_and_port) = match authority.as_str().rsplit_once('@') {
+        Some((credentials, rest)) => (Some(credentials), rest),
+        None => (None, authority.as_str()),
+    };
+    let authorization = credentials.map(|credentials| {
+        let decoded = percent_encoding::percent_decode_str(credentials).decode_utf8_lossy();
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(decoded.as_bytes())
+        )
+    });
+    let path = uri.path_and_query().map_or("/", |path| path.as_str());
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(host_and_port)
+        .path_and_query(path)
+        .build()
+        .map_err(|error| format!("not a URL: {error}"))?;
+    Ok(HttpTarget {
+        uri,
+        body,
+        authorization,
+    })
+}
+
+/// `text` with any `user:password@` of its URL replaced by `***@`.
+fn masked(text: &str) -> String {
+    let Some((before, after_scheme)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let authority_end = after_scheme.find('/').unwrap_or(after_scheme.len());
+    match after_scheme[..authority_end].rfind('@') {
+        Some(at) => format!("{before}://***{}", &after_scheme[at..]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_is_a_namespace_and_an_http_url() {
+        let spec: SinkSpec = "billing=http://127.0.0.1:8080/timers?x=1".parse().unwrap();
+        assert_eq!(spec.namespace, "billing");
+        assert_eq!(spec.target.uri, "http://127.0.0.1:8080/timers?x=1");
+        assert_eq!(spec.target.host(), "127.0.0.1");
+        assert_eq!(spec.target.port(), 8080);
+        assert_eq!(spec.target.body, BodyFormat::Json);
+        assert_eq!(spec.target.authorization, None);
+        let spec: SinkSpec = "n=http://localhost/hook#protobuf".parse().unwrap();
+        assert_eq!(spec.target.body, BodyFormat::Protobuf);
+        assert_eq!(spec.target.port(), 80);
+        assert_eq!(spec.target.to_string(), "http://localhost/hook#protobuf");
+    }
+
+    #[test]
+    fn credentials_become_basic_auth_and_are_never_shown() {
+        let spec: SinkSpec = "n=http://app:s%40cret@127.0.0.1:9/hook".parse().unwrap();
+        // "app:s@cret" in base64.
+        assert_eq!(
+            spec.target.authorization.as_deref(),
+            Some("Basic YXBwOnNAY3JldA==")
+        );
+        let shown = format!("{spec:?} {}", spec.target);
+        assert!(!shown.contains("cret"), "{shown}");
+        let error = "n=ftp://app:s3cret@host/".parse::<SinkSpec>().unwrap_err();
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("***@host"), "{error}");
+    }
+
+    #[test]
+    fn malformed_sinks_are_refused_naming_the_flag() {
+        for (text, expected) in [
+            ("http://127.0.0.1/", "NAMESPACE=URL"),
+            ("=http://127.0.0.1/", "namespace is empty"),
+            ("n=127.0.0.1:80/x", "scheme"),
+            (
+                "n=nats://127.0.0.1:4222/subject",
+                "nats:// is not one of them",
+            ),
+            ("n=http://127.0.0.1/#xml", "#xml names no body format"),
+            ("n\u{7}=http://127.0.0.1/", "control characters"),
+        ] {
+            let error = text.parse::<SinkSpec>().unwrap_err();
+            assert!(error.starts_with("--sink "), "{error}");
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! An HTTP sink written for the tests: a hyper server on loopback that records every push
+//! tickd makes and answers as the test's script says (a status, and a `Retry-After` if
+//! wanted), so that a test can make a sink fail, reject, throttle or go down.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use super::rpc::PATIENCE;
+
+/// One push as the sink received it.
+#[derive(Clone, Debug)]
+pub(crate) struct Push {
+    pub key: String,
+    pub delivery_id: String,
+    pub attempt: u32,
+    pub namespace: String,
+    pub content_type: String,
+    pub authorization: Option<String>,
+    pub body: Bytes,
+    pub at: Instant,
+}
+
+/// The answer to a push: its status and `Retry-After`. Called with the push and how many
+/// pushes of its expiration (its idempotency key) came before it.
+pub(crate) type Script = Arc<dyn Fn(&Push, usize) -> (u16, Option<&'static str>) + Send + Sync>;
+
+/// A script answering `status` to every push.
+pub(crate) fn always(status: u16) -> Script {
+    Arc::new(move |_, _| (status, None))
+}
+
+pub(crate) struct HttpSink {
+    pub addr: SocketAddr,
+    pushes: Arc<Mutex<Vec<Push>>>,
+    pushed: Arc<Notify>,
+    tasks: JoinSet<()>,
+}
+
+impl HttpSink {
+    pub(crate) async fn start(script: Script) -> Self {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), script).await
+    }
+
+    /// On a given address: a sink brought back up where tickd expects it.
+    pub(crate) async fn start_on(addr: SocketAddr, script: Script) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind the test sink");
+        let addr = listener.local_addr().unwrap();
+        let pushes = Arc::new(Mutex::new(Vec::new()));
+        let pushed = Arc::new(Notify::new());
+        let mut tasks = JoinSet::new();
+        let connections = Arc::new(Mutex::new(JoinSet::new()));
+        {
+            let (pushes, pushed, connections) =
+                (pushes.clone(), pushed.clone(), connections.clone());
+            tasks.spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (pushes, pushed, script) = (pushes.clone(), pushed.clone(), script.clone());
+                    let service = service_fn(move |request| {
+                        answer(request, pushes.clone(), pushed.clone(), script.clone())
+                    });
+                    connections.lock().unwrap().spawn(async move {
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            });
+        }
+        // Dropping the sink drops `connections` with the accept loop: every connection closes.
+        tasks.spawn(async move {
+            let _keep = connections;
+            std::future::pending::<()>().await
+        });
+        HttpSink {
+            addr,
+            pushes,
+            pushed,
+            tasks,
+        }
+    }
+
+    /// `http://ADDR/PATH`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub(crate) fn pushes(&self) -> Vec<Push> {
+        self.pushes.lock().unwrap().clone()
+    }
+
+    /// Waits until the pushes received satisfy `condition`, which is checked at each push
+    /// (at most [`PATIENCE`], then fails with `what` and the pushes).
+    pub(crate) async fn wait_for(&self, what: &str, condition: impl Fn(&[Push]) -> bool) {
+        let deadline = tokio::time::Instant::now() + PATIENCE * 2;
+        loop {
+            let pushed = self.pushed.notified();
+            tokio::pin!(pushed);
+            pushed.as_mut().enable();
+            if condition(&self.pushes.lock().unwrap()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, pushed).await.is_err() {
+                let pushes = self.pushes();
+                panic!(
+                    "the sink never saw {what}; it received {} pushes: {:#?}",
+                    pushes.len(),
+                    pushes.iter().rev().take(10).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    /// Closes the listener and every connection: the sink is down.
+    pub(crate) fn stop(mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+async fn answer(
+    request: Request<Incoming>,
+    pushes: Arc<Mutex<Vec<Push>>>,
+    pushed: Arc<Notify>,
+    script: Script,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let mut push = Push {
+        key: header("idempotency-key").unwrap_or_default(),
+        delivery_id: header("tickd-delivery-id").unwrap_or_default(),
+        attempt: header("tickd-attempt")
+            .and_then(|attempt| attempt.parse().ok())
+            .unwrap_or_default(),
+        namespace: header("tickd-namespace").unwrap_or_default(),
+        content_type: header("content-type").unwrap_or_default(),
+        authorization: header("authorization"),
+        body: Bytes::new(),
+        at: Instant::now(),
+    };
+    push.body = request.into_body().collect().await?.to_bytes();
+    let before = {
+        let pushes = pushes.lock().unwrap();
+        pushes
+            .iter()
+            .filter(|earlier| earlier.key == push.key)
+            .count()
+    };
+    let (status, retry_after) = script(&push, before);
+    pushes.lock().unwrap().push(push);
+    pushed.notify_waiters();
+    let mut response = Response::builder().status(status);
+    if let Some(retry_after) = retry_after {
+        response = response.header("retry-after", retry_after);
+    }
+    Ok(response.body(Full::new(Bytes::new())).unwrap())
+}
+
+/// A loopback address nothing listens on, for a sink that is down until a test starts
+/// it there ([`HttpSink::start_on`]).
+pub(crate) async fn unused_address() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// How long the pushes of one expiration (by key) waited between each other.
+pub(crate) fn gaps(pushes: &[Push], key: &str) -> Vec<Duration> {
+    let times: Vec<Instant> = pushes
+        .iter()
+        .filter(|push| push.key == key)
+        .map(|push| push.at)
+        .collect();
+    times.windows(2).map(|pair| pair[1] - pair[0]).collect()
+}

@@ -1,0 +1,361 @@
+//! Push sinks against a real tickd and a real HTTP server: a sink that fails, rejects,
+//! throttles, goes down, or is outside `--sink-allow`, and tickd killed while pushing.
+//! Each test asserts what the sink received (every push is recorded with its idempotency
+//! key, delivery id and attempt) and what tickd kept (acknowledged, dead, redriven).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::daemon::{tickd_command, Daemon};
+use common::http_sink::{always, gaps, unused_address, HttpSink, Push, Script};
+use common::metrics::scrape_until;
+use common::*;
+use prost::Message;
+use tickd::proto::timers_client::TimersClient;
+
+const NAMESPACE: &str = "pushed";
+
+/// A server on loopback whose namespace [`NAMESPACE`] pushes to `url`.
+async fn server_pushing_to(
+    url: &str,
+    adjust: impl FnOnce(&mut tickd::config::Config),
+) -> TestServer {
+    TestServer::start_with(config(|config| {
+        config.sinks = vec![format!("{NAMESPACE}={url}").parse().expect("a valid sink")];
+        adjust(config);
+    }))
+    .await
+}
+
+/// The expirations' keys the sink was pushed, each once.
+fn keys(pushes: &[Push]) -> BTreeSet<String> {
+    pushes.iter().map(|push| push.key.clone()).collect()
+}
+
+fn attempts_of(pushes: &[Push], key: &str) -> Vec<u32> {
+    pushes
+        .iter()
+        .filter(|push| push.key == key)
+        .map(|push| push.attempt)
+        .collect()
+}
+
+/// Waits until nothing is in flight or waiting for a subscriber (every push settled).
+async fn settled(server: &TestServer) {
+    let scrape = scrape_until(server.metrics_addr, |scrape| {
+        scrape.value("tickd_delivery_unacked") == 0.0
+            && scrape.value("tickd_delivery_buffered") == 0.0
+    })
+    .await;
+    assert_eq!(
+        scrape.value("tickd_delivery_unacked"),
+        0.0,
+        "still in flight"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_fails_twice_gets_each_expiration_three_times_and_acknowledges_it() {
+    let script: Script = Arc::new(|_, before| (if before < 2 { 500 } else { 200 }, None));
+    let sink = HttpSink::start(script).await;
+    let server = server_pushing_to(&sink.url("/timers"), |_| {}).await;
+    let mut client = server.client().await;
+    let registered = register_all(&mut client, specs(NAMESPACE, 5, 20)).await;
+    sink.wait_for("three pushes of each of the 5 expirations", |pushes| {
+        pushes.len() >= 15 && keys(pushes).len() == 5
+    })
+    .await;
+    settled(&server).await;
+    let pushes = sink.pushes();
+    assert_eq!(
+        pushes.len(),
+        15,
+        "acknowledged after the third: {pushes:#?}"
+    );
+    for key in keys(&pushes) {
+        assert_eq!(attempts_of(&pushes, &key), [1, 2, 3], "{key}");
+        let ids: BTreeSet<_> = pushes
+            .iter()
+            .filter(|push| push.key == key)
+            .map(|push| push.delivery_id.clone())
+            .collect();
+        assert_eq!(ids.len(), 3, "each attempt has its own delivery id");
+    }
+    // The body is the expiration in proto3 JSON, naming the timer registered.
+    let registered_ids: BTreeSet<String> = registered.into_iter().collect();
+    for push in &pushes {
+        assert_eq!(push.content_type, "application/json");
+        assert_eq!(push.namespace, NAMESPACE);
+        let body: serde_json::Value = serde_json::from_slice(&push.body).expect("JSON body");
+        assert_eq!(body["deliveryId"], push.delivery_id.as_str());
+        assert_eq!(body["attempt"], push.attempt);
+        let timer_id = body["timer"]["id"]
+            .as_str()
+            .expect("the timer's id")
+            .to_owned();
+        assert!(registered_ids.contains(&timer_id), "{timer_id}");
+        assert!(
+            push.key.contains(&timer_id),
+            "the key names the timer: {}",
+            push.key
+        );
+    }
+    let dead = pending_with_dead(&mut client, NAMESPACE).await;
+    assert!(dead.dead_expirations.is_empty(), "{dead:?}");
+    let scrape = common::metrics::scrape(server.metrics_addr).await;
+    let pushes_of = |outcome: &str| {
+        scrape.value(&format!(
+            "tickd_sink_pushes_total{{namespace=\"{NAMESPACE}\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!(pushes_of("delivered"), 5.0);
+    assert_eq!(pushes_of("retry"), 10.0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_always_rejects_buries_after_max_attempts_and_redrive_sends_again() {
+    let accepting = Arc::new(AtomicBool::new(false));
+    let script: Script = {
+        let accepting = accepting.clone();
+        Arc::new(move |_, _| {
+            (
+                if accepting.load(Ordering::SeqCst) {
+                    200
+                } else {
+                    400
+                },
+                None,
+            )
+        })
+    };
+    let sink = HttpSink::start(script).await;
+    let server = server_pushing_to(&sink.url("/"), |config| config.max_attempts = 3).await;
+    let mut client = server.client().await;
+    register(&mut client, spec(NAMESPACE, 10, b"poison")).await;
+    sink.wait_for("three rejected pushes", |pushes| pushes.len() >= 3)
+        .await;
+    common::wait::eventually(
+        "the expiration is dead",
+        PATIENCE,
+        Duration::from_millis(20),
+        || {
+            let mut client = client.clone();
+            async move {
+                let dead = pending_with_dead(&mut client, NAMESPACE).await;
+                match dead.dead_expirations.len() {
+                    1 => Ok(()),
+                    other => Err(format!("{other} dead")),
+                }
+            }
+        },
+        || async { format!("{:#?}", sink.pushes()) },
+    )
+    .await;
+    let pushes = sink.pushes();
+    assert_eq!(pushes.len(), 3, "no push after the last attempt");
+    assert_eq!(attempts_of(&pushes, &pushes[0].key), [1, 2, 3]);
+    let dead = pending_with_dead(&mut client, NAMESPACE).await;
+    accepting.store(true, Ordering::SeqCst);
+    let redriven = client
+        .redrive(RedriveRequest {
+            namespace: NAMESPACE.into(),
+            delivery_ids: vec![dead.dead_expirations[0].delivery_id.clone()],
+        })
+        .await
+        .expect("redrive")
+        .into_inner();
+    assert_eq!(redriven.redriven, 1);
+    sink.wait_for("the redriven expiration", |pushes| pushes.len() >= 4)
+        .await;
+    settled(&server).await;
+    let pushes = sink.pushes();
+    assert_eq!(pushes.len(), 4);
+    assert_eq!(pushes[3].key, pushes[0].key, "the same expiration again");
+    assert_eq!(pushes[3].attempt, 1, "its attempts counted afresh");
+    let dead = pending_with_dead(&mut client, NAMESPACE).await;
+    assert!(dead.dead_expirations.is_empty(), "{dead:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_of_one_second_is_waited_out() {
+    let script: Script = Arc::new(|_, before| match before {
+        0 => (429, Some("1")),
+        _ => (200, None),
+    });
+    let sink = HttpSink::start(script).await;
+    let server = server_pushing_to(&sink.url("/"), |_| {}).await;
+    let mut client = server.client().await;
+    register(&mut client, spec(NAMESPACE, 10, b"throttled")).await;
+    sink.wait_for("the push after the 429", |pushes| pushes.len() >= 2)
+        .await;
+    settled(&server).await;
+    let pushes = sink.pushes();
+    assert_eq!(pushes.len(), 2);
+    let gap = gaps(&pushes, &pushes[0].key)[0];
+    assert!(
+        gap >= Duration::from_secs(1),
+        "pushed again {gap:?} after a Retry-After of 1 s"
+    );
+    assert_eq!(pushes[1].attempt, 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_down_for_ten_seconds_then_up_receives_everything_registered_meanwhile() {
+    let addr = unused_address().await;
+    let server = server_pushing_to(&format!("http://{addr}/"), |_| {}).await;
+    let mut client = server.client().await;
+    // Firing over the ten seconds the sink is down.
+    let specs: Vec<TimerSpec> = (0..20)
+        .map(|index| spec(NAMESPACE, 100 + index * 500, format!("t{index}").as_bytes()))
+        .collect();
+    let registered = register_all(&mut client, specs).await;
+    let scrape = scrape_until(server.metrics_addr, |scrape| {
+        scrape.value("tickd_timers_fired_total") >= 20.0
+    })
+    .await;
+    assert_eq!(scrape.value("tickd_timers_fired_total"), 20.0);
+    let unreachable =
+        format!("tickd_sink_pushes_total{{namespace=\"{NAMESPACE}\",outcome=\"unreachable\"}}");
+    assert!(
+        scrape.value(&unreachable) > 0.0,
+        "tickd tried the sink while it was down"
+    );
+    let sink = HttpSink::start_on(addr, always(200)).await;
+    sink.wait_for("all 20 expirations", |pushes| keys(pushes).len() == 20)
+        .await;
+    settled(&server).await;
+    let pushes = sink.pushes();
+    for id in &registered {
+        assert!(
+            pushes.iter().any(|push| push.key.contains(id.as_str())),
+            "timer {id} never reached the sink"
+        );
+    }
+    // Not reaching the sink is not an attempt: each arrives as its first.
+    assert!(pushes.iter().all(|push| push.attempt == 1), "{pushes:#?}");
+    let dead = pending_with_dead(&mut client, NAMESPACE).await;
+    assert!(dead.dead_expirations.is_empty());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protobuf_sink_gets_the_expiration_encoded() {
+    let sink = HttpSink::start(always(204)).await;
+    let server = server_pushing_to(&format!("{}#protobuf", sink.url("/p")), |_| {}).await;
+    let mut client = server.client().await;
+    let timer = register(&mut client, spec(NAMESPACE, 10, b"\x00binary\xff")).await;
+    sink.wait_for("one push", |pushes| !pushes.is_empty()).await;
+    settled(&server).await;
+    let push = &sink.pushes()[0];
+    assert_eq!(push.content_type, "application/x-protobuf");
+    let expiration = Expiration::decode(push.body.clone()).expect("a tickd.v1.Expiration");
+    let pushed_timer = expiration.timer.expect("its timer");
+    assert_eq!(pushed_timer.id, timer.id);
+    assert_eq!(&pushed_timer.payload[..], b"\x00binary\xff");
+    assert_eq!(expiration.delivery_id, push.delivery_id);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_outside_sink_allow_is_refused_at_configuration_and_never_connected_to() {
+    // A listener on another loopback address, which `--sink-allow 127.0.0.1` leaves out.
+    let outside = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let port = outside.local_addr().unwrap().port();
+    let mut command = tickd_command();
+    command
+        .args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--sink", &format!("{NAMESPACE}=http://127.0.0.2:{port}/")])
+        .args(["--sink-allow", "127.0.0.1"]);
+    let (status, log) = Daemon::refused(command, PATIENCE);
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("--sink-allow"),
+        "the refusal names the flag: {log}"
+    );
+    assert!(log.contains("127.0.0.2"), "and the address: {log}");
+    // tickd has exited: any connection it made would be queued here.
+    let accepted = tokio::time::timeout(Duration::ZERO, outside.accept()).await;
+    assert!(accepted.is_err(), "tickd connected to a sink it refused");
+    // A malformed entry is refused naming the flag too.
+    let mut command = tickd_command();
+    command
+        .args(["--sync", "none", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--sink-allow", "10.0.0.0/33"])
+        .args(["--sink", &format!("{NAMESPACE}=http://127.0.0.1:9/")]);
+    let (status, log) = Daemon::refused(command, PATIENCE);
+    assert!(!status.success() && log.contains("--sink-allow"), "{log}");
+}
+
+/// tickd is killed (SIGKILL), or stopped (SIGTERM), while it pushes; started again on its
+/// data directory it pushes the rest. The ledger is every registration tickd answered:
+/// each must reach the sink at least once.
+async fn pushes_survive_a_restart(signal: &str) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let sink = HttpSink::start(always(200)).await;
+    let start = || {
+        let mut command = tickd_command();
+        command
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .args(["--sink", &format!("{NAMESPACE}={}", sink.url("/"))])
+            .args([
+                "--sink-max-in-flight",
+                "8",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ]);
+        Daemon::start(command)
+    };
+    let mut daemon = start();
+    let mut client = TimersClient::connect(format!("http://{}", daemon.addr))
+        .await
+        .unwrap();
+    let ledger: Vec<String> = register_all(
+        &mut client,
+        (0..300)
+            .map(|index| spec(NAMESPACE, 50 + (index % 100) * 20, b"ledger"))
+            .collect(),
+    )
+    .await;
+    sink.wait_for("pushes under way", |pushes| pushes.len() >= 50)
+        .await;
+    match signal {
+        "KILL" => daemon.kill(),
+        _ => {
+            daemon.signal("TERM");
+            assert!(
+                daemon.wait_for_exit(PATIENCE).success(),
+                "{}",
+                daemon.log_text()
+            );
+        }
+    }
+    let _daemon = start();
+    let ids: BTreeSet<String> = ledger.into_iter().collect();
+    let delivered = |pushes: &[Push]| {
+        ids.iter()
+            .filter(|id| !pushes.iter().any(|push| push.key.contains(id.as_str())))
+            .count()
+    };
+    sink.wait_for("every timer in the ledger", |pushes| delivered(pushes) == 0)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_pushing_loses_nothing_acknowledged() {
+    pushes_survive_a_restart("KILL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_pushing_loses_nothing_acknowledged() {
+    pushes_survive_a_restart("TERM").await;
+}
