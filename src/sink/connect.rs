@@ -1,11 +1,12 @@
 //! The connector under a sink's HTTP client: plain TCP to the addresses `--sink-allow`
 //! allows, and to nothing else.
 //!
-//! hyper-util's own `HttpConnector` resolves and dials in one step, leaving no point at
-//! which to look at the address before the connection is made. This connector resolves
-//! through [`SinkAllow::allowed_addresses`] for every new connection and dials only what
-//! that returns, so the address checked is the address connected to: DNS answering
-//! differently between a check and a dial cannot send a sink elsewhere.
+//! hyper-util's `HttpConnector` takes a custom resolver, which could filter addresses,
+//! but it dials an IP-literal host (`http://10.1.2.3/`) without asking its resolver, so
+//! such a check would miss exactly the URLs that need no DNS. This connector resolves
+//! through [`SinkAllow::allowed_addresses`] for every new connection, literal or not, and
+//! dials only what that returns, so the address checked is the address connected to:
+//! DNS answering differently between a check and a dial cannot send a sink elsewhere.
 //!
 //! It speaks `http` only. TLS is for a layer above (a connector wrapping this one), so
 //! that the check stays in one place whichever scheme a sink uses.
@@ -76,10 +77,7 @@ impl tower::Service<Uri> for AllowedConnector {
 pub(crate) fn sink_refusal<'error>(
     error: &'error (dyn Error + 'static),
 ) -> Option<&'error SinkRefused> {
-    std::iter::successors(Some(error), |error: &&(dyn Error + 'static)| {
-        (*error).source()
-    })
-    .find_map(|error| {
+    std::iter::successors(Some(error), |&error| error.source()).find_map(|error| {
         error.downcast_ref::<SinkRefused>().or_else(|| {
             error
                 .downcast_ref::<io::Error>()
@@ -103,8 +101,9 @@ async fn connect_to_allowed_address(
     for address in addresses {
         match tokio::time::timeout(connect_timeout, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => {
-                // Sink requests are small and answered one at a time: Nagle's algorithm
-                // would only hold each back waiting for the previous one's ACK.
+                // hyper may write a request's head and body in two writes; with Nagle's
+                // algorithm the second waits for the first one's ACK, which the server
+                // may hold back (delayed ACK) for tens of milliseconds.
                 stream.set_nodelay(true)?;
                 return Ok(TokioIo::new(stream));
             }
