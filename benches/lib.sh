@@ -41,16 +41,18 @@ wait_port() {
     return 1
 }
 
-# start_tickd SYNC: starts a fresh tickd (fresh data dir) with --sync SYNC; sets TICKD_URL
+# start_tickd SYNC [ARGS...]: starts a fresh tickd (fresh data dir) with --sync SYNC and any
+# further ARGS; sets TICKD_URL
 # and TICKD_PID. Waits for its "tickd serving" line. TICKD_BIN picks another tickd binary
 # (benches/compare_builds.sh runs an earlier build beside this one).
 start_tickd() {
     local sync=$1 port log
+    shift
     port=$(free_port)
     log="$BENCH_WORK/tickd-$port.log"
     mkdir -p "$BENCH_WORK/tickd-$port"
     "${TICKD_BIN:-$BIN/tickd}" --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
-        --data-dir "$BENCH_WORK/tickd-$port" --sync "$sync" >"$log" 2>&1 &
+        --data-dir "$BENCH_WORK/tickd-$port" --sync "$sync" "$@" >"$log" 2>&1 &
     TICKD_PID=$!
     BENCH_PIDS+=("$TICKD_PID")
     local i

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -39,6 +39,9 @@ const HOLD_STEP: Duration = Duration::from_secs(30);
 /// How long a stopping pusher lets the pushes in flight finish before it drops them
 /// (unacknowledged, they come back after a restart).
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Delivery ids acknowledged in one Ack at most, and Ack calls in flight per sink.
+const ACK_BATCH: usize = 1_000;
+const ACKS_IN_FLIGHT: usize = 4;
 /// How long a pusher waits to subscribe again when the backend refused or ended its
 /// subscription (it is starting, or a replica lost its database for a moment).
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
@@ -68,16 +71,22 @@ impl Pusher {
     /// Pushes until `stop` says true.
     pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut pushes = JoinSet::new();
+        let (acks, delivered_ids) = mpsc::unbounded_channel();
+        let acker = tokio::spawn(acknowledge_in_batches(
+            self.expirations.clone(),
+            self.namespace.clone(),
+            delivered_ids,
+        ));
         info!(namespace = %self.namespace, sink = %self.shown_as, "pushing expirations to a sink");
         loop {
             match self.expirations.subscribe(self.subscription()) {
                 Ok(mut deliveries) => loop {
                     tokio::select! {
-                        () = stopped(&mut stop) => return finish(pushes).await,
+                        () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
                         Some(_) = pushes.join_next(), if !pushes.is_empty() => {}
                         next = deliveries.next() => match next {
                             Some(delivered) => {
-                                pushes.spawn(self.clone().deliver(delivered));
+                                pushes.spawn(self.clone().deliver(delivered, acks.clone()));
                             }
                             None => break,
                         },
@@ -88,14 +97,14 @@ impl Pusher {
                 }
             }
             tokio::select! {
-                () = stopped(&mut stop) => return finish(pushes).await,
+                () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
                 () = tokio::time::sleep(RESUBSCRIBE_AFTER) => {}
             }
         }
     }
 
     /// Pushes one delivery until the sink answers, then settles it by the answer.
-    async fn deliver(self: Arc<Self>, delivered: Delivered) {
+    async fn deliver(self: Arc<Self>, delivered: Delivered, acks: mpsc::UnboundedSender<u64>) {
         let mut claim_until = Instant::now() + self.timeout + CLAIM_SLACK;
         let mut unreached = 0;
         loop {
@@ -114,7 +123,10 @@ impl Pusher {
             let after = match outcome {
                 PushOutcome::Delivered => {
                     self.circuit_answered();
-                    return self.acknowledge(&delivered).await;
+                    // Acknowledged with others that arrive meanwhile (see
+                    // `acknowledge_in_batches`); a stopped acker leaves it to come again.
+                    let _ = acks.send(delivered.delivery_id);
+                    return;
                 }
                 PushOutcome::Rejected { status } => {
                     self.circuit_answered();
@@ -162,6 +174,8 @@ impl Pusher {
                 .checked_sub(self.timeout + CLAIM_SLACK)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
+                // A closed circuit admits at once: no renewal, no round trip to the backend.
+                biased;
                 admission = self.circuit.admit() => return Some(admission),
                 () = tokio::time::sleep_until(renew_at) => {
                     if !self.extend(delivered, claim_until, HOLD_STEP + self.timeout + CLAIM_SLACK).await {
@@ -212,23 +226,6 @@ impl Pusher {
         outcome
     }
 
-    async fn acknowledge(&self, delivered: &Delivered) {
-        match self
-            .expirations
-            .ack(self.namespace.clone(), vec![delivered.delivery_id])
-            .await
-        {
-            Ok(outcome) if outcome.acknowledged == 1 => {}
-            // Its claim ended first (the push outlived it): delivered again, at least once.
-            Ok(_) => {
-                debug!(namespace = %self.namespace, "a pushed expiration's claim had ended before its ack")
-            }
-            Err(error) => {
-                debug!(namespace = %self.namespace, %error, "acknowledging a push failed")
-            }
-        }
-    }
-
     fn circuit_answered(&self) {
         let was = self.circuit.gauge_value();
         self.circuit.sink_answered();
@@ -263,11 +260,47 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// Lets the pushes in flight finish for a moment, then drops the rest.
-async fn finish(mut pushes: JoinSet<()>) {
+/// Lets the pushes in flight finish for a moment, then drops the rest; then the acks of
+/// those delivered go out.
+async fn finish(
+    mut pushes: JoinSet<()>,
+    acks: mpsc::UnboundedSender<u64>,
+    acker: tokio::task::JoinHandle<()>,
+) {
     let _ = tokio::time::timeout(STOP_GRACE, async {
         while pushes.join_next().await.is_some() {}
     })
     .await;
     pushes.abort_all();
+    drop(acks);
+    let _ = tokio::time::timeout(STOP_GRACE, acker).await;
+}
+
+/// Acknowledges pushed deliveries in batches: whatever was delivered while the previous
+/// Ack calls were answered goes in one call, with a few calls in flight. Under load that
+/// is one Ack (and one log record) for many pushes instead of one each.
+async fn acknowledge_in_batches(
+    expirations: Arc<dyn Expirations>,
+    namespace: String,
+    mut delivered_ids: mpsc::UnboundedReceiver<u64>,
+) {
+    let mut batch = Vec::with_capacity(ACK_BATCH);
+    let mut in_flight = JoinSet::new();
+    while delivered_ids.recv_many(&mut batch, ACK_BATCH).await > 0 {
+        while in_flight.len() >= ACKS_IN_FLIGHT {
+            in_flight.join_next().await;
+        }
+        let answer = expirations.ack(namespace.clone(), std::mem::take(&mut batch));
+        let namespace = namespace.clone();
+        in_flight.spawn(async move {
+            match answer.await {
+                Ok(outcome) if outcome.unknown.is_empty() => {}
+                // Their claims ended first (a push outlived one): delivered again, at
+                // least once.
+                Ok(outcome) => debug!(%namespace, unknown = outcome.unknown.len(), "pushed expirations' claims had ended before their ack"),
+                Err(error) => debug!(%namespace, %error, "acknowledging pushes failed"),
+            }
+        });
+    }
+    while in_flight.join_next().await.is_some() {}
 }

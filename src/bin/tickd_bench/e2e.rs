@@ -70,6 +70,13 @@ pub(crate) struct E2eArgs {
     /// What counts as late for `--late-windows-ms`.
     #[arg(long, default_value_t = 6)]
     late_over_ms: u64,
+    /// Receive the expirations as a push sink on this address instead of subscribing
+    /// (tickd runs with `--sink NAMESPACE=http://ADDR/#protobuf`; see `push.rs`).
+    #[arg(long)]
+    push_listen: Option<std::net::SocketAddr>,
+    /// The namespace to register in (default: a fresh one); a push sink needs it known.
+    #[arg(long)]
+    namespace: Option<String>,
 }
 
 /// Ids acknowledged per Ack call at most, and how long an acker gathers ids before sending.
@@ -152,14 +159,20 @@ pub(crate) fn run(args: E2eArgs) {
         background,
         late_windows_ms,
         late_over_ms,
+        push_listen,
+        namespace,
     } = args;
     client.run(|channels| async move {
         register_background(&channels, background, payload_bytes).await?;
-        let namespace = fresh_namespace("bench-e2e");
+        let namespace = namespace.unwrap_or_else(|| fresh_namespace("bench-e2e"));
         let received = Arc::new(AtomicU64::new(0));
         let (stop, stopped) = watch::channel(false);
         let mut subscriber_tasks = Vec::new();
-        for index in 0..subscribers.max(1) {
+        if let Some(listen) = push_listen {
+            subscriber_tasks
+                .push(crate::push::receive(listen, received.clone(), stopped.clone()).await?);
+        }
+        for index in 0..subscribers.max(1) * usize::from(push_listen.is_none()) {
             let client = TimersClient::new(channels[index % channels.len()].clone());
             subscriber_tasks.push(
                 subscribe(

@@ -9,6 +9,7 @@ mod cron;
 mod e2e;
 mod etcd;
 mod keepalive;
+mod push;
 mod recover;
 mod rpc;
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Push delivery beside Subscribe, in alternation on fresh servers (`--sync always`): the
+# same `tickd-bench e2e` registers RATE timers/s for SECS seconds, each due a second later,
+# and receives them either as one Subscribe stream with a window of WINDOW deliveries, or
+# as an HTTP sink (`--sink bench-push=http://ADDR/#protobuf --sink-max-in-flight WINDOW`)
+# served by tickd-bench on loopback. Each line ends with how=subscribe|push round=N rate=R.
+#
+#   benches/push.sh                       # RATES="10000 50000", ROUNDS=3
+#   ROUNDS=5 RATES=10000 benches/push.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN_GIVEN=${BIN:-}
+source benches/lib.sh
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+
+ROUNDS=${ROUNDS:-3}
+RATES=${RATES:-"10000 50000"}
+SECS=${SECS:-8}
+WINDOW=${WINDOW:-64}
+CONNECTIONS=${CONNECTIONS:-4}
+
+[ -n "${BIN_GIVEN:-}" ] || cargo build --release --bin tickd-bench --bin tickd >&2
+echo "# $(nproc) cores, load average $(load1)" >&2
+
+# one HOW RATE ROUND: a fresh server, one e2e run, its line tagged.
+one() {
+    local how=$1 rate=$2 round=$3 line sink_port
+    local e2e=(e2e --connections "$CONNECTIONS" --rate "$rate" --secs "$SECS" --delay-ms 1000)
+    if [ "$how" = push ]; then
+        sink_port=$(free_port)
+        start_tickd always --sink "bench-push=http://127.0.0.1:$sink_port/#protobuf" \
+            --sink-max-in-flight "$WINDOW"
+        line=$("$BIN/tickd-bench" "${e2e[@]}" --addr "$TICKD_URL" \
+            --push-listen "127.0.0.1:$sink_port" --namespace bench-push)
+    else
+        start_tickd always
+        line=$("$BIN/tickd-bench" "${e2e[@]}" --addr "$TICKD_URL" \
+            --subscribers 1 --max-unacked "$WINDOW")
+    fi
+    stop_tickd
+    echo "$line how=$how round=$round window=$WINDOW load=$(load1)"
+}
+
+for round in $(seq "$ROUNDS"); do
+    for rate in $RATES; do
+        if (( round % 2 )); then order=(subscribe push); else order=(push subscribe); fi
+        for how in "${order[@]}"; do
+            one "$how" "$rate" "$round"
+        done
+    done
+done
