@@ -13,7 +13,7 @@ use tokio_postgres::{Client, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tracing::warn;
 
-use super::connections::Answers;
+use super::answers::Answers;
 use super::error::ClusterError;
 use super::store_url::TlsParams;
 use super::tls::{self, SslMode};

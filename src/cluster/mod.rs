@@ -29,6 +29,7 @@
 //! balances partitions across the live replicas. Every connection to the database is opened
 //! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
 
+mod answers;
 pub(crate) mod connections;
 pub(crate) mod database;
 pub mod delivery;

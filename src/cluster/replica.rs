@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument, Span};
 
-use super::connections::Answers;
+use super::answers::Answers;
 use super::connections::Connections;
 use super::database::Database;
 use super::delivery::ClusterDeliveries;

@@ -29,15 +29,6 @@ impl TimerError {
         )
     }
 
-    /// A call that needs a pending timer (Reschedule) found none: it fired (a one-shot
-    /// timer), was cancelled, or never existed.
-    pub fn no_longer_pending(timer: &super::timer::TimerRef) -> Self {
-        Self::NotFound(format!(
-            "timer {} in namespace {:?} is no longer pending (fired or cancelled)",
-            timer.target, timer.namespace
-        ))
-    }
-
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             field,
@@ -64,30 +55,4 @@ pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
         cause = next.source();
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::{Target, TimerId, TimerRef};
-
-    #[test]
-    fn a_timer_no_longer_pending_is_named_as_its_client_knows_it() {
-        let by_id = TimerRef {
-            namespace: "leases".into(),
-            target: Target::Id(TimerId(202)),
-        };
-        assert_eq!(
-            TimerError::no_longer_pending(&by_id).to_string(),
-            "timer 00000000000000ca in namespace \"leases\" is no longer pending (fired or cancelled)"
-        );
-        let by_key = TimerRef {
-            namespace: "leases".into(),
-            target: Target::Key("worker-7".into()),
-        };
-        assert_eq!(
-            TimerError::no_longer_pending(&by_key).to_string(),
-            "timer with key \"worker-7\" in namespace \"leases\" is no longer pending (fired or cancelled)"
-        );
-    }
 }

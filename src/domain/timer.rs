@@ -133,6 +133,18 @@ pub struct TimerRef {
     pub target: Target,
 }
 
+impl TimerRef {
+    /// What a call that needs this timer pending (Reschedule) answers when it is not: it
+    /// fired (a one-shot timer), was cancelled, or never existed. Named as its client
+    /// knows it.
+    pub fn no_longer_pending(&self) -> TimerError {
+        TimerError::NotFound(format!(
+            "timer {} in namespace {:?} is no longer pending (fired or cancelled)",
+            self.target, self.namespace
+        ))
+    }
+}
+
 /// A pending timer as reported to clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerView {
@@ -172,4 +184,29 @@ pub struct Registered {
     pub created: bool,
     /// True when a pending timer under the key was replaced.
     pub replaced: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_no_longer_pending_is_named_as_its_client_knows_it() {
+        let by_id = TimerRef {
+            namespace: "leases".into(),
+            target: Target::Id(TimerId(202)),
+        };
+        assert_eq!(
+            by_id.no_longer_pending().to_string(),
+            "timer 00000000000000ca in namespace \"leases\" is no longer pending (fired or cancelled)"
+        );
+        let by_key = TimerRef {
+            namespace: "leases".into(),
+            target: Target::Key("worker-7".into()),
+        };
+        assert_eq!(
+            by_key.no_longer_pending().to_string(),
+            "timer with key \"worker-7\" in namespace \"leases\" is no longer pending (fired or cancelled)"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::announce::{announce_if_due, announce_until};
-use super::ids::IdBlock;
+use super::ids::{self, IdBlock};
 use super::inserts;
 use super::rows::{deadline_of, nanos, view_of, VIEW_COLUMNS};
 use crate::budget::MemoryBudget;
@@ -104,7 +104,7 @@ impl ClusterTimers {
                 self.metrics.timers_cancelled.inc();
                 Ok(true)
             }
-            (Target::Id(id), 0) if self.was_issued(*id).await? => Ok(false),
+            (Target::Id(id), 0) if ids::was_issued(&self.connections, *id).await? => Ok(false),
             (_, _) => Err(not_found(timer)),
         }
     }
@@ -174,7 +174,7 @@ impl ClusterTimers {
             .await?;
         moved
             .map(|row| view_of(&row, now))
-            .ok_or_else(|| TimerError::no_longer_pending(timer))
+            .ok_or_else(|| timer.no_longer_pending())
     }
 
     /// Updates the pending timer `timer` names (`$1` namespace, `$2` id or key) with

@@ -2,7 +2,7 @@
 //! replica asks the database for ids once per thousand timers, and whether an id was ever
 //! handed out (a cancel of an id that fired is told from one of an id never issued).
 
-use super::cluster_timers::ClusterTimers;
+use crate::cluster::connections::Connections;
 use crate::cluster::error::ClusterError;
 use crate::domain::{TimerError, TimerId};
 
@@ -22,18 +22,20 @@ pub(super) struct IdBlock {
     pub(super) spare: Vec<u64>,
 }
 
-impl ClusterTimers {
+impl IdBlock {
     /// `count` new ids. Blocks are taken from the sequence several at a time (the
     /// sequence hands out one per `nextval`), so that concurrent calls, which wait for
-    /// each other here, rarely wait for a round trip.
-    pub(super) async fn allocate_ids(&self, count: usize) -> Result<Vec<u64>, ClusterError> {
-        let mut block = self.ids.lock().await;
+    /// each other on this block's lock, rarely wait for a round trip.
+    pub(super) async fn allocate(
+        &mut self,
+        connections: &Connections,
+        count: usize,
+    ) -> Result<Vec<u64>, ClusterError> {
         let mut ids = Vec::with_capacity(count);
         while ids.len() < count {
-            if block.next == block.end {
-                if block.spare.is_empty() {
-                    let rows = self
-                        .connections
+            if self.next == self.end {
+                if self.spare.is_empty() {
+                    let rows = connections
                         .client()
                         .await?
                         .query(
@@ -42,31 +44,29 @@ impl ClusterTimers {
                         )
                         .await
                         .map_err(ClusterError::query("allocating timer ids"))?;
-                    block
-                        .spare
+                    self.spare
                         .extend(rows.iter().map(|row| row.get::<_, i64>(0) as u64));
                 }
-                let start = block.spare.pop().expect("blocks were just taken");
-                block.next = start;
-                block.end = start + ID_BLOCK;
+                let start = self.spare.pop().expect("blocks were just taken");
+                self.next = start;
+                self.end = start + ID_BLOCK;
             }
-            ids.push(block.next);
-            block.next += 1;
+            ids.push(self.next);
+            self.next += 1;
         }
         Ok(ids)
     }
+}
 
-    /// Whether an id was ever handed out (so it fired or was cancelled, rather than never
-    /// existed): the sequence has passed its block.
-    pub(super) async fn was_issued(&self, id: TimerId) -> Result<bool, TimerError> {
-        let row = self
-            .connections
-            .client()
-            .await?
-            .query_one("SELECT last_value FROM tickd_timer_ids", &[])
-            .await
-            .map_err(ClusterError::query("reading ids"))?;
-        let last_block_start = row.get::<_, i64>(0) as u64;
-        Ok(id.0 > 0 && id.0 < last_block_start + ID_BLOCK)
-    }
+/// Whether an id was ever handed out (so it fired or was cancelled, rather than never
+/// existed): the sequence has passed its self.
+pub(super) async fn was_issued(connections: &Connections, id: TimerId) -> Result<bool, TimerError> {
+    let row = connections
+        .client()
+        .await?
+        .query_one("SELECT last_value FROM tickd_timer_ids", &[])
+        .await
+        .map_err(ClusterError::query("reading ids"))?;
+    let last_block_start = row.get::<_, i64>(0) as u64;
+    Ok(id.0 > 0 && id.0 < last_block_start + ID_BLOCK)
 }

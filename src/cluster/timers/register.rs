@@ -133,7 +133,12 @@ impl ClusterTimers {
             return Ok(Vec::new());
         }
         let (timers, deadlines): (Vec<&NewTimer>, Vec<u64>) = run.iter().copied().unzip();
-        let ids = self.allocate_ids(timers.len()).await?;
+        let ids = self
+            .ids
+            .lock()
+            .await
+            .allocate(&self.connections, timers.len())
+            .await?;
         let inserted = self.insert(&timers, &ids, &deadlines).await?;
         let mut registered = Vec::with_capacity(timers.len());
         for ((timer, id), deadline) in timers.iter().zip(ids).zip(deadlines) {
@@ -180,7 +185,7 @@ impl ClusterTimers {
         deadline: u64,
         now: u64,
     ) -> Result<Registered, ClusterError> {
-        let id = self.allocate_ids(1).await?[0];
+        let id = self.ids.lock().await.allocate(&self.connections, 1).await?[0];
         let columns = TimerColumns::new(&self.shared, &[timer], &[id], &[deadline]);
         let statement = format!(
             "WITH upserted AS (

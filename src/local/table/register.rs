@@ -154,8 +154,7 @@ impl TimerTable {
 
     /// Like [`Self::lookup`], but a timer that is no longer pending is NOT_FOUND too.
     pub(super) fn lookup_pending(&self, timer: &TimerRef) -> Result<Handle, TimerError> {
-        self.lookup(timer)?
-            .ok_or_else(|| TimerError::no_longer_pending(timer))
+        self.lookup(timer)?.ok_or_else(|| timer.no_longer_pending())
     }
 
     pub(super) fn cancel(&mut self, timer: &TimerRef, now: Now) -> Result<bool, TimerError> {
