@@ -1,6 +1,7 @@
 //! An HTTP sink written for the tests: a hyper server on loopback that records every push
 //! tickd makes and answers as the test's script says (a status, and a `Retry-After` if
-//! wanted), so that a test can make a sink fail, reject, throttle or go down.
+//! wanted), so that a test can make a sink fail, reject, throttle or go down, or hold its
+//! answers (pushes stay in flight, unacknowledged, until it lets them go).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
 use super::rpc::PATIENCE;
@@ -45,6 +46,8 @@ pub(crate) struct HttpSink {
     pub addr: SocketAddr,
     pushes: Arc<Mutex<Vec<Push>>>,
     pushed: Arc<Notify>,
+    /// True while answers are held: a push is recorded at once, answered on release.
+    holding: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
 
@@ -59,19 +62,30 @@ impl HttpSink {
         let addr = listener.local_addr().unwrap();
         let pushes = Arc::new(Mutex::new(Vec::new()));
         let pushed = Arc::new(Notify::new());
+        let holding = watch::Sender::new(false);
         let mut tasks = JoinSet::new();
         let connections = Arc::new(Mutex::new(JoinSet::new()));
         {
-            let (pushes, pushed, connections) =
-                (pushes.clone(), pushed.clone(), connections.clone());
+            let (pushes, pushed, connections, holding) = (
+                pushes.clone(),
+                pushed.clone(),
+                connections.clone(),
+                holding.clone(),
+            );
             tasks.spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
                     let (pushes, pushed, script) = (pushes.clone(), pushed.clone(), script.clone());
+                    let held = holding.subscribe();
                     let service = service_fn(move |request| {
-                        answer(request, pushes.clone(), pushed.clone(), script.clone())
+                        let recorder = Recorder {
+                            pushes: pushes.clone(),
+                            pushed: pushed.clone(),
+                            held: held.clone(),
+                        };
+                        answer(request, recorder, script.clone())
                     });
                     connections.lock().unwrap().spawn(async move {
                         let _ = http1::Builder::new()
@@ -90,6 +104,7 @@ impl HttpSink {
             addr,
             pushes,
             pushed,
+            holding,
             tasks,
         }
     }
@@ -125,18 +140,40 @@ impl HttpSink {
         }
     }
 
+    /// Holds every answer from now on (pushes already answered are not affected): what
+    /// tickd pushes meanwhile is recorded and stays in flight until [`HttpSink::release`].
+    pub(crate) fn hold(&self) {
+        self.holding.send_replace(true);
+    }
+
+    /// Answers the held pushes, and every push from now on at once.
+    pub(crate) fn release(&self) {
+        self.holding.send_replace(false);
+    }
+
     /// Closes the listener and every connection: the sink is down.
     pub(crate) fn stop(mut self) {
         self.tasks.abort_all();
     }
 }
 
-async fn answer(
-    request: Request<Incoming>,
+/// Where a connection records its pushes, and whether it holds their answers.
+struct Recorder {
     pushes: Arc<Mutex<Vec<Push>>>,
     pushed: Arc<Notify>,
+    held: watch::Receiver<bool>,
+}
+
+async fn answer(
+    request: Request<Incoming>,
+    recorder: Recorder,
     script: Script,
 ) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let Recorder {
+        pushes,
+        pushed,
+        mut held,
+    } = recorder;
     let header = |name: &str| {
         request
             .headers()
@@ -167,6 +204,8 @@ async fn answer(
     let (status, retry_after) = script(&push, before);
     pushes.lock().unwrap().push(push);
     pushed.notify_waiters();
+    // Held, the push is recorded but unanswered: tickd has it in flight.
+    let _ = held.wait_for(|held| !*held).await;
     let mut response = Response::builder().status(status);
     if let Some(retry_after) = retry_after {
         response = response.header("retry-after", retry_after);

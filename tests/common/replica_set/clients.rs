@@ -83,6 +83,8 @@ impl Live {
 /// Registers timers through the live replicas in turn, recording each acknowledged one.
 pub(crate) struct Registrar {
     live: Live,
+    /// Where its timers go: [`NAMESPACE`] unless told otherwise.
+    namespace: String,
     /// Replicas it never calls, though live.
     avoided: Vec<String>,
     ledger: SharedLedger,
@@ -100,12 +102,20 @@ impl Registrar {
     ) -> Registrar {
         Registrar {
             live: set.live.clone(),
+            namespace: NAMESPACE.into(),
             avoided: Vec::new(),
             ledger: ledger.clone(),
             delays,
             clients: HashMap::new(),
             sequence: 0,
         }
+    }
+
+    /// Registers in `namespace` instead of [`NAMESPACE`] (one a sink pushes, say, which
+    /// the consumers here leave alone).
+    pub(crate) fn in_namespace(mut self, namespace: &str) -> Registrar {
+        self.namespace = namespace.into();
+        self
     }
 
     /// Never through `ids` (replicas under test, say), only through the others.
@@ -174,7 +184,7 @@ impl Registrar {
         let timers = (0..count)
             .map(|_| {
                 self.sequence += 1;
-                spec(NAMESPACE, self.next_delay(), b"")
+                spec(&self.namespace, self.next_delay(), b"")
             })
             .collect();
         let answer = client.new_timeouts(NewTimeoutsRequest { timers }).await;
@@ -205,7 +215,7 @@ impl Registrar {
         };
         let mut client = self.client_of(replica.addr);
         let request = NewTimeoutRequest {
-            timer: Some(spec(NAMESPACE, self.next_delay(), b"")),
+            timer: Some(spec(&self.namespace, self.next_delay(), b"")),
         };
         let answer = client.new_timeout(request).await;
         let mut ledger = self.ledger.lock().unwrap();
