@@ -11,7 +11,7 @@
 //! ahead of time and then hands each bucket's list over to a slot one level down (see
 //! [`super::staging`]). Entries name their list by id, so the hand-over changes one home and
 //! one slot's id per bucket instead of every timer's `location`. A [`Level`](super::level::Level)
-//! and the [`Staging`](super::staging::Staging) therefore hold ids into this one pool.
+//! and the [`Staging`](super::staging_levels::Staging) therefore hold ids into this one pool.
 //!
 //! Ids and homes share one numbering: `level * 64 + slot` for slots, then [`DUE_LIST`], then
 //! `level * 64 + bucket` after it for the staging buckets of each level. At start every list

@@ -66,6 +66,7 @@ mod links;
 mod lists;
 mod slab;
 mod staging;
+mod staging_levels;
 mod state;
 #[cfg(test)]
 mod tests;

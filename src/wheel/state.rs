@@ -10,7 +10,7 @@ use super::handle::{Handle, WheelFull};
 use super::level::Level;
 use super::lists::ListPool;
 use super::slab::Slab;
-use super::staging::Staging;
+use super::staging_levels::Staging;
 
 /// A hierarchical hashed timing wheel holding values of type `T`. See the module docs.
 pub struct Wheel<T> {

@@ -5,8 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::file::Inode;
-use super::state::{InodeId, State};
+use super::state::{Inode, InodeId, State};
 use crate::sim::rng::Rng;
 
 /// The size of a disk sector: a corrupted unsynced tail has one sector's worth of garbage.

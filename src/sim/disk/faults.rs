@@ -1,25 +1,11 @@
 //! What the harness does to the simulated disk: crash the process or the machine, arm an
-//! I/O fault for the next call of a kind, crash at the n-th call from now, and damage a
-//! file at rest.
+//! I/O fault for the next call of a kind (kept in the state's [`Faults`]), crash at the
+//! n-th call from now, and damage a file at rest.
 
 use std::io::{self, ErrorKind};
 use std::path::Path;
 
-use super::state::SimDisk;
-
-/// Faults the harness armed; each I/O fault fires once, on the next call of its kind.
-#[derive(Debug, Default)]
-pub(super) struct Faults {
-    pub(super) read: bool,
-    pub(super) append: bool,
-    pub(super) enospc: bool,
-    pub(super) sync: bool,
-    pub(super) set_len: bool,
-    /// The number of the call (as counted by `calls`) that does not happen.
-    pub(super) crash_at: Option<u64>,
-    /// Set by that call: every call fails until the harness crashes the process or machine.
-    pub(super) crashed: bool,
-}
+use super::state::{Faults, SimDisk};
 
 impl SimDisk {
     /// The process dies: everything it saw stays (the kernel still has it), nothing owed

@@ -4,28 +4,13 @@
 
 use std::io::{self, ErrorKind};
 
-use super::faults::Faults;
-use super::state::{InodeId, SimDisk, State};
+use super::state::{Faults, Inode, InodeId, SimDisk, State};
 use crate::local::store::disk::DiskFile;
 use crate::sim::rng::Rng;
 
 /// The largest file the simulated disk holds: `set_len` beyond it is a full disk rather
 /// than an allocation the test machine cannot make.
 const MAX_FILE_BYTES: u64 = 1 << 30;
-
-/// One file, named or not (a removed file lives on while a handle has it open).
-#[derive(Debug, Default)]
-pub(super) struct Inode {
-    /// The bytes as the process sees them.
-    pub(super) content: Vec<u8>,
-    /// `content[..synced]` is on the disk for sure.
-    pub(super) synced: usize,
-    /// Durable bytes from `synced` on that a `set_len` since the last sync cut off: a
-    /// machine crash may bring them back, since the cut itself was not yet durable.
-    pub(super) cut: Option<Vec<u8>>,
-    /// Handles open on it in this process generation.
-    pub(super) open: usize,
-}
 
 impl Inode {
     /// The new length is seen at once; what it cuts below the durable prefix stays
@@ -51,6 +36,20 @@ pub(super) struct SimFile {
     pub(super) disk: SimDisk,
     pub(super) inode: InodeId,
     pub(super) generation: u64,
+}
+
+impl State {
+    /// A new handle on `inode` for this process generation.
+    pub(super) fn handle(&mut self, inode: InodeId, disk: &SimDisk) -> Box<dyn DiskFile> {
+        if let Some(file) = self.inodes.get_mut(&inode) {
+            file.open += 1;
+        }
+        Box::new(SimFile {
+            disk: disk.clone(),
+            inode,
+            generation: self.generation,
+        })
+    }
 }
 
 impl SimFile {

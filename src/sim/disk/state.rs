@@ -8,9 +8,6 @@ use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::faults::Faults;
-use super::file::{Inode, SimFile};
-use crate::local::store::disk::DiskFile;
 use crate::sim::rng::Rng;
 
 /// A simulated disk; clones share it (the harness keeps one, the store gets another).
@@ -79,6 +76,34 @@ impl Change {
             | Change::Unlink { inode, .. } => *inode,
         }
     }
+}
+
+/// Faults the harness armed; each I/O fault fires once, on the next call of its kind.
+#[derive(Debug, Default)]
+pub(super) struct Faults {
+    pub(super) read: bool,
+    pub(super) append: bool,
+    pub(super) enospc: bool,
+    pub(super) sync: bool,
+    pub(super) set_len: bool,
+    /// The number of the call (as counted by `calls`) that does not happen.
+    pub(super) crash_at: Option<u64>,
+    /// Set by that call: every call fails until the harness crashes the process or machine.
+    pub(super) crashed: bool,
+}
+
+/// One file, named or not (a removed file lives on while a handle has it open).
+#[derive(Debug, Default)]
+pub(super) struct Inode {
+    /// The bytes as the process sees them.
+    pub(super) content: Vec<u8>,
+    /// `content[..synced]` is on the disk for sure.
+    pub(super) synced: usize,
+    /// Durable bytes from `synced` on that a `set_len` since the last sync cut off: a
+    /// machine crash may bring them back, since the cut itself was not yet durable.
+    pub(super) cut: Option<Vec<u8>>,
+    /// Handles open on it in this process generation.
+    pub(super) open: usize,
 }
 
 #[derive(Debug)]
@@ -194,17 +219,6 @@ impl State {
         };
         self.owe(parent_of(path), link);
         inode
-    }
-
-    pub(super) fn handle(&mut self, inode: InodeId, disk: &SimDisk) -> Box<dyn DiskFile> {
-        if let Some(file) = self.inodes.get_mut(&inode) {
-            file.open += 1;
-        }
-        Box::new(SimFile {
-            disk: disk.clone(),
-            inode,
-            generation: self.generation,
-        })
     }
 
     /// Forgets inodes nothing can reach any more: no name seen or durable, no change owed
