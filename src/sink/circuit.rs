@@ -133,6 +133,19 @@ impl Circuit {
         self.changed.notify_waiters();
     }
 
+    /// The probe admitted never went (its delivery was no longer this pusher's): another
+    /// push may be the probe at once.
+    pub(crate) fn probe_abandoned(&self) {
+        let mut state = self.lock();
+        if let State::HalfOpen { opened_for } = *state {
+            *state = State::Open {
+                until: Instant::now(),
+                opened_for,
+            };
+            self.changed.notify_waiters();
+        }
+    }
+
     /// 0 closed, 1 open, 2 half open (`tickd_sink_circuit`).
     pub(crate) fn gauge_value(&self) -> i64 {
         match *self.lock() {
@@ -232,5 +245,22 @@ mod tests {
         assert!(!waiting.is_finished(), "one probe at a time");
         circuit.sink_answered();
         assert_eq!(waiting.await.unwrap(), Admission::Push);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_probe_lets_another_push_probe() {
+        let circuit = std::sync::Arc::new(Circuit::default());
+        for _ in 0..FAILURES_TO_OPEN {
+            circuit.sink_failed(Admission::Push);
+        }
+        assert_eq!(circuit.admit().await, Admission::Probe);
+        let waiting = tokio::spawn({
+            let circuit = circuit.clone();
+            async move { circuit.admit().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one probe at a time");
+        circuit.probe_abandoned();
+        assert_eq!(waiting.await.unwrap(), Admission::Probe);
     }
 }

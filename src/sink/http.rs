@@ -25,7 +25,7 @@ use crate::domain::{with_causes, Delivered};
 /// Idle connections kept per sink host: enough for its in-flight limit to reuse them.
 const IDLE_CONNECTIONS_PER_HOST: usize = 256;
 /// A connection is given up on after this long; the push is then unreachable, not late.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) struct HttpSink {
     client: Client<AllowedConnector, Full<Bytes>>,
@@ -35,7 +35,7 @@ pub(crate) struct HttpSink {
 
 impl HttpSink {
     pub(crate) fn new(target: HttpTarget, allow: Arc<SinkAllow>, timeout: Duration) -> Self {
-        let connector = AllowedConnector::new(allow, CONNECT_TIMEOUT.min(timeout));
+        let connector = AllowedConnector::new(allow, CONNECT_TIMEOUT);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
             .build(connector);
@@ -56,11 +56,18 @@ impl HttpSink {
                 }
             }
         };
-        let answered = tokio::time::timeout(self.timeout, async {
+        // The connection's own time is the connector's (`CONNECT_TIMEOUT` an address), on
+        // top of the answer's: a sink that drops connection attempts is unreachable (no
+        // attempt), not late.
+        let answered = tokio::time::timeout(self.timeout + CONNECT_TIMEOUT, async {
             let response = self.client.request(request).await?;
             let (parts, body) = response.into_parts();
-            // Read to its end, so that the connection goes back to the pool.
-            let _ = body.collect().await;
+            // The status settles the push; the body is read to its end apart, so that the
+            // connection goes back to the pool, and a body that never ends cannot turn a
+            // 2xx into a failed attempt.
+            tokio::spawn(tokio::time::timeout(self.timeout, async move {
+                let _ = body.collect().await;
+            }));
             Ok::<_, hyper_util::client::legacy::Error>(parts)
         })
         .await;

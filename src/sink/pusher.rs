@@ -24,7 +24,7 @@ use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::circuit::{backoff, Admission, Circuit};
-use super::http::HttpSink;
+use super::http::{HttpSink, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
 use crate::domain::{Delivered, Expirations, SubscribeOptions};
 use crate::metrics::sinks::{OutcomeLabels, SinkLabels};
@@ -58,11 +58,16 @@ pub(crate) struct Pusher {
 }
 
 impl Pusher {
+    /// The longest one push takes: its connection, then the answer (`HttpSink::push`).
+    fn push_budget(&self) -> Duration {
+        self.timeout + CONNECT_TIMEOUT
+    }
+
     fn subscription(&self) -> SubscribeOptions {
         SubscribeOptions {
             namespace: self.namespace.clone(),
             observer: false,
-            ack_timeout: Some(self.timeout + CLAIM_SLACK),
+            ack_timeout: Some(self.push_budget() + CLAIM_SLACK),
             max_unacked: Some(self.max_in_flight),
             auto_ack: false,
         }
@@ -105,18 +110,26 @@ impl Pusher {
 
     /// Pushes one delivery until the sink answers, then settles it by the answer.
     async fn deliver(self: Arc<Self>, delivered: Delivered, acks: mpsc::UnboundedSender<u64>) {
-        let mut claim_until = Instant::now() + self.timeout + CLAIM_SLACK;
+        let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK;
         let mut unreached = 0;
         loop {
             let Some(admission) = self.admitted(&delivered, &mut claim_until).await else {
                 return;
             };
             // The claim must outlive the push and its ack.
-            if claim_until < Instant::now() + self.timeout + CLAIM_SLACK / 2
+            if claim_until < Instant::now() + self.push_budget() + CLAIM_SLACK / 2
                 && !self
-                    .extend(&delivered, &mut claim_until, self.timeout + CLAIM_SLACK)
+                    .extend(
+                        &delivered,
+                        &mut claim_until,
+                        self.push_budget() + CLAIM_SLACK,
+                    )
                     .await
             {
+                // A probe that never went must not leave the circuit waiting for it.
+                if admission == Admission::Probe {
+                    self.circuit.probe_abandoned();
+                }
                 return;
             }
             let outcome = self.push(&delivered).await;
@@ -171,14 +184,14 @@ impl Pusher {
     ) -> Option<Admission> {
         loop {
             let renew_at = claim_until
-                .checked_sub(self.timeout + CLAIM_SLACK)
+                .checked_sub(self.push_budget() + CLAIM_SLACK)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
                 // A closed circuit admits at once: no renewal, no round trip to the backend.
                 biased;
                 admission = self.circuit.admit() => return Some(admission),
                 () = tokio::time::sleep_until(renew_at) => {
-                    if !self.extend(delivered, claim_until, HOLD_STEP + self.timeout + CLAIM_SLACK).await {
+                    if !self.extend(delivered, claim_until, HOLD_STEP + self.push_budget() + CLAIM_SLACK).await {
                         return None;
                     }
                 }
