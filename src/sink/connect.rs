@@ -29,6 +29,10 @@ use tokio::net::TcpStream;
 
 use super::allow::{SinkAllow, SinkRefused};
 
+/// A connection is given up on after this long an address; the push is then unreachable
+/// (no attempt counted), not late.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A `tower::Service<Uri>` for `hyper_util::client::legacy::Client`, dialling only the
 /// allowed addresses of the URL's host.
 #[derive(Clone, Debug)]

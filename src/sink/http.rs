@@ -17,15 +17,13 @@ use hyper_util::rt::TokioExecutor;
 use prost::Message;
 
 use super::allow::SinkAllow;
-use super::connect::{sink_refusal, AllowedConnector};
+use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
 use super::spec::{BodyFormat, HttpTarget};
 use crate::domain::{with_causes, Delivered};
 
 /// Idle connections kept per sink host: enough for its in-flight limit to reuse them.
 const IDLE_CONNECTIONS_PER_HOST: usize = 256;
-/// A connection is given up on after this long; the push is then unreachable, not late.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) struct HttpSink {
     client: Client<AllowedConnector, Full<Bytes>>,

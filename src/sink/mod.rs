@@ -15,6 +15,7 @@
 
 pub(crate) mod allow;
 mod circuit;
+mod client;
 pub(crate) mod connect;
 mod http;
 mod outcome;
@@ -105,7 +106,11 @@ impl CheckedSinks {
                 metrics.sinks.announce(&spec.namespace);
                 let pusher = Arc::new(pusher::Pusher {
                     shown_as: spec.target.to_string(),
-                    sink: http::HttpSink::new(spec.target, self.allow.clone(), self.config.timeout),
+                    sink: client::SinkClient::new(
+                        spec.target,
+                        self.allow.clone(),
+                        self.config.timeout,
+                    ),
                     namespace: spec.namespace,
                     expirations: expirations.clone(),
                     circuit: circuit::Circuit::default(),

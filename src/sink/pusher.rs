@@ -24,7 +24,7 @@ use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::circuit::{backoff, Admission, Circuit};
-use super::http::{HttpSink, CONNECT_TIMEOUT};
+use super::client::SinkClient;
 use super::outcome::PushOutcome;
 use crate::domain::{Delivered, Expirations, SubscribeOptions};
 use crate::metrics::sinks::{OutcomeLabels, SinkLabels};
@@ -48,7 +48,7 @@ const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 pub(crate) struct Pusher {
     pub(crate) namespace: String,
-    pub(crate) sink: HttpSink,
+    pub(crate) sink: SinkClient,
     pub(crate) shown_as: String,
     pub(crate) expirations: Arc<dyn Expirations>,
     pub(crate) circuit: Circuit,
@@ -58,9 +58,9 @@ pub(crate) struct Pusher {
 }
 
 impl Pusher {
-    /// The longest one push takes: its connection, then the answer (`HttpSink::push`).
+    /// The longest one push takes: its connection, then the answer.
     fn push_budget(&self) -> Duration {
-        self.timeout + CONNECT_TIMEOUT
+        self.timeout + self.sink.connect_budget()
     }
 
     fn subscription(&self) -> SubscribeOptions {

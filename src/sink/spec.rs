@@ -14,7 +14,52 @@ use crate::api::convert::Limits;
 #[derive(Clone)]
 pub struct SinkSpec {
     pub(crate) namespace: String,
-    pub(crate) target: HttpTarget,
+    pub(crate) target: SinkTarget,
+}
+
+/// Where a sink's pushes go, by the URL's scheme. Each transport reads its own URLs and
+/// has its own client in [`super::client::SinkClient`].
+#[derive(Clone)]
+pub(crate) enum SinkTarget {
+    /// `http://`: a POST per expiration.
+    Http(HttpTarget),
+}
+
+impl SinkTarget {
+    /// Reads a sink's URL, dispatching on its scheme.
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let Some((scheme, _)) = url.split_once("://") else {
+            return Err("give the scheme, as in http://127.0.0.1:8080/timers".into());
+        };
+        match scheme {
+            "http" => http_target(url).map(SinkTarget::Http),
+            scheme => Err(format!(
+                "tickd pushes to http:// sinks; {scheme}:// is not one of them"
+            )),
+        }
+    }
+
+    /// The host each connection is made to (checked against `--sink-allow`).
+    pub(crate) fn host(&self) -> &str {
+        match self {
+            SinkTarget::Http(target) => target.host(),
+        }
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        match self {
+            SinkTarget::Http(target) => target.port(),
+        }
+    }
+}
+
+/// The URL as it may be shown: no credentials.
+impl fmt::Display for SinkTarget {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SinkTarget::Http(target) => target.fmt(formatter),
+        }
+    }
 }
 
 /// An HTTP endpoint that takes one expiration per POST.
@@ -80,7 +125,7 @@ impl FromStr for SinkSpec {
         let namespace = Limits::default()
             .namespace(namespace)
             .map_err(|error| refuse(error.to_string()))?;
-        let target = http_target(url).map_err(refuse)?;
+        let target = SinkTarget::parse(url).map_err(refuse)?;
         Ok(SinkSpec { namespace, target })
     }
 }
@@ -95,19 +140,7 @@ fn http_target(url: &str) -> Result<HttpTarget, String> {
             ))
         }
     };
-    if !url.contains("://") {
-        return Err("give the scheme, as in http://127.0.0.1:8080/timers".into());
-    }
     let uri = Uri::from_str(url).map_err(|error| format!("not a URL: {error}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some(scheme) => {
-            return Err(format!(
-                "tickd pushes to http:// sinks; {scheme}:// is not one of them"
-            ))
-        }
-        None => return Err("give the scheme, as in http://127.0.0.1:8080/timers".into()),
-    }
     let authority = uri
         .authority()
         .ok_or_else(|| "give a host, as in http://127.0.0.1:8080/timers".to_owned())?;
@@ -155,17 +188,26 @@ fn masked(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The HTTP target of a sink the test gave an http:// URL.
+    #[allow(irrefutable_let_patterns)]
+    fn http(spec: &SinkSpec) -> &HttpTarget {
+        let SinkTarget::Http(target) = &spec.target else {
+            panic!("{spec:?} is not an HTTP sink");
+        };
+        target
+    }
+
     #[test]
     fn a_sink_is_a_namespace_and_an_http_url() {
         let spec: SinkSpec = "billing=http://127.0.0.1:8080/timers?x=1".parse().unwrap();
         assert_eq!(spec.namespace, "billing");
-        assert_eq!(spec.target.uri, "http://127.0.0.1:8080/timers?x=1");
+        assert_eq!(http(&spec).uri, "http://127.0.0.1:8080/timers?x=1");
         assert_eq!(spec.target.host(), "127.0.0.1");
         assert_eq!(spec.target.port(), 8080);
-        assert_eq!(spec.target.body, BodyFormat::Json);
-        assert_eq!(spec.target.authorization, None);
+        assert_eq!(http(&spec).body, BodyFormat::Json);
+        assert_eq!(http(&spec).authorization, None);
         let spec: SinkSpec = "n=http://localhost/hook#protobuf".parse().unwrap();
-        assert_eq!(spec.target.body, BodyFormat::Protobuf);
+        assert_eq!(http(&spec).body, BodyFormat::Protobuf);
         assert_eq!(spec.target.port(), 80);
         assert_eq!(spec.target.to_string(), "http://localhost/hook#protobuf");
     }
@@ -175,7 +217,7 @@ mod tests {
         let spec: SinkSpec = "n=http://app:s%40cret@127.0.0.1:9/hook".parse().unwrap();
         // "app:s@cret" in base64.
         assert_eq!(
-            spec.target.authorization.as_deref(),
+            http(&spec).authorization.as_deref(),
             Some("Basic YXBwOnNAY3JldA==")
         );
         let shown = format!("{spec:?} {}", spec.target);

@@ -1,0 +1,39 @@
+//! A sink's client, by transport: what the pusher calls to push one delivery, whatever
+//! the sink is. Each transport reads the answer into a [`PushOutcome`], so pacing,
+//! attempts, the circuit and acknowledgements stay the pusher's, the same for all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::allow::SinkAllow;
+use super::connect::CONNECT_TIMEOUT;
+use super::http::HttpSink;
+use super::outcome::PushOutcome;
+use super::spec::SinkTarget;
+use crate::domain::Delivered;
+
+pub(crate) enum SinkClient {
+    Http(HttpSink),
+}
+
+impl SinkClient {
+    /// A client for `target` that connects only where `allow` allows and gives each push
+    /// `timeout` for its answer (beyond its connection's own time).
+    pub(crate) fn new(target: SinkTarget, allow: Arc<SinkAllow>, timeout: Duration) -> Self {
+        match target {
+            SinkTarget::Http(target) => SinkClient::Http(HttpSink::new(target, allow, timeout)),
+        }
+    }
+
+    /// Pushes one delivery and reads what the sink made of it.
+    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
+        match self {
+            SinkClient::Http(sink) => sink.push(delivered).await,
+        }
+    }
+
+    /// The longest a push may take beyond `timeout`: making its connection.
+    pub(crate) fn connect_budget(&self) -> Duration {
+        CONNECT_TIMEOUT
+    }
+}
