@@ -160,8 +160,8 @@ impl ClusterDeliveries {
 impl ClusterDeliveries {
     /// Moves the claim of one live attempt to end `after` from now, whichever replica
     /// delivered it: it is then claimed again (its attempt counted) as any claim whose
-    /// deadline passed. This replica's window still counts it until its old deadline,
-    /// which can only leave less room, never more.
+    /// deadline passed. The window of the subscriber here that holds it counts it until
+    /// then too (a later deadline only, never an earlier one).
     pub(crate) async fn retry_later(
         &self,
         namespace: String,
@@ -177,6 +177,11 @@ impl ClusterDeliveries {
             .execute(RETRY_LATER, &[&namespace, &seq, &attempts, &after_micros])
             .await
             .map_err(ClusterError::query("moving a claim's deadline"))?;
+        if moved == 1 {
+            // Stamped after the database's clock moved it: never earlier than its claim.
+            let until = std::time::Instant::now() + after;
+            self.local.extended(&namespace, delivery_id, until);
+        }
         Ok(moved == 1)
     }
 }

@@ -132,6 +132,13 @@ impl Slot {
         }
     }
 
+    /// A held delivery's claim now lasts `until` (see [`LocalSubscribers::extended`]).
+    fn extended(&self, delivery_id: u64, until: Instant) {
+        if let Some(deadline) = self.lock().unacked.get_mut(&delivery_id) {
+            *deadline = (*deadline).max(until);
+        }
+    }
+
     fn acknowledged(&self, delivery_ids: &[u64]) {
         let mut held = self.lock();
         for id in delivery_ids {
@@ -168,6 +175,18 @@ impl LocalSubscribers {
 
     /// Forgets acknowledged deliveries of `namespace` (they leave room); whether one of
     /// its subscribers was waiting for room (and is to be woken).
+    /// A delivery's claim was moved to end `until` (a sink holds it, or handed it back
+    /// to be retried then): whichever subscriber here holds it counts it in its window
+    /// until then, as the database does. Without this the window would forget it at its
+    /// first deadline, and a sink that is down would be handed more than its window.
+    pub(super) fn extended(&self, namespace: &str, delivery_id: u64, until: Instant) {
+        if let Some(slots) = self.lock().get(namespace) {
+            for slot in slots {
+                slot.extended(delivery_id, until);
+            }
+        }
+    }
+
     pub(super) fn acknowledged(&self, namespace: &str, delivery_ids: &[u64]) -> bool {
         if delivery_ids.is_empty() {
             return false;
@@ -297,6 +316,27 @@ mod tests {
         let (sender, _stream) = mpsc::channel(100);
         let auto_ack = Slot::new("a".into(), Duration::from_secs(60), 100, false, sender);
         assert_eq!(auto_ack.reserve_for_claim(100), 100);
+    }
+
+    /// A delivery whose claim was moved on stays in the window until its new deadline,
+    /// not its first one: a sink holding deliveries while it is down gets no more.
+    #[test]
+    fn an_extended_claim_keeps_its_room_past_its_first_deadline() {
+        let subscribers = LocalSubscribers::default();
+        let (sender, _stream) = mpsc::channel(10);
+        // An ack timeout of zero: each delivery's first deadline has passed by the
+        // next look.
+        let slot = Arc::new(Slot::new("s".into(), Duration::ZERO, 2, true, sender));
+        let _membership = subscribers.join("n", slot.clone());
+        assert_eq!(slot.reserve(2), 2);
+        slot.settle_reservation(2, &[1, 2]);
+        subscribers.extended("n", 1, Instant::now() + Duration::from_secs(60));
+        subscribers.extended("other", 2, Instant::now() + Duration::from_secs(60));
+        assert_eq!(
+            slot.reserve(2),
+            1,
+            "1 is still held; 2's deadline passed (its extension was another namespace's)"
+        );
     }
 
     /// A stream smaller than `max_unacked` bounds direct delivery too.
