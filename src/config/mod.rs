@@ -17,7 +17,7 @@ use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::domain::DeliveryConfig;
 use crate::domain::SubscriberDefaults;
 use crate::metrics::Metrics;
-use crate::sink::{SinkConfig, SinkSpec};
+use crate::sink::{SinkConfig, SinkSpecs};
 use crate::worker::WorkerConfig;
 pub use sync_mode::SyncMode;
 
@@ -154,12 +154,13 @@ pub struct Config {
     /// Default number of unacknowledged deliveries a subscriber holds.
     #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
     pub max_unacked: usize,
-    /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas):
+    /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas,
+    /// a comma starting another only before `NAMESPACE=SCHEME://`):
     /// each of its expirations is POSTed to the URL (`http://`; the body is the expiration
     /// in proto3 JSON, or encoded with `#protobuf` at the URL's end), acknowledged by a
     /// 2xx answer, with a Subscribe stream's attempts, dead list and Redrive.
-    #[arg(long = "sink", env = "TICKD_SINK", value_delimiter = ',')]
-    pub sinks: Vec<SinkSpec>,
+    #[arg(long = "sink", env = "TICKD_SINK")]
+    pub sinks: Vec<SinkSpecs>,
     /// Where sinks may connect: IP addresses, CIDRs and host names (repeatable; several
     /// separated by commas), checked on the resolved address of every connection. None:
     /// loopback only (a sidecar's app).
@@ -304,7 +305,11 @@ impl Config {
     /// The push sinks, and what they all share.
     pub fn sinks(&self) -> SinkConfig {
         SinkConfig {
-            sinks: self.sinks.clone(),
+            sinks: self
+                .sinks
+                .iter()
+                .flat_map(|specs| specs.0.iter().cloned())
+                .collect(),
             allow: self.sink_allow.clone(),
             timeout: self.sink_timeout,
             max_in_flight: self.sink_max_in_flight,

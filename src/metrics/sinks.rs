@@ -76,19 +76,45 @@ impl SinkMetrics {
         );
     }
 
-    /// Shows a sink's series at 0 before its first push: a dashboard sees no gap.
-    pub(crate) fn announce(&self, namespace: &str) {
-        for outcome in OUTCOMES {
-            drop(self.pushes.get_or_create(&OutcomeLabels {
-                namespace: namespace.to_owned(),
-                outcome,
-            }));
-        }
+    /// A sink's series, shown at 0 before its first push (a dashboard sees no gap), and
+    /// looked up once: its pusher counts each push without a label lookup.
+    pub(crate) fn announce(&self, namespace: &str) -> SinkSeries {
+        let pushes = OUTCOMES.map(|outcome| {
+            self.pushes
+                .get_or_create(&OutcomeLabels {
+                    namespace: namespace.to_owned(),
+                    outcome,
+                })
+                .clone()
+        });
         let labels = SinkLabels {
             namespace: namespace.to_owned(),
         };
-        drop(self.push_seconds.get_or_create(&labels));
-        drop(self.in_flight.get_or_create(&labels));
-        drop(self.circuit.get_or_create(&labels));
+        SinkSeries {
+            pushes,
+            push_seconds: self.push_seconds.get_or_create(&labels).clone(),
+            in_flight: self.in_flight.get_or_create(&labels).clone(),
+            circuit: self.circuit.get_or_create(&labels).clone(),
+        }
+    }
+}
+
+/// One sink's series (handles that share their values with the registry's).
+#[derive(Clone)]
+pub(crate) struct SinkSeries {
+    /// By outcome, in the order of [`OUTCOMES`].
+    pushes: [Counter; OUTCOMES.len()],
+    pub(crate) push_seconds: Histogram,
+    pub(crate) in_flight: Gauge,
+    pub(crate) circuit: Gauge,
+}
+
+impl SinkSeries {
+    /// Counts a push by its outcome, one of [`OUTCOMES`].
+    pub(crate) fn pushed(&self, outcome: &'static str) {
+        debug_assert!(OUTCOMES.contains(&outcome), "{outcome} is not an outcome");
+        if let Some(index) = OUTCOMES.iter().position(|known| *known == outcome) {
+            self.pushes[index].inc();
+        }
     }
 }

@@ -32,7 +32,7 @@ use tracing::warn;
 use crate::domain::Expirations;
 use crate::metrics::Metrics;
 use allow::SinkAllow;
-pub use spec::SinkSpec;
+pub use spec::{SinkSpec, SinkSpecs};
 
 /// The sinks of the configuration, with what every sink shares.
 #[derive(Debug, Clone)]
@@ -103,7 +103,7 @@ impl CheckedSinks {
             .sinks
             .into_iter()
             .map(|spec| {
-                metrics.sinks.announce(&spec.namespace);
+                let series = metrics.sinks.announce(&spec.namespace);
                 let pusher = Arc::new(pusher::Pusher {
                     shown_as: spec.target.to_string(),
                     sink: client::SinkClient::new(
@@ -116,7 +116,7 @@ impl CheckedSinks {
                     circuit: circuit::Circuit::default(),
                     timeout: self.config.timeout,
                     max_in_flight: self.config.max_in_flight,
-                    metrics: metrics.clone(),
+                    series,
                 });
                 tokio::spawn(pusher.run(stopping.clone()))
             })

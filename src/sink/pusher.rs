@@ -27,8 +27,7 @@ use super::circuit::{backoff, Admission, Circuit};
 use super::client::SinkClient;
 use super::outcome::PushOutcome;
 use crate::domain::{Delivered, Expirations, SubscribeOptions};
-use crate::metrics::sinks::{OutcomeLabels, SinkLabels};
-use crate::metrics::Metrics;
+use crate::metrics::sinks::SinkSeries;
 
 /// Beyond the push timeout, how long a delivery's claim lasts: time to read the answer
 /// and acknowledge it before the backend would hand it to another attempt.
@@ -42,6 +41,8 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Delivery ids acknowledged in one Ack at most, and Ack calls in flight per sink.
 const ACK_BATCH: usize = 1_000;
 const ACKS_IN_FLIGHT: usize = 4;
+/// How long a pusher waits to ask again when extending a claim failed.
+const EXTEND_AGAIN_AFTER: Duration = Duration::from_millis(500);
 /// How long a pusher waits to subscribe again when the backend refused or ended its
 /// subscription (it is starting, or a replica lost its database for a moment).
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
@@ -54,7 +55,7 @@ pub(crate) struct Pusher {
     pub(crate) circuit: Circuit,
     pub(crate) timeout: Duration,
     pub(crate) max_in_flight: usize,
-    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) series: SinkSeries,
 }
 
 impl Pusher {
@@ -93,7 +94,14 @@ impl Pusher {
                             Some(delivered) => {
                                 pushes.spawn(self.clone().deliver(delivered, acks.clone()));
                             }
-                            None => break,
+                            None => {
+                                // The backend ended the subscription (it is stopping,
+                                // or a replica lost its partition): what it gave comes
+                                // back as redeliveries, which pushes still held here
+                                // would race. Those under way may finish.
+                                finish_pushes(&mut pushes).await;
+                                break;
+                            }
                         },
                     }
                 },
@@ -110,14 +118,17 @@ impl Pusher {
 
     /// Pushes one delivery until the sink answers, then settles it by the answer.
     async fn deliver(self: Arc<Self>, delivered: Delivered, acks: mpsc::UnboundedSender<u64>) {
-        let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK;
+        // The backend stamped the claim when it claimed the delivery, a little before it
+        // arrived here (a replica's claim statement may take a while to answer): count
+        // half the slack as spent already, so the claim is never thought longer than it is.
+        let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK / 2;
         let mut unreached = 0;
         loop {
             let Some(admission) = self.admitted(&delivered, &mut claim_until).await else {
                 return;
             };
             // The claim must outlive the push and its ack.
-            if claim_until < Instant::now() + self.push_budget() + CLAIM_SLACK / 2
+            if claim_until < Instant::now() + self.push_budget() + CLAIM_SLACK / 4
                 && !self
                     .extend(
                         &delivered,
@@ -148,7 +159,10 @@ impl Pusher {
                 }
                 PushOutcome::Retry { after } => {
                     self.circuit_failed(admission);
-                    after.unwrap_or_else(|| backoff(delivered.attempt, delivered.delivery_id))
+                    // The sink's `Retry-After` may ask for longer than the back-off, never
+                    // for less: a `Retry-After: 0` must not burn attempts back to back.
+                    let floor = backoff(delivered.attempt, delivered.delivery_id);
+                    after.map_or(floor, |after| after.max(floor))
                 }
                 PushOutcome::Unreachable { reason } => {
                     self.circuit_failed(admission);
@@ -166,11 +180,15 @@ impl Pusher {
                 }
             };
             // Handed back: the backend delivers it again after `after`, as the next
-            // attempt, or buries it if this was the last.
-            let _ = self
+            // attempt, or buries it if this was the last. If the hand-back fails, its
+            // claim still ends on its own and it comes back the same way, only sooner.
+            if let Err(error) = self
                 .expirations
                 .retry_later(self.namespace.clone(), delivered.delivery_id, after)
-                .await;
+                .await
+            {
+                debug!(namespace = %self.namespace, %error, "handing a push back for later failed; it comes back when its claim ends");
+            }
             return;
         }
     }
@@ -200,42 +218,43 @@ impl Pusher {
     }
 
     /// Moves the delivery's claim to end `by` from now; false if it is no longer ours.
+    /// A backend that fails to answer (a replica's database blinks) is asked again while
+    /// the claim lasts: giving up would cost the delivery an attempt.
     async fn extend(&self, delivered: &Delivered, claim_until: &mut Instant, by: Duration) -> bool {
-        let extended = self
-            .expirations
-            .retry_later(self.namespace.clone(), delivered.delivery_id, by)
-            .await;
-        match extended {
-            Ok(true) => {
-                *claim_until = Instant::now() + by;
-                true
+        loop {
+            let asked_at = Instant::now();
+            let extended = self
+                .expirations
+                .retry_later(self.namespace.clone(), delivered.delivery_id, by)
+                .await;
+            match extended {
+                Ok(true) => {
+                    *claim_until = asked_at + by;
+                    return true;
+                }
+                Ok(false) => return false,
+                Err(error) if Instant::now() + EXTEND_AGAIN_AFTER < *claim_until => {
+                    debug!(namespace = %self.namespace, %error, "extending a push's claim failed; asking again");
+                    tokio::time::sleep(EXTEND_AGAIN_AFTER).await;
+                }
+                Err(error) => {
+                    warn!(namespace = %self.namespace, %error, "a push's claim could not be extended before it ended; it is delivered again");
+                    return false;
+                }
             }
-            Ok(false) | Err(_) => false,
         }
     }
 
-    /// One POST, counted in the sink's metrics.
+    /// One push, counted in the sink's metrics.
     async fn push(&self, delivered: &Delivered) -> PushOutcome {
-        let labels = SinkLabels {
-            namespace: self.namespace.clone(),
-        };
-        let sinks = &self.metrics.sinks;
-        let in_flight = sinks.in_flight.get_or_create(&labels).clone();
-        in_flight.inc();
+        self.series.in_flight.inc();
         let started = Instant::now();
         let outcome = self.sink.push(delivered).await;
-        in_flight.dec();
-        sinks
+        self.series.in_flight.dec();
+        self.series
             .push_seconds
-            .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
-        sinks
-            .pushes
-            .get_or_create(&OutcomeLabels {
-                namespace: self.namespace.clone(),
-                outcome: outcome.label(),
-            })
-            .inc();
+        self.series.pushed(outcome.label());
         outcome
     }
 
@@ -258,13 +277,7 @@ impl Pusher {
     }
 
     fn show_circuit(&self) {
-        self.metrics
-            .sinks
-            .circuit
-            .get_or_create(&SinkLabels {
-                namespace: self.namespace.clone(),
-            })
-            .set(self.circuit.gauge_value());
+        self.series.circuit.set(self.circuit.gauge_value());
     }
 }
 
@@ -280,13 +293,19 @@ async fn finish(
     acks: mpsc::UnboundedSender<u64>,
     acker: tokio::task::JoinHandle<()>,
 ) {
+    finish_pushes(&mut pushes).await;
+    drop(acks);
+    let _ = tokio::time::timeout(STOP_GRACE, acker).await;
+}
+
+/// Lets the pushes in flight finish for at most [`STOP_GRACE`], then drops the rest.
+async fn finish_pushes(pushes: &mut JoinSet<()>) {
     let _ = tokio::time::timeout(STOP_GRACE, async {
         while pushes.join_next().await.is_some() {}
     })
     .await;
     pushes.abort_all();
-    drop(acks);
-    let _ = tokio::time::timeout(STOP_GRACE, acker).await;
+    while pushes.join_next().await.is_some() {}
 }
 
 /// Acknowledges pushed deliveries in batches: whatever was delivered while the previous

@@ -130,6 +130,48 @@ impl FromStr for SinkSpec {
     }
 }
 
+/// One `--sink` value: a sink, or several separated by commas. A comma starts another
+/// sink only where `NAMESPACE=SCHEME://` follows it, so a URL may hold commas itself
+/// (in its path or query) and is never cut in two.
+#[derive(Clone, Debug)]
+pub struct SinkSpecs(pub Vec<SinkSpec>);
+
+impl FromStr for SinkSpecs {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut starts = vec![0];
+        for (comma, _) in text.match_indices(',') {
+            if starts_a_sink(&text[comma + 1..]) {
+                starts.push(comma + 1);
+            }
+        }
+        starts
+            .iter()
+            .enumerate()
+            .map(|(index, &start)| {
+                let end = starts.get(index + 1).map_or(text.len(), |next| next - 1);
+                text[start..end].parse()
+            })
+            .collect::<Result<_, _>>()
+            .map(SinkSpecs)
+    }
+}
+
+/// Whether `text` opens with `NAMESPACE=SCHEME://`.
+fn starts_a_sink(text: &str) -> bool {
+    let Some((namespace, url)) = text.split_once('=') else {
+        return false;
+    };
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    !namespace.is_empty()
+        && !namespace.contains([',', '/', '?', '#'])
+        && !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
 fn http_target(url: &str) -> Result<HttpTarget, String> {
     let (url, body) = match url.split_once('#') {
         None | Some((_, "json")) => (url.split('#').next().unwrap_or(url), BodyFormat::Json),
@@ -225,6 +267,23 @@ mod tests {
         let error = "n=ftp://app:s3cret@host/".parse::<SinkSpec>().unwrap_err();
         assert!(!error.contains("s3cret"), "{error}");
         assert!(error.contains("***@host"), "{error}");
+    }
+
+    #[test]
+    fn a_comma_separates_sinks_only_before_another_namespace() {
+        let specs: SinkSpecs = "a=http://127.0.0.1/x?tags=1,2,b=http://u:p,w@127.0.0.1/y"
+            .parse()
+            .unwrap();
+        let shown: Vec<String> = specs.0.iter().map(|spec| format!("{spec:?}")).collect();
+        assert_eq!(
+            shown,
+            ["a=http://127.0.0.1/x?tags=1,2", "b=http://127.0.0.1/y"]
+        );
+        let error = "a=http://127.0.0.1/,b=ftp://u:s3cret@h/"
+            .parse::<SinkSpecs>()
+            .unwrap_err();
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("ftp://"), "{error}");
     }
 
     #[test]
