@@ -359,3 +359,109 @@ async fn sigkill_while_pushing_loses_nothing_acknowledged() {
 async fn sigterm_while_pushing_loses_nothing_acknowledged() {
     pushes_survive_a_restart("TERM").await;
 }
+
+/// A URL's `user:password@` reaches the sink as Basic credentials on every push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_url_reach_the_sink_as_basic_auth() {
+    let sink = HttpSink::start(always(200)).await;
+    let url = sink
+        .url("/timers")
+        .replacen("http://", "http://app:s%40cret@", 1);
+    let server = server_pushing_to(&url, |_| {}).await;
+    let mut client = server.client().await;
+    register_all(&mut client, specs(NAMESPACE, 3, 20)).await;
+    sink.wait_for("the 3 expirations", |pushes| keys(pushes).len() == 3)
+        .await;
+    for push in sink.pushes() {
+        // "app:s@cret" in base64.
+        assert_eq!(
+            push.authorization.as_deref(),
+            Some("Basic YXBwOnNAY3JldA=="),
+            "{push:?}"
+        );
+    }
+    server.stop().await;
+}
+
+/// A sink that takes pushes and never answers holds at most `--sink-max-in-flight` of
+/// them; the rest wait in the namespace's buffer, and all arrive once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_never_answers_is_sent_no_more_than_its_window() {
+    let sink = HttpSink::start(always(200)).await;
+    sink.hold();
+    let server = server_pushing_to(&sink.url("/"), |config| {
+        config.sink_max_in_flight = 4;
+        // Longer than the test: no push times out into a retry.
+        config.sink_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let mut client = server.client().await;
+    register_all(&mut client, specs(NAMESPACE, 20, 20)).await;
+    let in_flight = format!("tickd_sink_in_flight{{namespace=\"{NAMESPACE}\"}}");
+    let scrape = scrape_until(server.metrics_addr, |scrape| {
+        scrape.value(&in_flight) == 4.0 && scrape.value("tickd_delivery_buffered") == 16.0
+    })
+    .await;
+    assert_eq!(scrape.value(&in_flight), 4.0, "the window is full");
+    assert_eq!(
+        scrape.value("tickd_delivery_buffered"),
+        16.0,
+        "the rest wait in the buffer"
+    );
+    assert_eq!(sink.pushes().len(), 4, "pushed no more than the window");
+    sink.release();
+    sink.wait_for("all 20", |pushes| keys(pushes).len() == 20)
+        .await;
+    settled(&server).await;
+    assert!(sink.pushes().iter().all(|push| push.attempt == 1));
+    server.stop().await;
+}
+
+/// A sink whose address drops connection attempts (its accept queue is full: the
+/// kernel drops each SYN) is unreachable, not late: with a push timeout shorter than
+/// the connection's own, no attempt is spent, and once it accepts, each expiration
+/// arrives as its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_drops_connection_attempts_costs_no_attempts() {
+    let blackhole = tokio::net::TcpSocket::new_v4().unwrap();
+    blackhole.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = blackhole.local_addr().unwrap();
+    let blackhole = blackhole.listen(1).unwrap();
+    // Fill the accept queue (never accepted): later SYNs are dropped.
+    let mut fillers = Vec::new();
+    for _ in 0..3 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), socket.connect(addr)).await {
+            Ok(Ok(stream)) => fillers.push(stream),
+            _ => break,
+        }
+    }
+    let server = server_pushing_to(&format!("http://{addr}/"), |config| {
+        config.sink_timeout = Duration::from_secs(1);
+        config.max_attempts = 2;
+    })
+    .await;
+    let mut client = server.client().await;
+    register_all(&mut client, specs(NAMESPACE, 3, 20)).await;
+    let unreachable =
+        format!("tickd_sink_pushes_total{{namespace=\"{NAMESPACE}\",outcome=\"unreachable\"}}");
+    let scrape = scrape_until(server.metrics_addr, |scrape| {
+        scrape.value(&unreachable) >= 3.0
+    })
+    .await;
+    assert!(
+        scrape.value(&unreachable) >= 3.0,
+        "each push gave up connecting"
+    );
+    let retry = format!("tickd_sink_pushes_total{{namespace=\"{NAMESPACE}\",outcome=\"retry\"}}");
+    assert_eq!(scrape.value(&retry), 0.0, "no attempt was spent");
+    drop((fillers, blackhole));
+    let sink = HttpSink::start_on(addr, always(200)).await;
+    sink.wait_for("the 3 expirations", |pushes| keys(pushes).len() == 3)
+        .await;
+    settled(&server).await;
+    assert!(sink.pushes().iter().all(|push| push.attempt == 1));
+    let dead = pending_with_dead(&mut client, NAMESPACE).await;
+    assert!(dead.dead_expirations.is_empty(), "{dead:?}");
+    server.stop().await;
+}
