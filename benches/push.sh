@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Push delivery beside Subscribe, in alternation on fresh servers (`--sync always`): the
+# Push delivery beside Subscribe, in alternation on fresh servers (`--sync SYNC`): the
 # same `tickd-bench e2e` registers RATE timers/s for SECS seconds, each due a second later,
 # and receives them either as one Subscribe stream with a window of WINDOW deliveries, or
 # as an HTTP sink (`--sink bench-push=http://ADDR/#protobuf --sink-max-in-flight WINDOW`)
@@ -7,6 +7,7 @@
 #
 #   benches/push.sh                       # RATES="10000 50000", ROUNDS=3
 #   ROUNDS=5 RATES=10000 benches/push.sh
+#   SYNC=none RATES=10000 benches/push.sh  # lateness without the log's fsync
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN_GIVEN=${BIN:-}
@@ -19,6 +20,7 @@ RATES=${RATES:-"10000 50000"}
 SECS=${SECS:-8}
 WINDOW=${WINDOW:-64}
 CONNECTIONS=${CONNECTIONS:-4}
+SYNC=${SYNC:-always}
 
 [ -n "${BIN_GIVEN:-}" ] || cargo build --release --bin tickd-bench --bin tickd >&2
 echo "# $(nproc) cores, load average $(load1)" >&2
@@ -29,17 +31,17 @@ one() {
     local e2e=(e2e --connections "$CONNECTIONS" --rate "$rate" --secs "$SECS" --delay-ms 1000)
     if [ "$how" = push ]; then
         sink_port=$(free_port)
-        start_tickd always --sink "bench-push=http://127.0.0.1:$sink_port/#protobuf" \
+        start_tickd "$SYNC" --sink "bench-push=http://127.0.0.1:$sink_port/#protobuf" \
             --sink-max-in-flight "$WINDOW"
         line=$("$BIN/tickd-bench" "${e2e[@]}" --addr "$TICKD_URL" \
             --push-listen "127.0.0.1:$sink_port" --namespace bench-push)
     else
-        start_tickd always
+        start_tickd "$SYNC"
         line=$("$BIN/tickd-bench" "${e2e[@]}" --addr "$TICKD_URL" \
             --subscribers 1 --max-unacked "$WINDOW")
     fi
     stop_tickd
-    echo "$line how=$how round=$round window=$WINDOW load=$(load1)"
+    echo "$line how=$how round=$round window=$WINDOW sync=$SYNC load=$(load1)"
 }
 
 for round in $(seq "$ROUNDS"); do

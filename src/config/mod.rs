@@ -170,7 +170,8 @@ pub struct Config {
     #[arg(long, env = "TICKD_SINK_TIMEOUT", default_value = "10s", value_parser = parse_connection_timeout)]
     pub sink_timeout: Duration,
     /// Pushes to one sink awaiting an answer at most (held ones, while the sink is
-    /// unreachable, included); the rest wait in the namespace's buffer.
+    /// unreachable, included). As many again may wait for their acknowledgement or for
+    /// room; the rest wait in the namespace's buffer.
     #[arg(long, env = "TICKD_SINK_MAX_IN_FLIGHT", default_value_t = 64, value_parser = parse_positive)]
     pub sink_max_in_flight: usize,
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.

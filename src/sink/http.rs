@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
@@ -60,12 +61,15 @@ impl HttpSink {
         let answered = tokio::time::timeout(self.timeout + CONNECT_TIMEOUT, async {
             let response = self.client.request(request).await?;
             let (parts, body) = response.into_parts();
-            // The status settles the push; the body is read to its end apart, so that the
+            // The status settles the push; a body is read to its end apart, so that the
             // connection goes back to the pool, and a body that never ends cannot turn a
-            // 2xx into a failed attempt.
-            tokio::spawn(tokio::time::timeout(self.timeout, async move {
-                let _ = body.collect().await;
-            }));
+            // 2xx into a failed attempt. The usual answer (204, or an empty 200) has
+            // nothing left to read: dropping it hands the connection back at once.
+            if !body.is_end_stream() {
+                tokio::spawn(tokio::time::timeout(self.timeout, async move {
+                    let _ = body.collect().await;
+                }));
+            }
             Ok::<_, hyper_util::client::legacy::Error>(parts)
         })
         .await;

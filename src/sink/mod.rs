@@ -117,6 +117,7 @@ impl CheckedSinks {
                     timeout: self.config.timeout,
                     max_in_flight: self.config.max_in_flight,
                     series,
+                    room: tokio::sync::Semaphore::new(self.config.max_in_flight),
                 });
                 tokio::spawn(pusher.run(stopping.clone()))
             })

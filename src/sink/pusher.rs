@@ -11,13 +11,15 @@
 //!   pushes it again after a back-off, so a sink that is down for a while loses nothing
 //!   and burns no attempts.
 //!
-//! The window of the subscription is the sink's in-flight limit: held deliveries count in
-//! it, so a sink that is down holds at most that many while the rest wait in the backend.
+//! Two bounds: at most `--sink-max-in-flight` pushes at once (`room`: held deliveries keep
+//! their place in it), and a subscription window twice that, so that deliveries pushed
+//! and awaiting their (batched, durable) ack, or waiting for room, never stall the pushes.
+//! A sink that is down holds at most the window while the rest wait in the backend.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore, SemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -41,6 +43,8 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Delivery ids acknowledged in one Ack at most, and Ack calls in flight per sink.
 const ACK_BATCH: usize = 1_000;
 const ACKS_IN_FLIGHT: usize = 4;
+/// A waiting delivery's claim is renewed this long before it would be too short to push.
+const RENEW_AHEAD: Duration = Duration::from_secs(1);
 /// How long a pusher waits to ask again when extending a claim failed.
 const EXTEND_AGAIN_AFTER: Duration = Duration::from_millis(500);
 /// How long a pusher waits to subscribe again when the backend refused or ended its
@@ -56,6 +60,8 @@ pub(crate) struct Pusher {
     pub(crate) timeout: Duration,
     pub(crate) max_in_flight: usize,
     pub(crate) series: SinkSeries,
+    /// `max_in_flight` permits: one per push under way or held.
+    pub(crate) room: Semaphore,
 }
 
 impl Pusher {
@@ -69,7 +75,7 @@ impl Pusher {
             namespace: self.namespace.clone(),
             observer: false,
             ack_timeout: Some(self.push_budget() + CLAIM_SLACK),
-            max_unacked: Some(self.max_in_flight),
+            max_unacked: Some(self.max_in_flight.saturating_mul(2)),
             auto_ack: false,
         }
     }
@@ -123,12 +129,17 @@ impl Pusher {
         // half the slack as spent already, so the claim is never thought longer than it is.
         let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK / 2;
         let mut unreached = 0;
+        // Taken once and kept while the delivery is held: released as it settles.
+        let mut permit = None;
         loop {
-            let Some(admission) = self.admitted(&delivered, &mut claim_until).await else {
+            let Some(admission) = self
+                .admitted(&delivered, &mut claim_until, &mut permit)
+                .await
+            else {
                 return;
             };
             // The claim must outlive the push and its ack.
-            if claim_until < Instant::now() + self.push_budget() + CLAIM_SLACK / 4
+            if claim_until < Instant::now() + self.claim_needed()
                 && !self
                     .extend(
                         &delivered,
@@ -195,19 +206,21 @@ impl Pusher {
 
     /// Waits for the circuit to let this push go, keeping the claim alive meanwhile.
     /// None if the claim was lost (it was handed to another attempt).
-    async fn admitted(
-        &self,
+    async fn admitted<'pusher>(
+        &'pusher self,
         delivered: &Delivered,
         claim_until: &mut Instant,
+        permit: &mut Option<SemaphorePermit<'pusher>>,
     ) -> Option<Admission> {
         loop {
             let renew_at = claim_until
-                .checked_sub(self.push_budget() + CLAIM_SLACK)
+                .checked_sub(self.claim_needed() + RENEW_AHEAD)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
-                // A closed circuit admits at once: no renewal, no round trip to the backend.
+                // Room and a closed circuit admit at once: no renewal, no round trip to
+                // the backend.
                 biased;
-                admission = self.circuit.admit() => return Some(admission),
+                admission = self.room_then_circuit(permit) => return Some(admission),
                 () = tokio::time::sleep_until(renew_at) => {
                     if !self.extend(delivered, claim_until, HOLD_STEP + self.push_budget() + CLAIM_SLACK).await {
                         return None;
@@ -215,6 +228,24 @@ impl Pusher {
                 }
             }
         }
+    }
+
+    /// A place among the pushes in flight (kept in `permit` once had: this is cancelled
+    /// and called again while the claim is renewed), then the circuit's word.
+    async fn room_then_circuit<'pusher>(
+        &'pusher self,
+        permit: &mut Option<SemaphorePermit<'pusher>>,
+    ) -> Admission {
+        if permit.is_none() {
+            // The semaphore is never closed.
+            *permit = self.room.acquire().await.ok();
+        }
+        self.circuit.admit().await
+    }
+
+    /// The claim a push needs left as it starts: the push itself, then its ack.
+    fn claim_needed(&self) -> Duration {
+        self.push_budget() + CLAIM_SLACK / 4
     }
 
     /// Moves the delivery's claim to end `by` from now; false if it is no longer ours.

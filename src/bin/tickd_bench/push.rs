@@ -36,11 +36,13 @@ pub(crate) async fn receive(
         .map_err(|error| format!("listening for pushes on {listen}: {error}"))?;
     let receipts = Arc::new(Mutex::new(Vec::new()));
     let errors = Arc::new(AtomicU64::new(0));
+    let mut connections = 0_u64;
     Ok(tokio::spawn(async move {
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
+                    connections += 1;
                     let _ = stream.set_nodelay(true);
                     let (receipts, errors, received) = (receipts.clone(), errors.clone(), received.clone());
                     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
@@ -72,6 +74,8 @@ pub(crate) async fn receive(
                 _ = stopped.wait_for(|stop| *stop) => break,
             }
         }
+        // Kept-alive connections: about the window's worth, however many pushes.
+        eprintln!("# push connections accepted: {connections}");
         let receipts = std::mem::take(&mut *receipts.lock().expect("receipts"));
         (receipts, errors.load(Ordering::Relaxed))
     }))
