@@ -177,6 +177,34 @@ async fn a_grpc_sink_answering_invalid_argument_buries_after_max_attempts() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_sink_down_then_up_gets_everything_as_first_attempts() {
+    let addr = common::http_sink::unused_address().await;
+    let server = server_pushing_to(&format!("grpc://{addr}"), |_| {}).await;
+    let mut client = server.client().await;
+    let registered = register_all(&mut client, specs(NAMESPACE, 5, 10)).await;
+    // Tried while down: each a connection that failed, which spends no attempt.
+    scrape_until(server.metrics_addr, |scrape| {
+        scrape.value(&pushes_series("unreachable")) > 0.0
+    })
+    .await;
+    let scrape = common::metrics::scrape(server.metrics_addr).await;
+    assert_eq!(scrape.value(&pushes_series("retry")), 0.0);
+    let sink = GrpcSink::start_on(addr, Arc::new(|_, _| Code::Ok), None).await;
+    sink.wait_for("the 5 expirations", |pushes| keys(pushes).len() == 5)
+        .await;
+    settled(server.metrics_addr).await;
+    let pushes = sink.pushes();
+    for id in &registered {
+        assert!(
+            pushes.iter().any(|push| push.key.contains(id.as_str())),
+            "{id}"
+        );
+    }
+    assert!(pushes.iter().all(|push| push.attempt == 1), "{pushes:#?}");
+    server.stop().await;
+}
+
 /// A rustls server configuration for `localhost` signed by `ca`; with `client_ca`, it
 /// requires a client certificate signed by that CA.
 fn tls_server(ca: &TestCa, client_ca: Option<&TestCa>) -> rustls::ServerConfig {

@@ -15,7 +15,8 @@ use super::tls::SinkSecurity;
 use crate::domain::Delivered;
 
 pub(crate) enum SinkClient {
-    Http(HttpSink),
+    /// Boxed: its connection pool is larger than the other transports' clients.
+    Http(Box<HttpSink>),
     Grpc(GrpcSink),
 }
 
@@ -31,7 +32,7 @@ impl SinkClient {
     ) -> Result<Self, String> {
         Ok(match target {
             SinkTarget::Http(target) => {
-                SinkClient::Http(HttpSink::new(target, allow, timeout, security))
+                SinkClient::Http(Box::new(HttpSink::new(target, allow, timeout, security)))
             }
             SinkTarget::Grpc(target) => {
                 SinkClient::Grpc(GrpcSink::new(target, allow, timeout, security)?)

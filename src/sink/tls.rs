@@ -346,3 +346,39 @@ impl AsyncWrite for SinkStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_read_again_when_its_file_changes_and_kept_when_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let token = TokenFile::read(&path).unwrap();
+        assert_eq!(token.current(), "first");
+        std::fs::write(&path, "  second \n").unwrap();
+        // A later modification time, whatever the file system's clock granularity.
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::now() + Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(token.current(), "second");
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(token.current(), "second", "the last token is kept");
+    }
+
+    #[test]
+    fn an_unusable_token_file_is_refused_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, " \n").unwrap();
+        let two_lines = dir.path().join("two-lines");
+        std::fs::write(&two_lines, "a\nb\n").unwrap();
+        for path in [dir.path().join("missing"), empty, two_lines] {
+            let error = TokenFile::read(&path).err().expect("refused");
+            assert!(error.starts_with("--sink-token-file "), "{error}");
+            assert!(error.contains(&path.display().to_string()), "{error}");
+        }
+    }
+}

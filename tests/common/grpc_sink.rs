@@ -94,9 +94,16 @@ impl Sink for Recorder {
 impl GrpcSink {
     /// Plain gRPC (`grpc://`), or TLS (`grpcs://`) with `identity` (certificate, key PEM).
     pub(crate) async fn start(script: GrpcScript, identity: Option<(&str, &str)>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the test sink");
+        Self::start_on("127.0.0.1:0".parse().unwrap(), script, identity).await
+    }
+
+    /// On a given address: a sink brought up where tickd expects it.
+    pub(crate) async fn start_on(
+        addr: SocketAddr,
+        script: GrpcScript,
+        identity: Option<(&str, &str)>,
+    ) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind the test sink");
         let addr = listener.local_addr().unwrap();
         let pushes = Arc::new(Mutex::new(Vec::new()));
         let pushed = Arc::new(Notify::new());
