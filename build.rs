@@ -7,8 +7,12 @@ use protox::prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let api = "proto/tickd/v1/tickd.proto";
+    // The service an app implements to receive pushes (tickd is its client): generated
+    // with the API, as one package, but left out of what reflection serves.
+    let sink = "proto/tickd/v1/sink.proto";
     let records = "proto/tickd/store/v1/records.proto";
     println!("cargo:rerun-if-changed={api}");
+    println!("cargo:rerun-if-changed={sink}");
     println!("cargo:rerun-if-changed={records}");
     let descriptors = protox::compile([api], ["proto"])?;
     // The encoded descriptor set feeds the gRPC reflection service.
@@ -22,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".")
         // Prost's codec, but a request that does not decode is INVALID_ARGUMENT.
         .codec_path("crate::api::codec::TimersCodec")
-        .compile_fds(descriptors)?;
+        .compile_fds(protox::compile([api, sink], ["proto"])?)?;
     // The log's records: plain prost messages, no gRPC service.
     tonic_prost_build::configure()
         .build_client(false)

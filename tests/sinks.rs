@@ -403,8 +403,16 @@ async fn a_sink_that_never_answers_is_sent_no_more_than_its_window() {
         scrape.value(&in_flight) == 4.0 && scrape.value("tickd_delivery_buffered") == 12.0
     })
     .await;
-    assert_eq!(scrape.value(&in_flight), 4.0, "the pushes in flight are at their limit");
-    assert_eq!(scrape.value("tickd_delivery_unacked"), 8.0, "the window is twice that");
+    assert_eq!(
+        scrape.value(&in_flight),
+        4.0,
+        "the pushes in flight are at their limit"
+    );
+    assert_eq!(
+        scrape.value("tickd_delivery_unacked"),
+        8.0,
+        "the window is twice that"
+    );
     assert_eq!(
         scrape.value("tickd_delivery_buffered"),
         12.0,

@@ -155,10 +155,11 @@ pub struct Config {
     #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
     pub max_unacked: usize,
     /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas,
-    /// a comma starting another only before `NAMESPACE=SCHEME://`):
-    /// each of its expirations is POSTed to the URL (`http://`; the body is the expiration
-    /// in proto3 JSON, or encoded with `#protobuf` at the URL's end), acknowledged by a
-    /// 2xx answer, with a Subscribe stream's attempts, dead list and Redrive.
+    /// a comma starting another only before `NAMESPACE=SCHEME://`): each of its
+    /// expirations is POSTed to the URL (`http://` or `https://`; the body is the expiration
+    /// in proto3 JSON, or encoded with `#protobuf` at the URL's end) and acknowledged by a
+    /// 2xx answer, or given to `tickd.v1.Sink/Deliver` at `grpc://` or `grpcs://` host:port
+    /// and acknowledged by OK, with a Subscribe stream's attempts, dead list and Redrive.
     #[arg(long = "sink", env = "TICKD_SINK")]
     pub sinks: Vec<SinkSpecs>,
     /// Where sinks may connect: IP addresses, CIDRs and host names (repeatable; several
@@ -174,6 +175,21 @@ pub struct Config {
     /// room; the rest wait in the namespace's buffer.
     #[arg(long, env = "TICKD_SINK_MAX_IN_FLIGHT", default_value_t = 64, value_parser = parse_positive)]
     pub sink_max_in_flight: usize,
+    /// PEM CA bundle that https:// and grpcs:// sinks' certificates may chain to, beside
+    /// the system's trusted roots.
+    #[arg(long, env = "TICKD_SINK_CA")]
+    pub sink_ca: Option<PathBuf>,
+    /// PEM certificate chain tickd presents to https:// and grpcs:// sinks (mutual TLS).
+    #[arg(long, env = "TICKD_SINK_CLIENT_CERT", requires = "sink_client_key")]
+    pub sink_client_cert: Option<PathBuf>,
+    /// PEM private key for --sink-client-cert.
+    #[arg(long, env = "TICKD_SINK_CLIENT_KEY", requires = "sink_client_cert")]
+    pub sink_client_key: Option<PathBuf>,
+    /// A file holding a token sent to every sink as `Authorization: Bearer <token>` (a
+    /// URL's own `user:password@` takes precedence); read at start-up, and again when the
+    /// file changes.
+    #[arg(long, env = "TICKD_SINK_TOKEN_FILE")]
+    pub sink_token_file: Option<PathBuf>,
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
@@ -314,6 +330,10 @@ impl Config {
             allow: self.sink_allow.clone(),
             timeout: self.sink_timeout,
             max_in_flight: self.sink_max_in_flight,
+            ca_file: self.sink_ca.clone(),
+            client_cert: self.sink_client_cert.clone(),
+            client_key: self.sink_client_key.clone(),
+            token_file: self.sink_token_file.clone(),
         }
     }
 

@@ -7,28 +7,44 @@ use std::time::Duration;
 
 use super::allow::SinkAllow;
 use super::connect::CONNECT_TIMEOUT;
+use super::grpc::GrpcSink;
 use super::http::HttpSink;
 use super::outcome::PushOutcome;
 use super::spec::SinkTarget;
+use super::tls::SinkSecurity;
 use crate::domain::Delivered;
 
 pub(crate) enum SinkClient {
-    Http(HttpSink),
+    /// Boxed: its connection pool is larger than the other transports' clients.
+    Http(Box<HttpSink>),
+    Grpc(GrpcSink),
 }
 
 impl SinkClient {
     /// A client for `target` that connects only where `allow` allows and gives each push
-    /// `timeout` for its answer (beyond its connection's own time).
-    pub(crate) fn new(target: SinkTarget, allow: Arc<SinkAllow>, timeout: Duration) -> Self {
-        match target {
-            SinkTarget::Http(target) => SinkClient::Http(HttpSink::new(target, allow, timeout)),
-        }
+    /// `timeout` for its answer (beyond its connection's own time), with the TLS settings
+    /// and token of `security`.
+    pub(crate) fn new(
+        target: SinkTarget,
+        allow: Arc<SinkAllow>,
+        timeout: Duration,
+        security: Arc<SinkSecurity>,
+    ) -> Result<Self, String> {
+        Ok(match target {
+            SinkTarget::Http(target) => {
+                SinkClient::Http(Box::new(HttpSink::new(target, allow, timeout, security)))
+            }
+            SinkTarget::Grpc(target) => {
+                SinkClient::Grpc(GrpcSink::new(target, allow, timeout, security)?)
+            }
+        })
     }
 
     /// Pushes one delivery and reads what the sink made of it.
     pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
         match self {
             SinkClient::Http(sink) => sink.push(delivered).await,
+            SinkClient::Grpc(sink) => sink.push(delivered).await,
         }
     }
 

@@ -8,8 +8,8 @@
 //! dials only what that returns, so the address checked is the address connected to:
 //! DNS answering differently between a check and a dial cannot send a sink elsewhere.
 //!
-//! It speaks `http` only. TLS is for a layer above (a connector wrapping this one), so
-//! that the check stays in one place whichever scheme a sink uses.
+//! It speaks `http` only. TLS is the layer above ([`super::tls::SinkConnector`], which
+//! wraps this one), so that the check stays in one place whichever scheme a sink uses.
 //!
 //! A refusal reaches the client's caller as the connect error's source, an
 //! [`io::Error`] wrapping a [`SinkRefused`]; [`sink_refusal`] digs it out again.

@@ -1,5 +1,6 @@
 //! An HTTP sink: one POST per expiration on kept-alive connections, made only to
-//! addresses `--sink-allow` allows (see [`super::connect`]), each within the push timeout.
+//! addresses `--sink-allow` allows (see [`super::connect`]), each within the push timeout;
+//! `https://` over TLS ([`super::tls`]).
 //!
 //! Each push carries headers a receiver needs to deduplicate and to report:
 //! `Idempotency-Key` (the same for every attempt at one expiration, across restarts),
@@ -21,20 +22,35 @@ use super::allow::SinkAllow;
 use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
 use super::spec::{BodyFormat, HttpTarget};
+use super::tls::{SinkConnector, SinkSecurity};
 use crate::domain::{with_causes, Delivered};
 
 /// Idle connections kept per sink host: enough for its in-flight limit to reuse them.
 const IDLE_CONNECTIONS_PER_HOST: usize = 256;
 
 pub(crate) struct HttpSink {
-    client: Client<AllowedConnector, Full<Bytes>>,
+    client: Client<SinkConnector, Full<Bytes>>,
     target: HttpTarget,
     timeout: Duration,
+    security: Arc<SinkSecurity>,
 }
 
 impl HttpSink {
-    pub(crate) fn new(target: HttpTarget, allow: Arc<SinkAllow>, timeout: Duration) -> Self {
-        let connector = AllowedConnector::new(allow, CONNECT_TIMEOUT);
+    pub(crate) fn new(
+        target: HttpTarget,
+        allow: Arc<SinkAllow>,
+        timeout: Duration,
+        security: Arc<SinkSecurity>,
+    ) -> Self {
+        let tls = match target.uses_tls() {
+            true => security.tls_for(b"http/1.1"),
+            false => None,
+        };
+        let connector = SinkConnector::new(
+            AllowedConnector::new(allow, CONNECT_TIMEOUT),
+            tls,
+            CONNECT_TIMEOUT,
+        );
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
             .build(connector);
@@ -42,6 +58,7 @@ impl HttpSink {
             client,
             target,
             timeout,
+            security,
         }
     }
 
@@ -114,8 +131,11 @@ impl HttpSink {
             .header("tickd-delivery-id", message.delivery_id.as_str())
             .header("tickd-attempt", delivered.attempt)
             .header("tickd-namespace", escaped(&expiration.namespace));
+        // The URL's own credentials first, then --sink-token-file's.
         if let Some(authorization) = &self.target.authorization {
             request = request.header(AUTHORIZATION, authorization.as_str());
+        } else if let Some(authorization) = self.security.authorization() {
+            request = request.header(AUTHORIZATION, authorization);
         }
         request.body(Full::new(body))
     }
@@ -135,7 +155,7 @@ pub(crate) fn idempotency_key(delivered: &Delivered) -> String {
 
 /// A namespace as a header value holds it: percent-encoded beyond printable ASCII, and
 /// `/` too (the idempotency key's separator).
-fn escaped(namespace: &str) -> String {
+pub(crate) fn escaped(namespace: &str) -> String {
     percent_encoding::utf8_percent_encode(namespace, KEY_ESCAPES).to_string()
 }
 

@@ -1,5 +1,6 @@
 //! Push delivery: a namespace may have a sink, an HTTP endpoint tickd POSTs each of its
-//! expirations to, instead of (or beside) clients holding a Subscribe stream open.
+//! expirations to (or a gRPC server it calls `tickd.v1.Sink/Deliver` on), instead of (or
+//! beside) clients holding a Subscribe stream open.
 //!
 //! A sink is tickd's own subscriber of its namespace ([`pusher`]), over the backend's
 //! [`Expirations`] like the API's streams: it has their guarantees (at least once,
@@ -10,18 +11,22 @@
 //!
 //! Where an expiration goes: [`spec`] reads `--sink NAMESPACE=URL`; [`allow`] and
 //! [`connect`] keep every connection to addresses `--sink-allow` allows, checked on the
-//! resolved address of each one; [`http`] makes the POST; [`outcome`] reads the answer;
-//! [`circuit`] paces retries and pauses a sink that keeps failing.
+//! resolved address of each one; [`tls`] adds TLS and the bearer token; [`http`] makes
+//! the POST and [`grpc`] the call; [`outcome`] reads the answer; [`circuit`] paces
+//! retries and pauses a sink that keeps failing.
 
 pub(crate) mod allow;
 mod circuit;
 mod client;
 pub(crate) mod connect;
+mod grpc;
 mod http;
 mod outcome;
 mod pusher;
 mod spec;
+mod tls;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +49,13 @@ pub struct SinkConfig {
     pub timeout: Duration,
     /// Pushes to one sink awaiting an answer (or held while it is unreachable), at most.
     pub max_in_flight: usize,
+    /// `--sink-ca`: trusted beside the system's roots by https:// and grpcs:// sinks.
+    pub ca_file: Option<PathBuf>,
+    /// `--sink-client-cert` and `--sink-client-key`: presented to sinks asking for one.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    /// `--sink-token-file`: sent as `Authorization: Bearer <token>` to every sink.
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,16 +67,18 @@ pub enum SinkError {
 /// Sinks checked against `--sink-allow`, ready to start once the backend is.
 pub(crate) struct CheckedSinks {
     config: SinkConfig,
-    allow: Arc<SinkAllow>,
+    clients: Vec<client::SinkClient>,
 }
 
 impl CheckedSinks {
     /// Refuses a configuration with a namespace given two sinks, a malformed
     /// `--sink-allow`, or a sink whose host resolves only to addresses it does not allow
     /// (that sink would never be connected to). A host that does not resolve yet is
-    /// only warned about: a service's name may appear after tickd starts.
+    /// only warned about: a service's name may appear after tickd starts. The TLS files and
+    /// the token file are read here, and refused naming their flag if they are unusable.
     pub(crate) async fn check(config: &SinkConfig) -> Result<Self, SinkError> {
         let allow = Arc::new(SinkAllow::parse(&config.allow).map_err(SinkError::Configuration)?);
+        let security = Arc::new(tls::SinkSecurity::load(config)?);
         for (index, sink) in config.sinks.iter().enumerate() {
             if config.sinks[..index]
                 .iter()
@@ -89,9 +103,27 @@ impl CheckedSinks {
                 }
             }
         }
+        let clients = config
+            .sinks
+            .iter()
+            .map(|sink| {
+                client::SinkClient::new(
+                    sink.target.clone(),
+                    allow.clone(),
+                    config.timeout,
+                    security.clone(),
+                )
+                .map_err(|error| {
+                    SinkError::Configuration(format!(
+                        "--sink for namespace {:?}: {error}",
+                        sink.namespace
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             config: config.clone(),
-            allow,
+            clients,
         })
     }
 
@@ -102,15 +134,12 @@ impl CheckedSinks {
             .config
             .sinks
             .into_iter()
-            .map(|spec| {
+            .zip(self.clients)
+            .map(|(spec, sink)| {
                 let series = metrics.sinks.announce(&spec.namespace);
                 let pusher = Arc::new(pusher::Pusher {
                     shown_as: spec.target.to_string(),
-                    sink: client::SinkClient::new(
-                        spec.target,
-                        self.allow.clone(),
-                        self.config.timeout,
-                    ),
+                    sink,
                     namespace: spec.namespace,
                     expirations: expirations.clone(),
                     circuit: circuit::Circuit::default(),

@@ -60,7 +60,7 @@ impl PushOutcome {
 
 /// `Retry-After` as a wait from `now`: delta-seconds or an HTTP date, at most
 /// [`MAX_RETRY_AFTER`]. None if absent or unreadable (the back-off applies instead).
-fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     let wait = match value.parse::<u64>() {
         Ok(seconds) => Duration::from_secs(seconds),

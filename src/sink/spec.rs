@@ -21,8 +21,10 @@ pub struct SinkSpec {
 /// has its own client in [`super::client::SinkClient`].
 #[derive(Clone)]
 pub(crate) enum SinkTarget {
-    /// `http://`: a POST per expiration.
+    /// `http://` and `https://`: a POST per expiration.
     Http(HttpTarget),
+    /// `grpc://` and `grpcs://`: a `tickd.v1.Sink/Deliver` call per expiration.
+    Grpc(GrpcTarget),
 }
 
 impl SinkTarget {
@@ -32,9 +34,11 @@ impl SinkTarget {
             return Err("give the scheme, as in http://127.0.0.1:8080/timers".into());
         };
         match scheme {
-            "http" => http_target(url).map(SinkTarget::Http),
+            "http" | "https" => http_target(url).map(SinkTarget::Http),
+            "grpc" | "grpcs" => GrpcTarget::parse(url).map(SinkTarget::Grpc),
             scheme => Err(format!(
-                "tickd pushes to http:// sinks; {scheme}:// is not one of them"
+                "tickd pushes to http://, https://, grpc:// and grpcs:// sinks; {scheme}:// \
+                 is not one of them"
             )),
         }
     }
@@ -43,12 +47,22 @@ impl SinkTarget {
     pub(crate) fn host(&self) -> &str {
         match self {
             SinkTarget::Http(target) => target.host(),
+            SinkTarget::Grpc(target) => &target.host,
         }
     }
 
     pub(crate) fn port(&self) -> u16 {
         match self {
             SinkTarget::Http(target) => target.port(),
+            SinkTarget::Grpc(target) => target.port,
+        }
+    }
+
+    /// Whether its connections are made over TLS (`https://`, `grpcs://`).
+    pub(crate) fn uses_tls(&self) -> bool {
+        match self {
+            SinkTarget::Http(target) => target.uses_tls(),
+            SinkTarget::Grpc(target) => target.tls,
         }
     }
 }
@@ -58,6 +72,7 @@ impl fmt::Display for SinkTarget {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SinkTarget::Http(target) => target.fmt(formatter),
+            SinkTarget::Grpc(target) => target.fmt(formatter),
         }
     }
 }
@@ -88,7 +103,59 @@ impl HttpTarget {
     }
 
     pub(crate) fn port(&self) -> u16 {
-        self.uri.port_u16().unwrap_or(80)
+        self.uri
+            .port_u16()
+            .unwrap_or(if self.uses_tls() { 443 } else { 80 })
+    }
+
+    pub(crate) fn uses_tls(&self) -> bool {
+        self.uri.scheme_str() == Some("https")
+    }
+}
+
+/// A gRPC server implementing `tickd.v1.Sink` (proto/tickd/v1/sink.proto).
+#[derive(Clone, Debug)]
+pub(crate) struct GrpcTarget {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// `grpcs://`: over TLS.
+    pub(crate) tls: bool,
+}
+
+impl GrpcTarget {
+    /// `grpc://host[:port]` or `grpcs://host[:port]` (80 and 443 by default); a path or
+    /// credentials are refused (a token goes in --sink-token-file).
+    fn parse(url: &str) -> Result<Self, String> {
+        let uri = Uri::from_str(url).map_err(|error| format!("not a URL: {error}"))?;
+        let tls = uri.scheme_str() == Some("grpcs");
+        let authority = uri
+            .authority()
+            .ok_or_else(|| "give a host, as in grpc://127.0.0.1:50052".to_owned())?;
+        if authority.as_str().contains('@') {
+            return Err(
+                "a grpc:// sink takes no credentials in its URL: give --sink-token-file".into(),
+            );
+        }
+        if authority.host().is_empty() {
+            return Err("the host is empty".into());
+        }
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() || url.contains('#') {
+            return Err(
+                "a grpc:// sink is a host and port only: tickd calls tickd.v1.Sink/Deliver".into(),
+            );
+        }
+        Ok(GrpcTarget {
+            host: authority.host().to_owned(),
+            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+            tls,
+        })
+    }
+}
+
+impl fmt::Display for GrpcTarget {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "grpcs" } else { "grpc" };
+        write!(formatter, "{scheme}://{}:{}", self.host, self.port)
     }
 }
 
@@ -202,7 +269,7 @@ fn http_target(url: &str) -> Result<HttpTarget, String> {
     });
     let path = uri.path_and_query().map_or("/", |path| path.as_str());
     let uri = Uri::builder()
-        .scheme("http")
+        .scheme(uri.scheme_str().unwrap_or("http"))
         .authority(host_and_port)
         .path_and_query(path)
         .build()
@@ -231,7 +298,6 @@ mod tests {
     use super::*;
 
     /// The HTTP target of a sink the test gave an http:// URL.
-    #[allow(irrefutable_let_patterns)]
     fn http(spec: &SinkSpec) -> &HttpTarget {
         let SinkTarget::Http(target) = &spec.target else {
             panic!("{spec:?} is not an HTTP sink");
@@ -252,6 +318,31 @@ mod tests {
         assert_eq!(http(&spec).body, BodyFormat::Protobuf);
         assert_eq!(spec.target.port(), 80);
         assert_eq!(spec.target.to_string(), "http://localhost/hook#protobuf");
+    }
+
+    #[test]
+    fn https_and_grpc_sinks_are_read_with_their_default_ports() {
+        let spec: SinkSpec = "n=https://hooks.example/t".parse().unwrap();
+        assert_eq!(http(&spec).uri, "https://hooks.example/t");
+        assert_eq!(spec.target.port(), 443);
+        assert!(spec.target.uses_tls());
+        let spec: SinkSpec = "n=grpc://127.0.0.1:50052".parse().unwrap();
+        assert_eq!(
+            (spec.target.host(), spec.target.port()),
+            ("127.0.0.1", 50052)
+        );
+        assert!(!spec.target.uses_tls());
+        assert_eq!(spec.target.to_string(), "grpc://127.0.0.1:50052");
+        let spec: SinkSpec = "n=grpcs://app.internal/".parse().unwrap();
+        assert_eq!(spec.target.port(), 443);
+        assert!(spec.target.uses_tls());
+        for (text, expected) in [
+            ("n=grpc://127.0.0.1:1/tickd.v1.Sink", "host and port only"),
+            ("n=grpc://a:b@127.0.0.1:1", "--sink-token-file"),
+        ] {
+            let error = text.parse::<SinkSpec>().unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! An HTTP sink written for the tests: a hyper server on loopback that records every push
 //! tickd makes and answers as the test's script says (a status, and a `Retry-After` if
 //! wanted), so that a test can make a sink fail, reject, throttle or go down, or hold its
-//! answers (pushes stay in flight, unacknowledged, until it lets them go).
+//! answers (pushes stay in flight, unacknowledged, until it lets them go). Over TLS with
+//! [`HttpSink::start_tls`]: it then records the client certificate each push came with,
+//! and counts the handshakes that failed.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
@@ -29,6 +33,8 @@ pub(crate) struct Push {
     pub namespace: String,
     pub content_type: String,
     pub authorization: Option<String>,
+    /// Over TLS, the client's certificate (DER), if it presented one.
+    pub client_certificate: Option<Vec<u8>>,
     pub body: Bytes,
     pub at: Instant,
 }
@@ -48,6 +54,8 @@ pub(crate) struct HttpSink {
     pushed: Arc<Notify>,
     /// True while answers are held: a push is recorded at once, answered on release.
     holding: watch::Sender<bool>,
+    /// TLS handshakes that failed (a client that does not trust the sink's certificate).
+    failed_handshakes: Arc<AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -58,19 +66,36 @@ impl HttpSink {
 
     /// On a given address: a sink brought back up where tickd expects it.
     pub(crate) async fn start_on(addr: SocketAddr, script: Script) -> Self {
+        Self::start_inner(addr, script, None).await
+    }
+
+    /// Over TLS, with this server configuration (its certificate, and whether it asks for
+    /// a client's).
+    pub(crate) async fn start_tls(script: Script, tls: rustls::ServerConfig) -> Self {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        Self::start_inner("127.0.0.1:0".parse().unwrap(), script, Some(acceptor)).await
+    }
+
+    async fn start_inner(
+        addr: SocketAddr,
+        script: Script,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let listener = TcpListener::bind(addr).await.expect("bind the test sink");
         let addr = listener.local_addr().unwrap();
         let pushes = Arc::new(Mutex::new(Vec::new()));
         let pushed = Arc::new(Notify::new());
         let holding = watch::Sender::new(false);
+        let failed_handshakes = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         let connections = Arc::new(Mutex::new(JoinSet::new()));
         {
-            let (pushes, pushed, connections, holding) = (
+            let (pushes, pushed, connections, holding, failed_handshakes) = (
                 pushes.clone(),
                 pushed.clone(),
                 connections.clone(),
                 holding.clone(),
+                failed_handshakes.clone(),
             );
             tasks.spawn(async move {
                 loop {
@@ -79,18 +104,38 @@ impl HttpSink {
                     };
                     let (pushes, pushed, script) = (pushes.clone(), pushed.clone(), script.clone());
                     let held = holding.subscribe();
-                    let service = service_fn(move |request| {
-                        let recorder = Recorder {
-                            pushes: pushes.clone(),
-                            pushed: pushed.clone(),
-                            held: held.clone(),
-                        };
-                        answer(request, recorder, script.clone())
-                    });
+                    let (tls, failed_handshakes) = (tls.clone(), failed_handshakes.clone());
                     connections.lock().unwrap().spawn(async move {
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
+                        let Some(tls) = tls else {
+                            let recorder = Recorder {
+                                pushes,
+                                pushed,
+                                held,
+                                client_certificate: None,
+                            };
+                            return serve(stream, recorder, script).await;
+                        };
+                        let stream = match tls.accept(stream).await {
+                            Ok(stream) => stream,
+                            Err(_) => {
+                                failed_handshakes.fetch_add(1, Ordering::SeqCst);
+                                pushed.notify_waiters();
+                                return;
+                            }
+                        };
+                        let client_certificate = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|chain| chain.first())
+                            .map(|certificate| certificate.to_vec());
+                        let recorder = Recorder {
+                            pushes,
+                            pushed,
+                            held,
+                            client_certificate,
+                        };
+                        serve(stream, recorder, script).await
                     });
                 }
             });
@@ -105,7 +150,33 @@ impl HttpSink {
             pushes,
             pushed,
             holding,
+            failed_handshakes,
             tasks,
+        }
+    }
+
+    /// `https://localhost:PORT/PATH`.
+    pub(crate) fn https_url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    pub(crate) fn failed_handshakes(&self) -> usize {
+        self.failed_handshakes.load(Ordering::SeqCst)
+    }
+
+    /// Waits until a TLS handshake has failed (at most [`PATIENCE`]).
+    pub(crate) async fn wait_for_a_failed_handshake(&self) {
+        let deadline = tokio::time::Instant::now() + PATIENCE * 2;
+        loop {
+            let pushed = self.pushed.notified();
+            tokio::pin!(pushed);
+            pushed.as_mut().enable();
+            if self.failed_handshakes() > 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, pushed).await.is_err() {
+                panic!("no TLS handshake failed");
+            }
         }
     }
 
@@ -158,10 +229,24 @@ impl HttpSink {
 }
 
 /// Where a connection records its pushes, and whether it holds their answers.
+#[derive(Clone)]
 struct Recorder {
     pushes: Arc<Mutex<Vec<Push>>>,
     pushed: Arc<Notify>,
     held: watch::Receiver<bool>,
+    client_certificate: Option<Vec<u8>>,
+}
+
+/// Serves one connection, plain or TLS.
+async fn serve(
+    stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    recorder: Recorder,
+    script: Script,
+) {
+    let service = service_fn(move |request| answer(request, recorder.clone(), script.clone()));
+    let _ = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 async fn answer(
@@ -173,6 +258,7 @@ async fn answer(
         pushes,
         pushed,
         mut held,
+        client_certificate,
     } = recorder;
     let header = |name: &str| {
         request
@@ -190,6 +276,7 @@ async fn answer(
         namespace: header("tickd-namespace").unwrap_or_default(),
         content_type: header("content-type").unwrap_or_default(),
         authorization: header("authorization"),
+        client_certificate,
         body: Bytes::new(),
         at: Instant::now(),
     };

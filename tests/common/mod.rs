@@ -5,7 +5,9 @@
 //! - [`cgroup`]: a memory cgroup to run `tickd` in, as a container with a memory limit;
 //! - [`data_dir`]: a data directory's segments and size, seen from outside;
 //! - [`daemon`]: `tickd` processes launched from the built binary, their logs captured;
-//! - [`http_sink`]: an HTTP server that records what tickd pushes and answers as scripted;
+//! - [`http_sink`]: an HTTP server that records what tickd pushes and answers as scripted
+//!   (over TLS too);
+//! - [`grpc_sink`]: a `tickd.v1.Sink` server that does the same for gRPC pushes;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
 //! - [`replica_set`]: a few `tickd` replicas on one such server: started, killed, paused,
 //!   restarted, called, consumed from, and the ledger of what their clients were told;
@@ -30,6 +32,7 @@
 pub(crate) mod cgroup;
 pub(crate) mod daemon;
 pub(crate) mod data_dir;
+pub(crate) mod grpc_sink;
 pub(crate) mod http_sink;
 pub(crate) mod metrics;
 pub(crate) mod pg_proxy;

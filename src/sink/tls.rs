@@ -1,0 +1,384 @@
+//! What a sink's connections carry beyond an address: TLS for `https://` and `grpcs://`
+//! sinks, and a bearer token for every sink.
+//!
+//! TLS is rustls on the ring provider. A sink's certificate must chain to the system's
+//! roots (read once at start-up from the operating system's store) or to `--sink-ca`; its
+//! name is the URL's host (SNI and the check alike). `--sink-client-cert` and
+//! `--sink-client-key` give tickd a certificate to present to sinks that ask for one.
+//! `--sink-token-file` holds a token sent as `Authorization: Bearer <token>`, read at
+//! start-up, and again before a push whenever the file's modification time changed.
+//!
+//! The handshake is made in [`SinkConnector`], over [`AllowedConnector`]: the address is
+//! checked against `--sink-allow` first, on the resolved address, whatever the scheme.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use hyper::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+use tracing::warn;
+
+use super::connect::AllowedConnector;
+use super::{SinkConfig, SinkError};
+use crate::pem::{roots_from_pem, RootsError};
+
+/// The TLS configuration and the token every sink shares, loaded at start-up.
+pub(crate) struct SinkSecurity {
+    /// Without ALPN; each transport adds its own ([`SinkSecurity::tls_for`]).
+    tls: Option<Arc<ClientConfig>>,
+    token: Option<TokenFile>,
+}
+
+impl SinkSecurity {
+    /// Reads `--sink-ca`, the client certificate and key, and the token file, refusing any
+    /// that cannot be read or used, the message naming its flag. TLS is set up only when a
+    /// sink uses it or a TLS flag is given.
+    pub(crate) fn load(config: &SinkConfig) -> Result<SinkSecurity, SinkError> {
+        let refuse = SinkError::Configuration;
+        let token = match &config.token_file {
+            Some(path) => Some(TokenFile::read(path).map_err(refuse)?),
+            None => None,
+        };
+        let wanted = config.sinks.iter().any(|sink| sink.target.uses_tls())
+            || config.ca_file.is_some()
+            || config.client_cert.is_some();
+        let tls = if wanted {
+            Some(Arc::new(client_config(config).map_err(refuse)?))
+        } else {
+            None
+        };
+        Ok(SinkSecurity { tls, token })
+    }
+
+    /// The TLS configuration for a transport speaking `alpn` (`h2`, `http/1.1`).
+    pub(crate) fn tls_for(&self, alpn: &[u8]) -> Option<Arc<ClientConfig>> {
+        self.tls.as_ref().map(|base| {
+            let mut config = ClientConfig::clone(base);
+            config.alpn_protocols = vec![alpn.to_vec()];
+            Arc::new(config)
+        })
+    }
+
+    /// `Bearer <token>`, as the token file holds it now.
+    pub(crate) fn authorization(&self) -> Option<String> {
+        self.token
+            .as_ref()
+            .map(|token| format!("Bearer {}", token.current()))
+    }
+}
+
+/// `--sink-token-file`: its trimmed contents, read again when its modification time moves
+/// (a rotated token applies to the next push). A file that cannot be read later keeps the
+/// last token, with a warning.
+struct TokenFile {
+    path: PathBuf,
+    read: Mutex<(Option<SystemTime>, String)>,
+}
+
+impl TokenFile {
+    fn read(path: &Path) -> Result<TokenFile, String> {
+        let (modified, token) = read_token(path)?;
+        Ok(TokenFile {
+            path: path.to_owned(),
+            read: Mutex::new((modified, token)),
+        })
+    }
+
+    fn current(&self) -> String {
+        let mut read = self
+            .read
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|metadata| metadata.modified())
+            .ok();
+        if modified.is_some() && modified != read.0 {
+            match read_token(&self.path) {
+                Ok(fresh) => *read = fresh,
+                Err(error) => warn!(%error, "keeping the sinks' last token"),
+            }
+        }
+        read.1.clone()
+    }
+}
+
+fn read_token(path: &Path) -> Result<(Option<SystemTime>, String), String> {
+    let shown = path.display();
+    let contents = std::fs::read_to_string(path)
+        .map_err(|error| format!("--sink-token-file {shown}: {error}"))?;
+    let token = contents.trim();
+    if token.is_empty() {
+        return Err(format!("--sink-token-file {shown}: the file is empty"));
+    }
+    if token.chars().any(|c| c.is_control() || !c.is_ascii()) {
+        return Err(format!(
+            "--sink-token-file {shown}: a token is one line of printable ASCII"
+        ));
+    }
+    let modified = std::fs::metadata(path)
+        .and_then(|metadata| metadata.modified())
+        .ok();
+    Ok((modified, token.to_owned()))
+}
+
+/// The roots (the system's and `--sink-ca`'s) and the client certificate, if any.
+fn client_config(config: &SinkConfig) -> Result<ClientConfig, String> {
+    let mut roots = system_roots();
+    if let Some(path) = &config.ca_file {
+        let shown = path.display();
+        let pem = std::fs::read(path).map_err(|error| format!("--sink-ca {shown}: {error}"))?;
+        let extra = roots_from_pem(&pem).map_err(|error| match error {
+            RootsError::Unreadable(error) => format!("--sink-ca {shown}: {error}"),
+            RootsError::NoUsableCertificate => {
+                format!("--sink-ca {shown}: no usable PEM certificate in it")
+            }
+        })?;
+        roots.roots.extend(extra.roots);
+    }
+    if roots.is_empty() {
+        warn!(
+            "no trusted roots for https:// and grpcs:// sinks: the system has none; give --sink-ca"
+        );
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("configuring TLS for sinks: {error}"))?
+        .with_root_certificates(roots);
+    match (&config.client_cert, &config.client_key) {
+        (Some(cert), Some(key)) => {
+            let chain = std::fs::read(cert)
+                .map_err(|error| error.to_string())
+                .and_then(|pem| {
+                    CertificateDer::pem_slice_iter(&pem)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|error| error.to_string())
+                })
+                .and_then(|chain| match chain.is_empty() {
+                    true => Err("no PEM certificate in it".to_owned()),
+                    false => Ok(chain),
+                })
+                .map_err(|error| format!("--sink-client-cert {}: {error}", cert.display()))?;
+            let key = std::fs::read(key)
+                .map_err(|error| error.to_string())
+                .and_then(|pem| {
+                    PrivateKeyDer::from_pem_slice(&pem).map_err(|error| error.to_string())
+                })
+                .map_err(|error| format!("--sink-client-key {}: {error}", key.display()))?;
+            builder.with_client_auth_cert(chain, key).map_err(|error| {
+                format!(
+                    "--sink-client-cert {} with --sink-client-key: {error}",
+                    cert.display()
+                )
+            })
+        }
+        (None, None) => Ok(builder.with_no_client_auth()),
+        _ => Err("give --sink-client-cert and --sink-client-key together".to_owned()),
+    }
+}
+
+/// The operating system's trusted roots; what cannot be read is warned about, not fatal
+/// (`--sink-ca` may be all a deployment needs).
+fn system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        warn!(%error, "reading the system's trusted roots for sinks");
+    }
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    roots
+}
+
+/// A sink's connector: [`AllowedConnector`] (the `--sink-allow` check, TCP), then TLS if
+/// the sink uses it, whatever the URL's scheme says (a gRPC channel asks for `http://`).
+#[derive(Clone)]
+pub(crate) struct SinkConnector {
+    allowed: AllowedConnector,
+    tls: Option<TlsConnector>,
+    /// For the handshake, after the connection.
+    timeout: Duration,
+}
+
+impl SinkConnector {
+    pub(crate) fn new(
+        allowed: AllowedConnector,
+        tls: Option<Arc<ClientConfig>>,
+        timeout: Duration,
+    ) -> SinkConnector {
+        SinkConnector {
+            allowed,
+            tls: tls.map(TlsConnector::from),
+            timeout,
+        }
+    }
+}
+
+impl tower::Service<Uri> for SinkConnector {
+    type Response = TokioIo<SinkStream>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<SinkStream>>> + Send>>;
+
+    fn poll_ready(&mut self, _context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, destination: Uri) -> Self::Future {
+        let mut allowed = self.allowed.clone();
+        let tls = self.tls.clone();
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let host = destination.host().unwrap_or_default().to_owned();
+            let default_port = if destination.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            };
+            let port = destination.port_u16().unwrap_or(default_port);
+            // The allowed connector dials plain TCP to `http://` URLs.
+            let plain: Uri = format!("http://{host}:{port}/")
+                .parse()
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error))?;
+            let stream = tower::Service::call(&mut allowed, plain)
+                .await?
+                .into_inner();
+            let Some(tls) = tls else {
+                return Ok(TokioIo::new(SinkStream::Plain(stream)));
+            };
+            let name = host.trim_start_matches('[').trim_end_matches(']');
+            let server_name = ServerName::try_from(name.to_owned()).map_err(|error| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {error}"))
+            })?;
+            let handshake = tokio::time::timeout(timeout, tls.connect(server_name, stream))
+                .await
+                .map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("TLS with {host}:{port}: no handshake within {timeout:?}"),
+                    )
+                })?;
+            let stream = handshake.map_err(|error| {
+                io::Error::new(error.kind(), format!("TLS with {host}:{port}: {error}"))
+            })?;
+            Ok(TokioIo::new(SinkStream::Tls(Box::new(stream))))
+        })
+    }
+}
+
+/// A connection to a sink: plain TCP, or TLS over it.
+pub(crate) enum SinkStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Connection for SinkStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl AsyncRead for SinkStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SinkStream::Plain(stream) => Pin::new(stream).poll_read(context, buf),
+            SinkStream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(context, buf),
+        }
+    }
+}
+
+impl AsyncWrite for SinkStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            SinkStream::Plain(stream) => Pin::new(stream).poll_write(context, buf),
+            SinkStream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(context, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SinkStream::Plain(stream) => Pin::new(stream).poll_flush(context),
+            SinkStream::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(context),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SinkStream::Plain(stream) => Pin::new(stream).poll_shutdown(context),
+            SinkStream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(context),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            SinkStream::Plain(stream) => Pin::new(stream).poll_write_vectored(context, bufs),
+            SinkStream::Tls(stream) => Pin::new(stream.as_mut()).poll_write_vectored(context, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            SinkStream::Plain(stream) => stream.is_write_vectored(),
+            SinkStream::Tls(stream) => stream.is_write_vectored(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_read_again_when_its_file_changes_and_kept_when_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let token = TokenFile::read(&path).unwrap();
+        assert_eq!(token.current(), "first");
+        std::fs::write(&path, "  second \n").unwrap();
+        // A later modification time, whatever the file system's clock granularity.
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::now() + Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(token.current(), "second");
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(token.current(), "second", "the last token is kept");
+    }
+
+    #[test]
+    fn an_unusable_token_file_is_refused_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, " \n").unwrap();
+        let two_lines = dir.path().join("two-lines");
+        std::fs::write(&two_lines, "a\nb\n").unwrap();
+        for path in [dir.path().join("missing"), empty, two_lines] {
+            let error = TokenFile::read(&path).err().expect("refused");
+            assert!(error.starts_with("--sink-token-file "), "{error}");
+            assert!(error.contains(&path.display().to_string()), "{error}");
+        }
+    }
+}
