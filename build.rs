@@ -7,10 +7,12 @@ use protox::prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let api = "proto/tickd/v1/tickd.proto";
+    let sinks = "proto/tickd/v1/sinks.proto";
     let records = "proto/tickd/store/v1/records.proto";
     println!("cargo:rerun-if-changed={api}");
+    println!("cargo:rerun-if-changed={sinks}");
     println!("cargo:rerun-if-changed={records}");
-    let descriptors = protox::compile([api], ["proto"])?;
+    let descriptors = protox::compile([api, sinks], ["proto"])?;
     // The encoded descriptor set feeds the gRPC reflection service.
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(

@@ -12,6 +12,10 @@
 //! [`connect`] keep every connection to addresses `--sink-allow` allows, checked on the
 //! resolved address of each one; [`http`] makes the POST; [`outcome`] reads the answer;
 //! [`circuit`] paces retries and pauses a sink that keeps failing.
+//!
+//! Which sinks run: those of `--sink`, fixed while tickd runs, and those set through the
+//! API (`tickd.v1.Sinks`), which the backend keeps durably; [`registry`] starts, replaces
+//! and stops their pushers as they change, and reports how each is doing.
 
 pub(crate) mod allow;
 mod circuit;
@@ -20,18 +24,18 @@ pub(crate) mod connect;
 mod http;
 mod outcome;
 mod pusher;
+mod registry;
 mod spec;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::domain::Expirations;
+use crate::domain::{Expirations, SinkStore};
 use crate::metrics::Metrics;
 use allow::SinkAllow;
+pub(crate) use registry::{Origin, SinkState, SinkView, Sinks};
 pub use spec::SinkSpec;
 
 /// The sinks of the configuration, with what every sink shares.
@@ -95,49 +99,14 @@ impl CheckedSinks {
         })
     }
 
-    /// Starts one pusher per sink over `expirations`.
-    pub(crate) fn start(self, expirations: Arc<dyn Expirations>, metrics: &Arc<Metrics>) -> Sinks {
-        let (stop, stopping) = watch::channel(false);
-        let pushers = self
-            .config
-            .sinks
-            .into_iter()
-            .map(|spec| {
-                metrics.sinks.announce(&spec.namespace);
-                let pusher = Arc::new(pusher::Pusher {
-                    shown_as: spec.target.to_string(),
-                    sink: client::SinkClient::new(
-                        spec.target,
-                        self.allow.clone(),
-                        self.config.timeout,
-                    ),
-                    namespace: spec.namespace,
-                    expirations: expirations.clone(),
-                    circuit: circuit::Circuit::default(),
-                    timeout: self.config.timeout,
-                    max_in_flight: self.config.max_in_flight,
-                    metrics: metrics.clone(),
-                });
-                tokio::spawn(pusher.run(stopping.clone()))
-            })
-            .collect();
-        Sinks { stop, pushers }
-    }
-}
-
-/// The running pushers.
-pub(crate) struct Sinks {
-    stop: watch::Sender<bool>,
-    pushers: Vec<JoinHandle<()>>,
-}
-
-impl Sinks {
-    /// Stops pulling deliveries, lets pushes in flight finish for a moment, and ends.
-    /// What is left unacknowledged is delivered again after a restart.
-    pub(crate) async fn stop(self) {
-        let _ = self.stop.send(true);
-        for pusher in self.pushers {
-            let _ = pusher.await;
-        }
+    /// Starts one pusher per sink of `--sink` and per sink kept in `store` (set through
+    /// the API), over `expirations`.
+    pub(crate) async fn start(
+        self,
+        expirations: Arc<dyn Expirations>,
+        store: Arc<dyn SinkStore>,
+        metrics: &Arc<Metrics>,
+    ) -> Sinks {
+        Sinks::start(self.config, self.allow, expirations, store, metrics).await
     }
 }

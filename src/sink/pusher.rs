@@ -55,6 +55,8 @@ pub(crate) struct Pusher {
     pub(crate) timeout: Duration,
     pub(crate) max_in_flight: usize,
     pub(crate) metrics: Arc<Metrics>,
+    /// What the last push that did not deliver met (for `SinkStatus`).
+    pub(crate) last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Pusher {
@@ -236,6 +238,12 @@ impl Pusher {
                 outcome: outcome.label(),
             })
             .inc();
+        if let Some(failure) = outcome.failure() {
+            *self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
+        }
         outcome
     }
 
