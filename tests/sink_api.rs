@@ -427,3 +427,87 @@ async fn replicas_follow_a_sink_set_through_one_and_removed_through_the_other() 
     assert_eq!(timer_id(&received), later);
     assert!(!pushed(&sink.pushes(), &later), "pushed after its removal");
 }
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("ascii token"),
+    );
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_manages_the_sinks_of_its_namespaces_only() {
+    let sink = HttpSink::start(always(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "admin-secret *\nteam-a-secret a\n").unwrap();
+    let server = TestServer::start_with(config(|c| c.auth_token_file = Some(tokens))).await;
+    let mut sinks = sinks_client(server.addr);
+    let set_as = |namespace: &str, token: &str| {
+        with_token(
+            SetSinkRequest {
+                namespace: namespace.into(),
+                url: sink.url("/"),
+            },
+            token,
+        )
+    };
+    sinks
+        .set_sink(set_as("a", "team-a-secret"))
+        .await
+        .expect("its own namespace");
+    let denied = sinks
+        .set_sink(set_as("b", "team-a-secret"))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    sinks
+        .set_sink(set_as("b", "admin-secret"))
+        .await
+        .expect("the admin's");
+    let denied = sinks
+        .remove_sink(with_token(
+            RemoveSinkRequest {
+                namespace: "b".into(),
+            },
+            "team-a-secret",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    let unauthenticated = sinks
+        .get_sink(GetSinkRequest {
+            namespace: "a".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unauthenticated.code(), Code::Unauthenticated);
+    // `all` lists what the token allows.
+    let listed = |token: &'static str| {
+        let mut sinks = sinks.clone();
+        async move {
+            let mut namespaces: Vec<String> = sinks
+                .sink_status(with_token(
+                    SinkStatusRequest {
+                        namespace: String::new(),
+                        all: true,
+                    },
+                    token,
+                ))
+                .await
+                .expect("status")
+                .into_inner()
+                .sinks
+                .into_iter()
+                .map(|state| state.sink.unwrap().namespace)
+                .collect();
+            namespaces.sort();
+            namespaces
+        }
+    };
+    assert_eq!(listed("team-a-secret").await, ["a"]);
+    assert_eq!(listed("admin-secret").await, ["a", "b"]);
+    server.stop().await;
+}
