@@ -191,6 +191,14 @@ async fn a_removed_sink_pushes_no_more_and_a_subscriber_gets_the_expirations() {
     sink.wait_for("the first expiration", |pushes| pushed(pushes, &first))
         .await;
 
+    let circuit = format!("tickd_sink_circuit{{namespace=\"{NAMESPACE}\"}}");
+    let scrape = common::metrics::scrape(server.metrics_addr).await;
+    assert_eq!(
+        scrape.get(&circuit),
+        Some(0.0),
+        "{circuit} served while set"
+    );
+
     remove(&mut sinks, NAMESPACE).await.expect("remove");
     assert_eq!(
         get(&mut sinks, NAMESPACE).await.unwrap_err().code(),
@@ -202,6 +210,9 @@ async fn a_removed_sink_pushes_no_more_and_a_subscriber_gets_the_expirations() {
     );
     let listed = status(&mut sinks, None).await.expect("status");
     assert!(listed.sinks.is_empty(), "{listed:?}");
+    // Its series leave /metrics with it.
+    let scrape = common::metrics::scrape(server.metrics_addr).await;
+    assert_eq!(scrape.get(&circuit), None, "{circuit} still served");
 
     let mut stream = subscribe(&mut timers, NAMESPACE, 0, 10).await;
     let later = fire_one(&mut timers, NAMESPACE).await;

@@ -25,7 +25,7 @@ use super::pusher::Pusher;
 use super::spec::{masked, SinkSpec, SinkTarget};
 use super::SinkConfig;
 use crate::domain::{Expirations, SinkStore, StoredSinks, TimerError};
-use crate::metrics::sinks::{OutcomeLabels, SinkLabels};
+use crate::metrics::sinks::{OutcomeLabels, SinkLabels, OUTCOMES};
 use crate::metrics::Metrics;
 
 /// How often a registry over a shared store reads it again.
@@ -248,6 +248,7 @@ impl Sinks {
         let removed = registry.store.remove(namespace.to_owned()).await?;
         if let Some(stopped) = running.remove(namespace) {
             stopped.stop().await;
+            registry.common.forget(namespace);
         }
         if removed {
             Ok(())
@@ -319,6 +320,7 @@ impl Registry {
             if let Some(stopped) = running.remove(&namespace) {
                 info!(%namespace, "a sink was removed: its pusher stops");
                 stopped.stop().await;
+                self.common.forget(&namespace);
             }
         }
         for (namespace, url) in stored {
@@ -403,6 +405,24 @@ impl Common {
             stop,
             task,
         }
+    }
+
+    /// Drops a removed sink's series from `/metrics`: a removed sink must not look stuck
+    /// (an open circuit, pushes in flight) for ever.
+    fn forget(&self, namespace: &str) {
+        let sinks = &self.metrics.sinks;
+        for outcome in OUTCOMES {
+            sinks.pushes.remove(&OutcomeLabels {
+                namespace: namespace.to_owned(),
+                outcome,
+            });
+        }
+        let labels = SinkLabels {
+            namespace: namespace.to_owned(),
+        };
+        sinks.push_seconds.remove(&labels);
+        sinks.in_flight.remove(&labels);
+        sinks.circuit.remove(&labels);
     }
 
     fn state(&self, running: &Running) -> SinkState {
