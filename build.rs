@@ -10,11 +10,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The service an app implements to receive pushes (tickd is its client): generated
     // with the API, as one package, but left out of what reflection serves.
     let sink = "proto/tickd/v1/sink.proto";
+    // The service that sets sinks at run time: served, and by reflection too.
+    let sinks = "proto/tickd/v1/sinks.proto";
     let records = "proto/tickd/store/v1/records.proto";
     println!("cargo:rerun-if-changed={api}");
     println!("cargo:rerun-if-changed={sink}");
+    println!("cargo:rerun-if-changed={sinks}");
     println!("cargo:rerun-if-changed={records}");
-    let descriptors = protox::compile([api], ["proto"])?;
+    let descriptors = protox::compile([api, sinks], ["proto"])?;
     // The encoded descriptor set feeds the gRPC reflection service.
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(
@@ -26,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".")
         // Prost's codec, but a request that does not decode is INVALID_ARGUMENT.
         .codec_path("crate::api::codec::TimersCodec")
-        .compile_fds(protox::compile([api, sink], ["proto"])?)?;
+        .compile_fds(protox::compile([api, sink, sinks], ["proto"])?)?;
     // The log's records: plain prost messages, no gRPC service.
     tonic_prost_build::configure()
         .build_client(false)

@@ -36,6 +36,10 @@ proto_messages! {
     crate::proto::AckResponse => "tickd.v1.AckResponse",
     crate::proto::RedriveResponse => "tickd.v1.RedriveResponse",
     crate::proto::KeepAliveResponse => "tickd.v1.KeepAliveResponse",
+    crate::proto::SetSinkResponse => "tickd.v1.SetSinkResponse",
+    crate::proto::GetSinkResponse => "tickd.v1.GetSinkResponse",
+    crate::proto::RemoveSinkResponse => "tickd.v1.RemoveSinkResponse",
+    crate::proto::SinkStatusResponse => "tickd.v1.SinkStatusResponse",
     tonic_health::pb::HealthCheckResponse => "grpc.health.v1.HealthCheckResponse",
 }
 

@@ -6,7 +6,7 @@
 //! are in `tickctl/support.rs`; cron timers, Reschedule, replace, Redrive and `tickd
 //! --version` are tested in `tickctl/schedules.rs`; proto3 JSON and add-batch in
 //! `tickctl/json_and_batches.rs`; completions, the manual page, help and usage errors in
-//! `tickctl/command_line.rs`; streams across tickd restarts in `tickctl/streams.rs`.
+//! `tickctl/command_line.rs`; streams across tickd restarts in `tickctl/streams.rs`; `sink` in `tickctl/sinks.rs`.
 
 #[path = "tickctl/command_line.rs"]
 mod command_line;
@@ -15,6 +15,8 @@ mod common;
 mod json_and_batches;
 #[path = "tickctl/schedules.rs"]
 mod schedules;
+#[path = "tickctl/sinks.rs"]
+mod sinks;
 #[path = "tickctl/streams.rs"]
 mod streams;
 #[path = "tickctl/support.rs"]

@@ -11,6 +11,9 @@
 //! (Redrive). What they share is in [`service`] (the service's state), [`convert`]
 //! (limits, common fields and answers), [`auth`], [`status`] and [`streams`].
 //!
+//! The second service, `tickd.v1.Sinks` (push sinks set, read and removed at run time),
+//! is [`sinks`], behind the same tokens.
+//!
 //! Each handler runs in a span named after its RPC, at debug level: free unless debug
 //! logging is on, and then every event of the call says which call it belongs to.
 
@@ -23,6 +26,7 @@ mod lookup;
 mod redrive;
 mod registration;
 mod service;
+mod sinks;
 mod status;
 pub(crate) mod streams;
 
@@ -32,6 +36,7 @@ use tracing::instrument;
 use crate::proto;
 use service::BoxStream;
 pub(crate) use service::TimersService;
+pub(crate) use sinks::SinksService;
 
 #[tonic::async_trait]
 impl proto::timers_server::Timers for TimersService {

@@ -25,6 +25,8 @@
 //! A registration that would add a namespace beyond `--max-namespaces` is refused by
 //! [`namespaces`].
 //!
+//! The push sinks set through the API are rows every replica reads ([`sinks`]).
+//!
 //! [`ownership`] renews this replica's partition leases, takes over expired ones, and
 //! balances partitions across the live replicas. Every connection to the database is opened
 //! from one [`Database`] ([`database`]), with the TLS settings of [`tls`].
@@ -44,6 +46,7 @@ mod replica;
 pub mod schedule;
 pub mod schema;
 mod shared;
+mod sinks;
 mod store_url;
 pub(crate) mod timers;
 pub(crate) mod tls;

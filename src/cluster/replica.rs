@@ -17,11 +17,12 @@ use super::namespaces::NamespaceCap;
 use super::notifications::Wakeups;
 use super::schedule::Schedule;
 use super::shared::{Owned, Shared};
+use super::sinks::ClusterSinks;
 use super::timers::ClusterTimers;
 use super::{firing, loader, ownership, schema, tls};
 use crate::budget::MemoryBudget;
 use crate::clock::SystemClock;
-use crate::domain::{Backend, DeliveryConfig, Expirations, Health, Stopping, Timers};
+use crate::domain::{Backend, DeliveryConfig, Expirations, Health, SinkStore, Stopping, Timers};
 use crate::metrics::Metrics;
 use crate::worker::Worker;
 
@@ -58,6 +59,7 @@ pub(crate) fn default_replica_id() -> String {
 pub struct Replica {
     pub(crate) timers: ClusterTimers,
     pub(crate) deliveries: ClusterDeliveries,
+    sinks: ClusterSinks,
     worker: Worker<Schedule>,
     ownership: ownership::Ownership,
     stop: watch::Sender<bool>,
@@ -157,6 +159,7 @@ impl Replica {
         tasks.push(spawn_in(&span, deliveries.clone().trim_dead(stopping)));
         let namespaces =
             NamespaceCap::new(config.max_namespaces, Connections::open(database, 1).await?);
+        let sinks = ClusterSinks::new(Connections::open(database, 1).await?);
         info!(
             parent: &span,
             partitions,
@@ -167,6 +170,7 @@ impl Replica {
         Ok(Self {
             timers: ClusterTimers::new(connections, shared, metrics, namespaces, config.memory),
             deliveries,
+            sinks,
             worker,
             ownership,
             stop,
@@ -228,6 +232,10 @@ impl Backend for Replica {
 
     fn expirations(&self) -> Arc<dyn Expirations> {
         Arc::new(self.deliveries.clone())
+    }
+
+    fn sinks(&self) -> Arc<dyn SinkStore> {
+        Arc::new(self.sinks.clone())
     }
 
     fn health(&self) -> Health {

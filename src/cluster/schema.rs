@@ -117,6 +117,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tickd_expirations_dead ON tickd_expirations (namespace, seq) WHERE dead;
     DROP INDEX tickd_expirations_unacked;
     ",
+    // 7: the push sinks set through the API (`tickd.v1.Sinks`), one row per namespace;
+    // every replica reads them (see `cluster::sinks`).
+    r"
+    CREATE TABLE tickd_sinks (
+        namespace TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        set_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    );
+    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The

@@ -14,6 +14,7 @@ use super::answer::Answer;
 use super::error::TimerError;
 use super::expiration::{AckOutcome, DeadList, DeliveryStream, RedriveOutcome};
 use super::page::{PendingPage, PendingQuery};
+use super::sink_store::SinkStore;
 use super::subscriber::SubscribeOptions;
 use super::timer::{Due, NewTimer, Registered, TimerRef, TimerView};
 
@@ -39,6 +40,8 @@ pub trait Backend: Send + Sync + 'static {
     fn timers(&self) -> Arc<dyn Timers>;
     /// What the API subscribes, acks and redrives through.
     fn expirations(&self) -> Arc<dyn Expirations>;
+    /// Where the sinks set through the API are kept (see `crate::sink`).
+    fn sinks(&self) -> Arc<dyn SinkStore>;
     /// Whether the backend's parts can do their job; the server looks often.
     fn health(&self) -> Health;
     /// Ends the subscription streams (the start of a graceful shutdown).

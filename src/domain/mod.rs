@@ -15,6 +15,7 @@ mod delivery_config;
 mod error;
 mod expiration;
 mod page;
+mod sink_store;
 mod subscriber;
 mod timer;
 
@@ -28,5 +29,7 @@ pub use expiration::{
     MAX_REDRIVE,
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
+pub(crate) use sink_store::too_many_sinks;
+pub use sink_store::{SinkStore, StoredSinks, MAX_SINKS};
 pub use subscriber::{SubscribeOptions, SubscriberDefaults, SubscriberRules};
 pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};

@@ -13,4 +13,7 @@ pub enum LocalError {
     /// Recovery would need more memory than tickd can have (the message says how much).
     #[error("{0}")]
     RecoveryTooLarge(String),
+    /// The sinks set through the API could not be read back (`sinks.json`).
+    #[error("reading the sinks set at run time: {0}")]
+    Sinks(String),
 }

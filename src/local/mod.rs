@@ -14,6 +14,7 @@ pub mod delivery;
 mod error;
 pub(crate) mod live_namespaces;
 mod recovery;
+pub(crate) mod sinks;
 pub mod store;
 pub mod table;
 pub(crate) mod timers;
@@ -25,12 +26,14 @@ use crate::budget::container::MemoryLimit;
 use crate::budget::MemoryBudget;
 use crate::clock::SystemClock;
 use crate::config::Config;
-use crate::domain::{Backend, Expirations, Health, Stopping, Timers};
+use crate::config::SyncMode;
+use crate::domain::{Backend, Expirations, Health, SinkStore, Stopping, Timers};
 use crate::metrics::Metrics;
 use crate::worker::Worker;
 use delivery::DeliveryHandle;
 pub use error::LocalError;
 use recovery::Recovered;
+use sinks::LocalSinks;
 use store::{Store, StoreHandle};
 use table::TimerTable;
 use timers::LocalTimers;
@@ -40,6 +43,9 @@ pub struct LocalBackend {
     worker: Worker<TimerTable>,
     delivery: DeliveryHandle,
     store: Option<(Store, StoreHandle)>,
+    /// The sinks set through the API: `sinks.json` in the data directory, or memory only
+    /// with `--sync none`.
+    sinks: Arc<LocalSinks>,
 }
 
 impl LocalBackend {
@@ -58,6 +64,12 @@ impl LocalBackend {
             store,
             unsettled,
         } = tokio::task::block_in_place(|| recovery::recover(config, clock, metrics, memory))?;
+        let sinks = if config.sync == SyncMode::None {
+            LocalSinks::in_memory()
+        } else {
+            tokio::task::block_in_place(|| LocalSinks::open(&config.data_dir))
+                .map_err(LocalError::Sinks)?
+        };
         let store_handle = store.as_ref().map(|(_, handle)| handle.clone());
         let boot = store
             .as_ref()
@@ -82,6 +94,7 @@ impl LocalBackend {
             worker,
             delivery,
             store,
+            sinks: Arc::new(sinks),
         })
     }
 }
@@ -93,6 +106,10 @@ impl Backend for LocalBackend {
 
     fn expirations(&self) -> Arc<dyn Expirations> {
         Arc::new(self.delivery.clone())
+    }
+
+    fn sinks(&self) -> Arc<dyn SinkStore> {
+        Arc::new(self.sinks.clone())
     }
 
     fn health(&self) -> Health {
@@ -122,6 +139,7 @@ impl Backend for LocalBackend {
             worker,
             delivery,
             store,
+            sinks: _,
         } = *self;
         Box::pin(async move {
             // A worker that panicked leaves no table: what is pending is in the log.

@@ -36,13 +36,14 @@ use tracing::{error, info, warn};
 
 use crate::api::auth::{Authenticator, Tokens};
 use crate::api::convert::Limits;
-use crate::api::TimersService;
+use crate::api::{SinksService, TimersService};
 use crate::budget::memory::BudgetSource;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::config::Config;
 use crate::domain::Backend;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;
+use crate::proto::sinks_server::SinksServer;
 use crate::proto::timers_server::TimersServer;
 use crate::sink::CheckedSinks;
 use calls::CallLayer;
@@ -120,7 +121,9 @@ pub async fn run(
     let memory = config.memory_budget(&metrics, &memory_limit);
     let sinks = CheckedSinks::check(&config.sinks()).await?;
     let backend = crate::backend::start(config, &metrics, &memory, &memory_limit).await?;
-    let sinks = sinks.start(backend.expirations(), &metrics);
+    let sinks = sinks
+        .start(backend.expirations(), backend.sinks(), &metrics)
+        .await;
     // Said once the timers are recovered (or the replica has joined): a refused start
     // never claims to serve.
     info!(
@@ -148,6 +151,7 @@ pub async fn run(
             stopped(metrics_stopped),
         ));
     }
+    let authenticator_for_sinks = authenticator.clone();
     let services = Services {
         timers: timers_service(
             config,
@@ -156,6 +160,7 @@ pub async fn run(
             stop_signal.clone(),
             (&memory, &metrics),
         ),
+        sinks: sinks_service(config, sinks.clone(), authenticator_for_sinks),
         health,
         reflection: reflection_builder().build_v1()?,
         reflection_v1alpha: reflection_builder().build_v1alpha()?,
@@ -207,12 +212,14 @@ pub async fn run(
 }
 
 type TimersApi = InterceptedService<TimersServer<TimersService>, Authenticator>;
+type SinksApi = InterceptedService<SinksServer<SinksService>, Authenticator>;
 
 /// The gRPC services every listener offers (the health listener: health alone).
 /// Reflection is served in both versions: grpcurl up to 1.8 and grpcio's reflection client
 /// speak `v1alpha` only.
 struct Services<Health, Reflection, ReflectionV1Alpha> {
     timers: TimersApi,
+    sinks: SinksApi,
     health: HealthServer<Health>,
     reflection: ServerReflectionServer<Reflection>,
     reflection_v1alpha: ServerReflectionServerV1Alpha<ReflectionV1Alpha>,
@@ -269,6 +276,27 @@ fn timers_service(
         timers.accept_compressed(encoding).send_compressed(encoding)
     });
     InterceptedService::new(timers, authenticator)
+}
+
+/// The sink API over the running sinks, behind the same token check as the timer API.
+fn sinks_service(
+    config: &Config,
+    sinks: crate::sink::Sinks,
+    authenticator: Authenticator,
+) -> SinksApi {
+    let limits = Limits {
+        max_payload_bytes: config.max_payload_bytes,
+        max_batch: config.max_batch,
+        min_repeat: config.tick,
+        ..Limits::default()
+    };
+    let service = SinksServer::new(SinksService::new(sinks, limits));
+    let service = COMPRESSIONS.iter().fold(service, |service, &encoding| {
+        service
+            .accept_compressed(encoding)
+            .send_compressed(encoding)
+    });
+    InterceptedService::new(service, authenticator)
 }
 
 /// The memory budget for the start-up line: its size and where it came from.
@@ -329,6 +357,7 @@ async fn serve(
             .add_service(services.reflection.clone())
             .add_service(services.reflection_v1alpha.clone())
             .add_service(services.timers.clone())
+            .add_service(services.sinks.clone())
     };
     let tcp_incoming = acceptor.incoming(listeners.grpc);
     let tcp = async {

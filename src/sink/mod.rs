@@ -14,6 +14,10 @@
 //! resolved address of each one; [`tls`] adds TLS and the bearer token; [`http`] makes
 //! the POST and [`grpc`] the call; [`outcome`] reads the answer; [`circuit`] paces
 //! retries and pauses a sink that keeps failing.
+//!
+//! Which sinks run: those of `--sink`, fixed while tickd runs, and those set through the
+//! API (`tickd.v1.Sinks`), which the backend keeps durably; [`registry`] starts, replaces
+//! and stops their pushers as they change, and reports how each is doing.
 
 pub(crate) mod allow;
 mod circuit;
@@ -23,6 +27,7 @@ mod grpc;
 mod http;
 mod outcome;
 mod pusher;
+mod registry;
 mod spec;
 mod tls;
 
@@ -30,13 +35,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::domain::Expirations;
+use crate::domain::{Expirations, SinkStore};
 use crate::metrics::Metrics;
 use allow::SinkAllow;
+pub(crate) use registry::{Origin, SinkState, SinkView, Sinks};
 pub use spec::{SinkSpec, SinkSpecs};
 
 /// The sinks of the configuration, with what every sink shares.
@@ -67,6 +71,9 @@ pub enum SinkError {
 /// Sinks checked against `--sink-allow`, ready to start once the backend is.
 pub(crate) struct CheckedSinks {
     config: SinkConfig,
+    allow: Arc<SinkAllow>,
+    security: Arc<tls::SinkSecurity>,
+    /// The clients of `config.sinks`, in their order.
     clients: Vec<client::SinkClient>,
 }
 
@@ -123,51 +130,29 @@ impl CheckedSinks {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             config: config.clone(),
+            allow,
+            security,
             clients,
         })
     }
 
-    /// Starts one pusher per sink over `expirations`.
-    pub(crate) fn start(self, expirations: Arc<dyn Expirations>, metrics: &Arc<Metrics>) -> Sinks {
-        let (stop, stopping) = watch::channel(false);
-        let pushers = self
-            .config
-            .sinks
-            .into_iter()
-            .zip(self.clients)
-            .map(|(spec, sink)| {
-                let series = metrics.sinks.announce(&spec.namespace);
-                let pusher = Arc::new(pusher::Pusher {
-                    shown_as: spec.target.to_string(),
-                    sink,
-                    namespace: spec.namespace,
-                    expirations: expirations.clone(),
-                    circuit: circuit::Circuit::default(),
-                    timeout: self.config.timeout,
-                    max_in_flight: self.config.max_in_flight,
-                    series,
-                    room: tokio::sync::Semaphore::new(self.config.max_in_flight),
-                });
-                tokio::spawn(pusher.run(stopping.clone()))
-            })
-            .collect();
-        Sinks { stop, pushers }
-    }
-}
-
-/// The running pushers.
-pub(crate) struct Sinks {
-    stop: watch::Sender<bool>,
-    pushers: Vec<JoinHandle<()>>,
-}
-
-impl Sinks {
-    /// Stops pulling deliveries, lets pushes in flight finish for a moment, and ends.
-    /// What is left unacknowledged is delivered again after a restart.
-    pub(crate) async fn stop(self) {
-        let _ = self.stop.send(true);
-        for pusher in self.pushers {
-            let _ = pusher.await;
-        }
+    /// Starts one pusher per sink of `--sink` and per sink kept in `store` (set through
+    /// the API), over `expirations`.
+    pub(crate) async fn start(
+        self,
+        expirations: Arc<dyn Expirations>,
+        store: Arc<dyn SinkStore>,
+        metrics: &Arc<Metrics>,
+    ) -> Sinks {
+        let common = registry::Common {
+            allow: self.allow,
+            security: self.security,
+            timeout: self.config.timeout,
+            max_in_flight: self.config.max_in_flight,
+            expirations,
+            metrics: metrics.clone(),
+        };
+        let flagged = self.config.sinks.into_iter().zip(self.clients).collect();
+        Sinks::start(common, flagged, store).await
     }
 }

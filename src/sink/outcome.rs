@@ -47,6 +47,22 @@ impl PushOutcome {
         }
     }
 
+    /// What a push that did not deliver met, for people (`SinkStatus`); None if delivered.
+    pub(crate) fn failure(&self) -> Option<String> {
+        match self {
+            Self::Delivered => None,
+            Self::Retry { after: Some(after) } => Some(format!(
+                "the sink asked to be sent it again after {after:?} (408, 429 or 5xx)"
+            )),
+            Self::Retry { after: None } => Some(
+                "the sink asked to be sent it again (408, 429 or 5xx), or did not answer in time"
+                    .to_owned(),
+            ),
+            Self::Rejected { status } => Some(format!("the sink rejected it with HTTP {status}")),
+            Self::Unreachable { reason } => Some(format!("the sink was unreachable: {reason}")),
+        }
+    }
+
     /// The metric label of this outcome (`tickd_sink_pushes{outcome}`).
     pub(crate) fn label(&self) -> &'static str {
         match self {

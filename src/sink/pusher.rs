@@ -62,6 +62,8 @@ pub(crate) struct Pusher {
     pub(crate) series: SinkSeries,
     /// `max_in_flight` permits: one per push under way or held.
     pub(crate) room: Semaphore,
+    /// What the last push that did not deliver met (for `SinkStatus`).
+    pub(crate) last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Pusher {
@@ -286,6 +288,12 @@ impl Pusher {
             .push_seconds
             .observe(started.elapsed().as_secs_f64());
         self.series.pushed(outcome.label());
+        if let Some(failure) = outcome.failure() {
+            *self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
+        }
         outcome
     }
 

@@ -282,7 +282,7 @@ fn http_target(url: &str) -> Result<HttpTarget, String> {
 }
 
 /// `text` with any `user:password@` of its URL replaced by `***@`.
-fn masked(text: &str) -> String {
+pub(crate) fn masked(text: &str) -> String {
     let Some((before, after_scheme)) = text.split_once("://") else {
         return text.to_owned();
     };

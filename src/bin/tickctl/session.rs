@@ -13,9 +13,11 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::connection::{connect, BearerTokenInterceptor, Connection};
 use crate::failure::Failure;
 use crate::values::Output;
+use tickd::proto::sinks_client::SinksClient;
 use tickd::proto::timers_client::TimersClient;
 
 type TimersApi = TimersClient<InterceptedService<Channel, BearerTokenInterceptor>>;
+type SinksApi = SinksClient<InterceptedService<Channel, BearerTokenInterceptor>>;
 type HealthApi = HealthClient<InterceptedService<Channel, BearerTokenInterceptor>>;
 
 /// A connection to tickd and the global options; subcommands borrow it.
@@ -49,6 +51,11 @@ impl Session {
     /// A client of the Timers service; cheap, as it shares the session's channel.
     pub(crate) fn timers_api(&self) -> TimersApi {
         TimersClient::with_interceptor(self.channel.clone(), self.bearer_token.clone())
+    }
+
+    /// A client of the Sinks service on the same channel.
+    pub(crate) fn sinks_api(&self) -> SinksApi {
+        SinksClient::with_interceptor(self.channel.clone(), self.bearer_token.clone())
     }
 
     /// A client of the standard gRPC health service on the same channel.

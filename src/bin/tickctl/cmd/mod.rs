@@ -17,6 +17,7 @@ mod man;
 mod pending;
 mod redrive;
 mod reschedule;
+mod sink;
 mod touch;
 mod watch;
 
@@ -42,6 +43,7 @@ pub(crate) enum Command {
     Consume(consume::Consume),
     Ack(ack::Ack),
     Redrive(redrive::Redrive),
+    Sink(sink::Sink),
     Health(health::Health),
     Completion(completion::Completion),
     Man(man::Man),
@@ -80,6 +82,7 @@ impl Command {
             Command::Consume(consume) => consume.run(session).await,
             Command::Ack(ack) => ack.run(session).await,
             Command::Redrive(redrive) => redrive.run(session).await,
+            Command::Sink(sink) => sink.run(session).await,
             Command::Health(health) => health.run(session).await,
             Command::Completion(_) | Command::Man(_) => {
                 unreachable!("main runs completion and man before connecting (run_without_server)")

@@ -1,0 +1,186 @@
+//! `tickctl sink`: a namespace's push sink, set, shown and removed while tickd runs
+//! (the `tickd.v1.Sinks` service), and how the sinks are doing. URLs come back with their
+//! credentials masked (`***@`), as tickd answers them.
+//!
+//! ```text
+//! tickctl sink set orders 'http://user:secret@10.0.0.7:8080/timers'
+//! tickctl sink get orders
+//! tickctl sink status            # every sink the token allows, as a table
+//! tickctl sink remove orders
+//! ```
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use crate::failure::Failure;
+use crate::output;
+use crate::session::Session;
+use tickd::proto::{
+    GetSinkRequest, RemoveSinkRequest, SetSinkRequest, SinkCircuit, SinkOrigin, SinkState,
+    SinkStatusRequest, SinkView as SinkMessage,
+};
+
+/// Set, show or remove a namespace's push sink, or show how the sinks are doing.
+#[derive(Debug, Args)]
+pub(crate) struct Sink {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Set a namespace's sink (or give it a new URL); kept across restarts.
+    Set {
+        /// The namespace whose expirations go to the sink.
+        #[arg(value_name = "NAMESPACE")]
+        of: String,
+        /// Where they go, as --sink takes it: http://[user:password@]host[:port]/path[#json|#protobuf].
+        url: String,
+    },
+    /// Show a namespace's sink, its credentials masked.
+    Get {
+        /// The sink's namespace.
+        #[arg(value_name = "NAMESPACE")]
+        of: String,
+    },
+    /// Remove a namespace's sink: its expirations then wait for subscribers.
+    Remove {
+        /// The sink's namespace.
+        #[arg(value_name = "NAMESPACE")]
+        of: String,
+    },
+    /// How each sink is doing: its circuit, pushes in flight, pushes by outcome, the last
+    /// error.
+    Status {
+        /// The sink's namespace (none: every sink the token allows).
+        #[arg(value_name = "NAMESPACE")]
+        of: Option<String>,
+    },
+}
+
+// The namespace is an argument of each action, not `--namespace`: that global flag's id
+// is `namespace`, so each action's field has its own (`of`), shown as NAMESPACE.
+impl Sink {
+    pub(crate) async fn run(self, session: &Session) -> Result<ExitCode, Failure> {
+        let api = session.sinks_api();
+        match self.action {
+            Action::Set { of: namespace, url } => {
+                let request = session.request(SetSinkRequest { namespace, url });
+                let answer = session.unary(api.clone().set_sink(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    let sink = sink_of(answer.sink)?;
+                    let what = if answer.changed { "set" } else { "unchanged" };
+                    output::print_line(format!("{what} {}", sink_line(&sink)));
+                }
+            }
+            Action::Get { of: namespace } => {
+                let request = session.request(GetSinkRequest { namespace });
+                let answer = session.unary(api.clone().get_sink(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    output::print_line(sink_line(&sink_of(answer.sink)?));
+                }
+            }
+            Action::Remove { of: namespace } => {
+                let request = session.request(RemoveSinkRequest {
+                    namespace: namespace.clone(),
+                });
+                let answer = session.unary(api.clone().remove_sink(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    output::print_line(format!("removed the sink of {}", shown(&namespace)));
+                }
+            }
+            Action::Status { of: namespace } => {
+                let request = session.request(SinkStatusRequest {
+                    all: namespace.is_none(),
+                    namespace: namespace.unwrap_or_default(),
+                });
+                let answer = session.unary(api.clone().sink_status(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    let rows: Vec<Vec<String>> = answer.sinks.iter().map(status_row).collect();
+                    output::print_line(output::table(
+                        &[
+                            "NAMESPACE",
+                            "URL",
+                            "FROM",
+                            "CIRCUIT",
+                            "IN FLIGHT",
+                            "DELIVERED",
+                            "RETRY",
+                            "REJECTED",
+                            "UNREACHABLE",
+                            "LAST ERROR",
+                        ],
+                        &rows,
+                    ));
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The sink a successful answer must carry: without one the server broke the API.
+fn sink_of(sink: Option<SinkMessage>) -> Result<SinkMessage, Failure> {
+    sink.ok_or_else(|| Failure::Other("the server answered without a sink".into()))
+}
+
+fn shown(namespace: &str) -> &str {
+    if namespace.is_empty() {
+        "(default)"
+    } else {
+        namespace
+    }
+}
+
+fn origin(sink: &SinkMessage) -> &'static str {
+    match SinkOrigin::try_from(sink.origin) {
+        Ok(SinkOrigin::Flag) => "--sink",
+        Ok(SinkOrigin::Api) => "api",
+        _ => "-",
+    }
+}
+
+/// `namespace=orders url=http://***@10.0.0.7:8080/timers from=api`.
+fn sink_line(sink: &SinkMessage) -> String {
+    format!(
+        "namespace={} url={} from={}",
+        shown(&sink.namespace),
+        sink.url,
+        origin(sink)
+    )
+}
+
+fn status_row(state: &SinkState) -> Vec<String> {
+    let sink = state.sink.clone().unwrap_or_default();
+    let circuit = match SinkCircuit::try_from(state.circuit) {
+        Ok(SinkCircuit::Closed) => "closed",
+        Ok(SinkCircuit::Open) => "open",
+        Ok(SinkCircuit::HalfOpen) => "half-open",
+        _ => "-",
+    };
+    vec![
+        shown(&sink.namespace).to_owned(),
+        sink.url.clone(),
+        origin(&sink).to_owned(),
+        circuit.to_owned(),
+        state.in_flight.to_string(),
+        state.delivered.to_string(),
+        state.retry.to_string(),
+        state.rejected.to_string(),
+        state.unreachable.to_string(),
+        if state.last_error.is_empty() {
+            "-".to_owned()
+        } else {
+            state.last_error.clone()
+        },
+    ]
+}

@@ -1,0 +1,486 @@
+//! [`Sinks`]: the running pushers, one per namespace with a sink, kept in step with where
+//! the sinks come from: `--sink` (fixed while tickd runs) and the backend's
+//! [`SinkStore`] (set through the API). Setting a sink starts its pusher, a new URL
+//! replaces it, removing the sink stops it; a stopped pusher's unacknowledged deliveries
+//! are delivered again by the backend (to a subscriber, or to the next sink).
+//!
+//! A change made through this process is written to the store before the pushers change,
+//! so one refused or failed changes nothing. When the store is shared by other processes
+//! (the replicated backend), the registry reads it again every [`FOLLOW_EVERY`] and makes
+//! its pushers match, so a sink set through one replica pushes from every replica.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::allow::SinkAllow;
+use super::circuit::Circuit;
+use super::client::SinkClient;
+use super::pusher::Pusher;
+use super::spec::{masked, SinkSpec, SinkTarget};
+use super::tls::SinkSecurity;
+use crate::domain::{Expirations, SinkStore, StoredSinks, TimerError};
+use crate::metrics::sinks::{OutcomeLabels, SinkLabels, OUTCOMES};
+use crate::metrics::Metrics;
+
+/// How often a registry over a shared store reads it again.
+pub(crate) const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a namespace's sink comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// `--sink`.
+    Flag,
+    /// Set through the API, kept in the backend's store.
+    Api,
+}
+
+/// A sink as it may be shown: its URL without credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SinkView {
+    pub(crate) namespace: String,
+    pub(crate) url: String,
+    pub(crate) origin: Origin,
+}
+
+/// How a running sink is doing. The counts are this process's pushes to the namespace's
+/// sink since it started, as `tickd_sink_pushes` counts them.
+#[derive(Debug, Clone)]
+pub(crate) struct SinkState {
+    pub(crate) sink: SinkView,
+    /// 0 closed, 1 open, 2 half open.
+    pub(crate) circuit: i64,
+    pub(crate) in_flight: u64,
+    pub(crate) delivered: u64,
+    pub(crate) retry: u64,
+    pub(crate) rejected: u64,
+    pub(crate) unreachable: u64,
+    pub(crate) last_error: Option<String>,
+}
+
+/// What every pusher is made with.
+pub(crate) struct Common {
+    pub(crate) allow: Arc<SinkAllow>,
+    pub(crate) security: Arc<SinkSecurity>,
+    pub(crate) timeout: Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) expirations: Arc<dyn Expirations>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// One running pusher.
+struct Running {
+    origin: Origin,
+    /// The URL as kept in the store (credentials and all), for a sink set through the
+    /// API: a URL read again unchanged leaves its pusher alone.
+    stored_url: Option<String>,
+    /// The URL as it may be shown: its credentials as `***@`.
+    shown: String,
+    pusher: Arc<Pusher>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    fn view(&self) -> SinkView {
+        SinkView {
+            namespace: self.pusher.namespace.clone(),
+            url: self.shown.clone(),
+            origin: self.origin,
+        }
+    }
+
+    /// Stops pulling deliveries and lets the pushes in flight finish for a moment.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+struct Registry {
+    common: Common,
+    store: Arc<dyn SinkStore>,
+    /// The namespaces `--sink` gives a sink: the API cannot change those.
+    flagged: BTreeSet<String>,
+    /// The pushers running, by namespace. Held across a change's write to the store, so
+    /// that changes (and the follower's rounds) apply one at a time, in order.
+    running: tokio::sync::Mutex<BTreeMap<String, Running>>,
+    /// Set once [`Sinks::stop`] began: no pusher starts after it.
+    stopped: AtomicBool,
+}
+
+/// The sinks running in this process, and the way to change them (see the module's docs).
+/// Clones share them.
+#[derive(Clone)]
+pub(crate) struct Sinks {
+    registry: Arc<Registry>,
+    /// Ends the follower (see [`Sinks::stop`]).
+    stop_following: watch::Sender<bool>,
+    follower: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl Sinks {
+    /// Starts a pusher for each sink of `--sink` (with its client, made when the flag
+    /// was checked), and for each kept in `store`; follows the store if it is shared.
+    pub(crate) async fn start(
+        common: Common,
+        flagged_sinks: Vec<(SinkSpec, SinkClient)>,
+        store: Arc<dyn SinkStore>,
+    ) -> Sinks {
+        let mut running = BTreeMap::new();
+        let mut flagged = BTreeSet::new();
+        for (SinkSpec { namespace, target }, client) in flagged_sinks {
+            flagged.insert(namespace.clone());
+            let shown = target.to_string();
+            let pusher = common.start(namespace.clone(), client, shown, Origin::Flag, None);
+            running.insert(namespace, pusher);
+        }
+        let registry = Arc::new(Registry {
+            common,
+            store,
+            flagged,
+            running: tokio::sync::Mutex::new(running),
+            stopped: AtomicBool::new(false),
+        });
+        match registry.store.load().await {
+            Ok(stored) => registry.follow(stored).await,
+            // The follower reads them again; with a local store this cannot happen.
+            Err(error) => {
+                warn!(%error, "the sinks set at run time could not be read; trying again")
+            }
+        }
+        let (stop_following, stopping) = watch::channel(false);
+        let follower = registry
+            .store
+            .shared()
+            .then(|| tokio::spawn(registry.clone().keep_following(stopping)));
+        Sinks {
+            registry,
+            stop_following,
+            follower: Arc::new(Mutex::new(follower)),
+        }
+    }
+
+    /// Sets `namespace`'s sink to `url` (a new one, or a new URL for it): refused, and
+    /// nothing kept, for a URL that does not parse or that `--sink-allow` refuses, for a
+    /// namespace `--sink` gives a sink, and past the most sinks. True if it changed.
+    pub(crate) async fn set(
+        &self,
+        namespace: String,
+        url: String,
+    ) -> Result<(SinkView, bool), TimerError> {
+        let registry = &self.registry;
+        let target = SinkTarget::parse(&url).map_err(|why| TimerError::invalid("url", why))?;
+        registry.refuse_flagged(&namespace)?;
+        match registry
+            .common
+            .allow
+            .allowed_addresses(target.host(), target.port())
+            .await
+        {
+            Ok(_) => {}
+            Err(refused) if !refused.is_retryable() => {
+                return Err(TimerError::FailedPrecondition(format!("url: {refused}")))
+            }
+            // A name that does not resolve yet may later, as for `--sink`; every
+            // connection is checked anyway.
+            Err(error) => warn!(%namespace, %error, "a sink's host does not resolve yet"),
+        }
+        let shown_as = target.to_string();
+        let client = registry
+            .common
+            .client(target)
+            .map_err(|why| TimerError::invalid("url", why))?;
+        let mut running = registry.running.lock().await;
+        if registry.stopped.load(Ordering::Acquire) {
+            return Err(TimerError::stopped());
+        }
+        // Written even when unchanged here: another replica may have removed it since.
+        registry.store.put(namespace.clone(), url.clone()).await?;
+        if let Some(current) = running.get(&namespace) {
+            if current.stored_url.as_deref() == Some(url.as_str()) {
+                return Ok((current.view(), false));
+            }
+        }
+        let started =
+            registry
+                .common
+                .start(namespace.clone(), client, shown_as, Origin::Api, Some(url));
+        let view = started.view();
+        if let Some(replaced) = running.insert(namespace, started) {
+            replaced.stop().await;
+        }
+        Ok((view, true))
+    }
+
+    /// `namespace`'s sink: from `--sink`, or as the store keeps it. NOT_FOUND if none.
+    pub(crate) async fn get(&self, namespace: &str) -> Result<SinkView, TimerError> {
+        let registry = &self.registry;
+        if registry.flagged.contains(namespace) {
+            if let Some(running) = registry.running.lock().await.get(namespace) {
+                return Ok(running.view());
+            }
+        }
+        let stored = registry.store.load().await?;
+        let url = stored.get(namespace).ok_or_else(|| no_sink(namespace))?;
+        Ok(SinkView {
+            namespace: namespace.to_owned(),
+            url: masked(url),
+            origin: Origin::Api,
+        })
+    }
+
+    /// Removes `namespace`'s sink set through the API and stops its pusher. NOT_FOUND if
+    /// it has none; refused for a namespace `--sink` gives a sink.
+    pub(crate) async fn remove(&self, namespace: &str) -> Result<(), TimerError> {
+        let registry = &self.registry;
+        registry.refuse_flagged(namespace)?;
+        let mut running = registry.running.lock().await;
+        if registry.stopped.load(Ordering::Acquire) {
+            return Err(TimerError::stopped());
+        }
+        let removed = registry.store.remove(namespace.to_owned()).await?;
+        if let Some(stopped) = running.remove(namespace) {
+            stopped.stop().await;
+            registry.common.forget(namespace);
+        }
+        if removed {
+            Ok(())
+        } else {
+            Err(no_sink(namespace))
+        }
+    }
+
+    /// The sinks running here that `shown` lets through, by namespace.
+    pub(crate) async fn status(&self, shown: impl Fn(&str) -> bool) -> Vec<SinkState> {
+        let running = self.registry.running.lock().await;
+        running
+            .iter()
+            .filter(|(namespace, _)| shown(namespace))
+            .map(|(_, running)| self.registry.common.state(running))
+            .collect()
+    }
+
+    /// Stops the follower and every pusher. What is left unacknowledged is delivered
+    /// again (after a restart, or by another replica).
+    pub(crate) async fn stop(self) {
+        self.registry.stopped.store(true, Ordering::Release);
+        let _ = self.stop_following.send(true);
+        let follower = self
+            .follower
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(follower) = follower {
+            let _ = follower.await;
+        }
+        let running = std::mem::take(&mut *self.registry.running.lock().await);
+        // Every pusher stops pulling at once; then each lets its pushes finish.
+        for pusher in running.values() {
+            let _ = pusher.stop.send(true);
+        }
+        for (_, pusher) in running {
+            pusher.stop().await;
+        }
+    }
+}
+
+impl Registry {
+    fn refuse_flagged(&self, namespace: &str) -> Result<(), TimerError> {
+        if self.flagged.contains(namespace) {
+            return Err(TimerError::FailedPrecondition(format!(
+                "namespace {namespace:?}: its sink is given by --sink, which only a restart \
+                 of tickd changes"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Makes the pushers of sinks set through the API match `stored`: starts the new,
+    /// replaces those whose URL changed, stops those no longer kept.
+    async fn follow(&self, stored: StoredSinks) {
+        let mut running = self.running.lock().await;
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let gone: Vec<String> = running
+            .iter()
+            .filter(|(namespace, running)| {
+                running.origin == Origin::Api && !stored.contains_key(namespace.as_str())
+            })
+            .map(|(namespace, _)| namespace.clone())
+            .collect();
+        for namespace in gone {
+            if let Some(stopped) = running.remove(&namespace) {
+                info!(%namespace, "a sink was removed: its pusher stops");
+                stopped.stop().await;
+                self.common.forget(&namespace);
+            }
+        }
+        for (namespace, url) in stored {
+            if self.flagged.contains(&namespace) {
+                // `--sink` wins; the kept sink comes back if the flag is dropped.
+                continue;
+            }
+            if running
+                .get(&namespace)
+                .is_some_and(|running| running.stored_url.as_deref() == Some(url.as_str()))
+            {
+                continue;
+            }
+            let target = match SinkTarget::parse(&url) {
+                Ok(target) => target,
+                Err(why) => {
+                    warn!(%namespace, why, "a sink kept in the store does not parse: not started");
+                    continue;
+                }
+            };
+            let shown_as = target.to_string();
+            let client = match self.common.client(target) {
+                Ok(client) => client,
+                Err(why) => {
+                    warn!(%namespace, why, "a sink kept in the store cannot be made: not started");
+                    continue;
+                }
+            };
+            let started =
+                self.common
+                    .start(namespace.clone(), client, shown_as, Origin::Api, Some(url));
+            if let Some(replaced) = running.insert(namespace, started) {
+                replaced.stop().await;
+            }
+        }
+    }
+
+    /// Reads the shared store every [`FOLLOW_EVERY`] until stopped.
+    async fn keep_following(self: Arc<Self>, mut stopping: watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(FOLLOW_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => return,
+                _ = every.tick() => {}
+            }
+            match self.store.load().await {
+                Ok(stored) => self.follow(stored).await,
+                Err(error) => {
+                    warn!(%error, "reading the sinks set at run time failed; trying again")
+                }
+            }
+        }
+    }
+}
+
+impl Common {
+    /// A client for `target` (refused for TLS settings it cannot use).
+    fn client(&self, target: SinkTarget) -> Result<SinkClient, String> {
+        SinkClient::new(
+            target,
+            self.allow.clone(),
+            self.timeout,
+            self.security.clone(),
+        )
+    }
+
+    /// Starts a pusher for `namespace` over `client`, shown in logs as `shown_as` (its
+    /// target, no credentials).
+    fn start(
+        &self,
+        namespace: String,
+        client: SinkClient,
+        shown_as: String,
+        origin: Origin,
+        stored_url: Option<String>,
+    ) -> Running {
+        let series = self.metrics.sinks.announce(&namespace);
+        // A URL given whole (through the API) is shown as given, its credentials
+        // masked; `--sink`'s as its target shows it.
+        let shown = stored_url
+            .as_deref()
+            .map_or_else(|| shown_as.clone(), masked);
+        let (stop, stopping) = watch::channel(false);
+        let pusher = Arc::new(Pusher {
+            shown_as,
+            sink: client,
+            namespace,
+            expirations: self.expirations.clone(),
+            circuit: Circuit::default(),
+            timeout: self.timeout,
+            max_in_flight: self.max_in_flight,
+            series,
+            room: tokio::sync::Semaphore::new(self.max_in_flight),
+            last_error: Mutex::default(),
+        });
+        let task = tokio::spawn(pusher.clone().run(stopping));
+        Running {
+            origin,
+            stored_url,
+            shown,
+            pusher,
+            stop,
+            task,
+        }
+    }
+
+    /// Drops a removed sink's series from `/metrics`: a removed sink must not look stuck
+    /// (an open circuit, pushes in flight) for ever.
+    fn forget(&self, namespace: &str) {
+        let sinks = &self.metrics.sinks;
+        for outcome in OUTCOMES {
+            sinks.pushes.remove(&OutcomeLabels {
+                namespace: namespace.to_owned(),
+                outcome,
+            });
+        }
+        let labels = SinkLabels {
+            namespace: namespace.to_owned(),
+        };
+        sinks.push_seconds.remove(&labels);
+        sinks.in_flight.remove(&labels);
+        sinks.circuit.remove(&labels);
+    }
+
+    fn state(&self, running: &Running) -> SinkState {
+        let sinks = &self.metrics.sinks;
+        let namespace = &running.pusher.namespace;
+        let count = |outcome: &'static str| {
+            sinks
+                .pushes
+                .get_or_create(&OutcomeLabels {
+                    namespace: namespace.clone(),
+                    outcome,
+                })
+                .get()
+        };
+        let in_flight = sinks
+            .in_flight
+            .get_or_create(&SinkLabels {
+                namespace: namespace.clone(),
+            })
+            .get();
+        SinkState {
+            sink: running.view(),
+            circuit: running.pusher.circuit.gauge_value(),
+            in_flight: u64::try_from(in_flight).unwrap_or(0),
+            delivered: count("delivered"),
+            retry: count("retry"),
+            rejected: count("rejected"),
+            unreachable: count("unreachable"),
+            last_error: running
+                .pusher
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}
+
+fn no_sink(namespace: &str) -> TimerError {
+    TimerError::NotFound(format!("namespace {namespace:?} has no sink"))
+}
