@@ -155,9 +155,11 @@ pub struct Config {
     #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
     pub max_unacked: usize,
     /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas):
-    /// each of its expirations is POSTed to the URL (`http://`; the body is the expiration
-    /// in proto3 JSON, or encoded with `#protobuf` at the URL's end), acknowledged by a
-    /// 2xx answer, with a Subscribe stream's attempts, dead list and Redrive.
+    /// each of its expirations is POSTed to an `http://` URL (acknowledged by a 2xx),
+    /// published to a JetStream subject, `nats://HOST:PORT/SUBJECT` (by its PubAck), or
+    /// added to a Redis stream, `redis://HOST:PORT/STREAM` (by XADD's answer); the body is
+    /// the expiration in proto3 JSON, or encoded with `#protobuf` at the URL's end. With a
+    /// Subscribe stream's attempts, dead list and Redrive.
     #[arg(long = "sink", env = "TICKD_SINK", value_delimiter = ',')]
     pub sinks: Vec<SinkSpec>,
     /// Where sinks may connect: IP addresses, CIDRs and host names (repeatable; several

@@ -8,12 +8,16 @@ use std::time::Duration;
 use super::allow::SinkAllow;
 use super::connect::CONNECT_TIMEOUT;
 use super::http::HttpSink;
+use super::nats::NatsSink;
 use super::outcome::PushOutcome;
+use super::redis::RedisSink;
 use super::spec::SinkTarget;
 use crate::domain::Delivered;
 
 pub(crate) enum SinkClient {
     Http(HttpSink),
+    Nats(NatsSink),
+    Redis(RedisSink),
 }
 
 impl SinkClient {
@@ -22,6 +26,8 @@ impl SinkClient {
     pub(crate) fn new(target: SinkTarget, allow: Arc<SinkAllow>, timeout: Duration) -> Self {
         match target {
             SinkTarget::Http(target) => SinkClient::Http(HttpSink::new(target, allow, timeout)),
+            SinkTarget::Nats(target) => SinkClient::Nats(NatsSink::new(target, allow, timeout)),
+            SinkTarget::Redis(target) => SinkClient::Redis(RedisSink::new(target, allow, timeout)),
         }
     }
 
@@ -29,10 +35,13 @@ impl SinkClient {
     pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
         match self {
             SinkClient::Http(sink) => sink.push(delivered).await,
+            SinkClient::Nats(sink) => sink.push(delivered).await,
+            SinkClient::Redis(sink) => sink.push(delivered).await,
         }
     }
 
-    /// The longest a push may take beyond `timeout`: making its connection.
+    /// The longest a push may take beyond `timeout`: making its connection (every
+    /// transport's connection is given `CONNECT_TIMEOUT`).
     pub(crate) fn connect_budget(&self) -> Duration {
         CONNECT_TIMEOUT
     }

@@ -1,5 +1,6 @@
 //! Push delivery: a namespace may have a sink, an HTTP endpoint tickd POSTs each of its
-//! expirations to, instead of (or beside) clients holding a Subscribe stream open.
+//! expirations to, or a NATS JetStream subject or Redis stream it adds each to, instead
+//! of (or beside) clients holding a Subscribe stream open.
 //!
 //! A sink is tickd's own subscriber of its namespace ([`pusher`]), over the backend's
 //! [`Expirations`] like the API's streams: it has their guarantees (at least once,
@@ -10,16 +11,22 @@
 //!
 //! Where an expiration goes: [`spec`] reads `--sink NAMESPACE=URL`; [`allow`] and
 //! [`connect`] keep every connection to addresses `--sink-allow` allows, checked on the
-//! resolved address of each one; [`http`] makes the POST; [`outcome`] reads the answer;
-//! [`circuit`] paces retries and pauses a sink that keeps failing.
+//! resolved address of each one; [`body`] writes what a push carries; [`http`] makes the
+//! POST and [`outcome`] reads the answer; [`nats`] publishes to JetStream and [`redis`]
+//! adds to a stream, each over one connection per sink that [`kept`] keeps; [`circuit`]
+//! paces retries and pauses a sink that keeps failing.
 
 pub(crate) mod allow;
+mod body;
 mod circuit;
 mod client;
 pub(crate) mod connect;
 mod http;
+mod kept;
+mod nats;
 mod outcome;
 mod pusher;
+mod redis;
 mod spec;
 
 use std::sync::Arc;
