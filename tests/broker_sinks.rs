@@ -43,15 +43,20 @@ fn pushes(scrape: &common::metrics::Scrape, outcome: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Waits until every expiration fired so far is acknowledged (none in flight, none
-/// waiting for the sink).
-async fn settled(server: &TestServer, fired: usize) {
+/// Waits until `delivered` pushes were acknowledged by the broker and nothing is in
+/// flight or waiting for the sink (every expiration fired so far settled).
+async fn settled(server: &TestServer, delivered: usize) {
     let scrape = scrape_until(server.metrics_addr, |scrape| {
-        scrape.value("tickd_timers_fired_total") >= fired as f64
+        pushes(scrape, "delivered") >= delivered as f64
             && scrape.value("tickd_delivery_unacked") == 0.0
             && scrape.value("tickd_delivery_buffered") == 0.0
     })
     .await;
+    assert!(
+        pushes(&scrape, "delivered") >= delivered as f64,
+        "{} delivered",
+        pushes(&scrape, "delivered")
+    );
     assert_eq!(
         scrape.value("tickd_delivery_unacked"),
         0.0,
@@ -121,7 +126,15 @@ async fn a_jetstream_stream_holds_each_expiration_once_though_tickd_published_it
     let scrape_paused =
         scrape_until(server.metrics_addr, |scrape| pushes(scrape, "retry") >= 1.0).await;
     nats.signal("CONT");
-    assert!(pushes(&scrape_paused, "retry") >= 1.0, "no push timed out");
+    assert!(
+        pushes(&scrape_paused, "retry") >= 1.0,
+        "no push timed out: delivered {}, unreachable {}, rejected {}, fired {}, unacked {}",
+        pushes(&scrape_paused, "delivered"),
+        pushes(&scrape_paused, "unreachable"),
+        pushes(&scrape_paused, "rejected"),
+        scrape_paused.value("tickd_timers_fired_total"),
+        scrape_paused.value("tickd_delivery_unacked"),
+    );
     settled(&server, 15).await;
 
     // Every publish tickd made, as the core subscription saw them (duplicates too).
