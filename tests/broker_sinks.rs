@@ -210,11 +210,15 @@ async fn a_jetstream_stream_holds_each_expiration_once_though_tickd_published_it
 
 /// A stream entry's fields by name.
 type Entry = BTreeMap<String, Vec<u8>>;
+/// An entry as XRANGE and XREAD answer it: its id, then its fields and values in turn.
+type RawEntry = (String, Vec<Vec<u8>>);
+/// XREAD's answer: each stream's new entries, or nothing when it blocked in vain.
+type XreadAnswer = Option<Vec<(String, Vec<RawEntry>)>>;
 
 /// Every entry of the stream, in order.
 async fn entries(redis: &RedisServer) -> Vec<(String, Entry)> {
     let mut connection = redis.connection().await;
-    let raw: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+    let raw: Vec<RawEntry> = redis::cmd("XRANGE")
         .arg(STREAM)
         .arg("-")
         .arg("+")
@@ -244,7 +248,7 @@ async fn stream_reaches(redis: &RedisServer, count: usize) {
     let mut seen = 0;
     within(async {
         while seen < count {
-            let read: Option<Vec<(String, Vec<(String, Vec<Vec<u8>>)>)>> = redis::cmd("XREAD")
+            let read: XreadAnswer = redis::cmd("XREAD")
                 .arg("BLOCK")
                 .arg(0)
                 .arg("STREAMS")
