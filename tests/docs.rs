@@ -129,7 +129,7 @@ fn the_readme_shows_how_to_run_and_test_on_its_first_screen() {
     for command in [
         "cargo run --release --bin tickd",
         "\ncargo test\n",
-        "TICKD_SKIP_POLYGLOT=1 TICKD_SKIP_POSTGRES=1 cargo test",
+        "TICKD_SKIP_POLYGLOT=1 TICKD_SKIP_POSTGRES=1 TICKD_SKIP_BROKERS=1 cargo test",
     ] {
         assert!(
             screen.contains(command),

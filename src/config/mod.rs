@@ -156,10 +156,12 @@ pub struct Config {
     pub max_unacked: usize,
     /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas,
     /// a comma starting another only before `NAMESPACE=SCHEME://`): each of its
-    /// expirations is POSTed to the URL (`http://` or `https://`; the body is the expiration
-    /// in proto3 JSON, or encoded with `#protobuf` at the URL's end) and acknowledged by a
-    /// 2xx answer, or given to `tickd.v1.Sink/Deliver` at `grpc://` or `grpcs://` host:port
-    /// and acknowledged by OK, with a Subscribe stream's attempts, dead list and Redrive.
+    /// expirations is POSTed to an `http://` or `https://` URL (acknowledged by a 2xx),
+    /// given to `tickd.v1.Sink/Deliver` at `grpc://` or `grpcs://` HOST:PORT (by OK),
+    /// published to a JetStream subject, `nats://HOST:PORT/SUBJECT` (by its PubAck), or
+    /// added to a Redis stream, `redis://HOST:PORT/STREAM` (by XADD's answer); the body is
+    /// the expiration in proto3 JSON, or encoded with `#protobuf` at the URL's end. With a
+    /// Subscribe stream's attempts, dead list and Redrive.
     #[arg(long = "sink", env = "TICKD_SINK")]
     pub sinks: Vec<SinkSpecs>,
     /// Where sinks may connect: IP addresses, CIDRs and host names (repeatable; several

@@ -9,15 +9,20 @@ use super::allow::SinkAllow;
 use super::connect::CONNECT_TIMEOUT;
 use super::grpc::GrpcSink;
 use super::http::HttpSink;
+use super::nats::NatsSink;
 use super::outcome::PushOutcome;
+use super::redis::RedisSink;
 use super::spec::SinkTarget;
 use super::tls::SinkSecurity;
 use crate::domain::Delivered;
 
 pub(crate) enum SinkClient {
-    /// Boxed: its connection pool is larger than the other transports' clients.
+    // Boxed where a client is large (a connection pool, a kept connection's state), so
+    // that each variant is a pointer or two.
     Http(Box<HttpSink>),
     Grpc(GrpcSink),
+    Nats(Box<NatsSink>),
+    Redis(Box<RedisSink>),
 }
 
 impl SinkClient {
@@ -37,6 +42,12 @@ impl SinkClient {
             SinkTarget::Grpc(target) => {
                 SinkClient::Grpc(GrpcSink::new(target, allow, timeout, security)?)
             }
+            SinkTarget::Nats(target) => {
+                SinkClient::Nats(Box::new(NatsSink::new(target, allow, timeout)))
+            }
+            SinkTarget::Redis(target) => {
+                SinkClient::Redis(Box::new(RedisSink::new(target, allow, timeout)))
+            }
         })
     }
 
@@ -45,10 +56,13 @@ impl SinkClient {
         match self {
             SinkClient::Http(sink) => sink.push(delivered).await,
             SinkClient::Grpc(sink) => sink.push(delivered).await,
+            SinkClient::Nats(sink) => sink.push(delivered).await,
+            SinkClient::Redis(sink) => sink.push(delivered).await,
         }
     }
 
-    /// The longest a push may take beyond `timeout`: making its connection.
+    /// The longest a push may take beyond `timeout`: making its connection (every
+    /// transport's connection is given `CONNECT_TIMEOUT`).
     pub(crate) fn connect_budget(&self) -> Duration {
         CONNECT_TIMEOUT
     }

@@ -16,8 +16,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, ConnectError, Request, Status};
 
 use super::allow::SinkAllow;
+use super::body::{escaped, idempotency_key};
 use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
-use super::http::{escaped, idempotency_key};
 use super::outcome::{retry_after, PushOutcome};
 use super::spec::GrpcTarget;
 use super::tls::{SinkConnector, SinkSecurity};

@@ -16,12 +16,12 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use prost::Message;
 
 use super::allow::SinkAllow;
+use super::body::{escaped, idempotency_key, PushBody};
 use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
-use super::spec::{BodyFormat, HttpTarget};
+use super::spec::HttpTarget;
 use super::tls::{SinkConnector, SinkSecurity};
 use crate::domain::{with_causes, Delivered};
 
@@ -107,59 +107,21 @@ impl HttpSink {
     }
 
     fn request(&self, delivered: &Delivered) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
-        let message = crate::api::convert::expiration(
-            delivered.delivery_id,
-            &delivered.expiration,
-            delivered.attempt,
-        );
-        let (content_type, body) = match self.target.body {
-            BodyFormat::Json => (
-                "application/json",
-                Bytes::from(crate::proto_json::to_json_text(&message, false)),
-            ),
-            BodyFormat::Protobuf => (
-                "application/x-protobuf",
-                Bytes::from(message.encode_to_vec()),
-            ),
-        };
-        let expiration = &delivered.expiration;
+        let body = PushBody::of(delivered, self.target.body);
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(self.target.uri.clone())
-            .header(CONTENT_TYPE, content_type)
+            .header(CONTENT_TYPE, body.content_type)
             .header("idempotency-key", idempotency_key(delivered))
-            .header("tickd-delivery-id", message.delivery_id.as_str())
+            .header("tickd-delivery-id", body.delivery_id.as_str())
             .header("tickd-attempt", delivered.attempt)
-            .header("tickd-namespace", escaped(&expiration.namespace));
+            .header("tickd-namespace", escaped(&delivered.expiration.namespace));
         // The URL's own credentials first, then --sink-token-file's.
         if let Some(authorization) = &self.target.authorization {
             request = request.header(AUTHORIZATION, authorization.as_str());
         } else if let Some(authorization) = self.security.authorization() {
             request = request.header(AUTHORIZATION, authorization);
         }
-        request.body(Full::new(body))
+        request.body(Full::new(body.bytes))
     }
 }
-
-/// One expiration's key, the same for all its attempts and across restarts: its
-/// namespace, its timer and which firing of that timer it is.
-pub(crate) fn idempotency_key(delivered: &Delivered) -> String {
-    let expiration = &delivered.expiration;
-    format!(
-        "{}/{:016x}/{}",
-        escaped(&expiration.namespace),
-        expiration.id.0,
-        expiration.fired_count
-    )
-}
-
-/// A namespace as a header value holds it: percent-encoded beyond printable ASCII, and
-/// `/` too (the idempotency key's separator).
-pub(crate) fn escaped(namespace: &str) -> String {
-    percent_encoding::utf8_percent_encode(namespace, KEY_ESCAPES).to_string()
-}
-
-/// Escaped in a namespace shown in a header: controls, `/`, `%` and spaces (anything past
-/// ASCII always is).
-const KEY_ESCAPES: &percent_encoding::AsciiSet =
-    &percent_encoding::CONTROLS.add(b'/').add(b'%').add(b' ');

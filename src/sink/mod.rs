@@ -1,6 +1,7 @@
 //! Push delivery: a namespace may have a sink, an HTTP endpoint tickd POSTs each of its
-//! expirations to (or a gRPC server it calls `tickd.v1.Sink/Deliver` on), instead of (or
-//! beside) clients holding a Subscribe stream open.
+//! expirations to, a gRPC server it calls `tickd.v1.Sink/Deliver` on, or a NATS JetStream
+//! subject or Redis stream it adds each to, instead of (or beside) clients holding a
+//! Subscribe stream open.
 //!
 //! A sink is tickd's own subscriber of its namespace ([`pusher`]), over the backend's
 //! [`Expirations`] like the API's streams: it has their guarantees (at least once,
@@ -11,22 +12,28 @@
 //!
 //! Where an expiration goes: [`spec`] reads `--sink NAMESPACE=URL`; [`allow`] and
 //! [`connect`] keep every connection to addresses `--sink-allow` allows, checked on the
-//! resolved address of each one; [`tls`] adds TLS and the bearer token; [`http`] makes
-//! the POST and [`grpc`] the call; [`outcome`] reads the answer; [`circuit`] paces
-//! retries and pauses a sink that keeps failing.
+//! resolved address of each one; [`tls`] adds TLS and the bearer token; [`body`] writes
+//! what a push carries; [`http`] makes the POST and [`grpc`] the call, [`outcome`] reads
+//! their answers; [`nats`] publishes to JetStream and [`redis`] adds to a stream, each over
+//! one connection per sink that [`kept`] keeps; [`circuit`] paces retries and pauses a sink
+//! that keeps failing.
 //!
 //! Which sinks run: those of `--sink`, fixed while tickd runs, and those set through the
 //! API (`tickd.v1.Sinks`), which the backend keeps durably; [`registry`] starts, replaces
 //! and stops their pushers as they change, and reports how each is doing.
 
 pub(crate) mod allow;
+mod body;
 mod circuit;
 mod client;
 pub(crate) mod connect;
 mod grpc;
 mod http;
+mod kept;
+mod nats;
 mod outcome;
 mod pusher;
+mod redis;
 mod registry;
 mod spec;
 mod tls;

@@ -1,6 +1,10 @@
 //! A sink as configured: `--sink NAMESPACE=URL` read into the namespace and where its
 //! expirations go. What the URL carries beyond an address stays out of anything shown:
-//! its user and password become the Basic credentials of each push and are never logged.
+//! its user and password become each push's credentials (HTTP Basic, or the broker's own
+//! authentication) and are never logged.
+//!
+//! The URL's scheme picks the transport; each transport reads its own URLs in its own
+//! file (`http_target` here, [`super::nats::nats_target`], [`super::redis::redis_target`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,6 +12,8 @@ use std::str::FromStr;
 use base64::Engine;
 use hyper::Uri;
 
+use super::nats::{nats_target, NatsTarget};
+use super::redis::{redis_target, RedisTarget};
 use crate::api::convert::Limits;
 
 /// One namespace's sink (`--sink NAMESPACE=URL`).
@@ -25,6 +31,10 @@ pub(crate) enum SinkTarget {
     Http(HttpTarget),
     /// `grpc://` and `grpcs://`: a `tickd.v1.Sink/Deliver` call per expiration.
     Grpc(GrpcTarget),
+    /// `nats://`: a JetStream publish per expiration, acknowledged by its PubAck.
+    Nats(NatsTarget),
+    /// `redis://`: an XADD to a stream per expiration.
+    Redis(RedisTarget),
 }
 
 impl SinkTarget {
@@ -36,9 +46,11 @@ impl SinkTarget {
         match scheme {
             "http" | "https" => http_target(url).map(SinkTarget::Http),
             "grpc" | "grpcs" => GrpcTarget::parse(url).map(SinkTarget::Grpc),
+            "nats" => nats_target(url).map(SinkTarget::Nats),
+            "redis" => redis_target(url).map(SinkTarget::Redis),
             scheme => Err(format!(
-                "tickd pushes to http://, https://, grpc:// and grpcs:// sinks; {scheme}:// \
-                 is not one of them"
+                "tickd pushes to http://, https://, grpc://, grpcs://, nats:// and redis:// \
+                 sinks; {scheme}:// is not one of them"
             )),
         }
     }
@@ -48,6 +60,8 @@ impl SinkTarget {
         match self {
             SinkTarget::Http(target) => target.host(),
             SinkTarget::Grpc(target) => &target.host,
+            SinkTarget::Nats(target) => &target.broker.host,
+            SinkTarget::Redis(target) => &target.broker.host,
         }
     }
 
@@ -55,6 +69,8 @@ impl SinkTarget {
         match self {
             SinkTarget::Http(target) => target.port(),
             SinkTarget::Grpc(target) => target.port,
+            SinkTarget::Nats(target) => target.broker.port,
+            SinkTarget::Redis(target) => target.broker.port,
         }
     }
 
@@ -63,6 +79,7 @@ impl SinkTarget {
         match self {
             SinkTarget::Http(target) => target.uses_tls(),
             SinkTarget::Grpc(target) => target.tls,
+            SinkTarget::Nats(_) | SinkTarget::Redis(_) => false,
         }
     }
 }
@@ -73,6 +90,8 @@ impl fmt::Display for SinkTarget {
         match self {
             SinkTarget::Http(target) => target.fmt(formatter),
             SinkTarget::Grpc(target) => target.fmt(formatter),
+            SinkTarget::Nats(target) => target.broker.fmt(formatter),
+            SinkTarget::Redis(target) => target.broker.fmt(formatter),
         }
     }
 }
@@ -197,6 +216,111 @@ impl FromStr for SinkSpec {
     }
 }
 
+/// The URL without its fragment, and the body format the fragment names.
+fn body_format(url: &str) -> Result<(&str, BodyFormat), String> {
+    match url.split_once('#') {
+        None => Ok((url, BodyFormat::Json)),
+        Some((url, "json")) => Ok((url, BodyFormat::Json)),
+        Some((url, "protobuf")) => Ok((url, BodyFormat::Protobuf)),
+        Some((_, other)) => Err(format!(
+            "#{other} names no body format: give #json (the default) or #protobuf"
+        )),
+    }
+}
+
+/// A broker's URL, `SCHEME://[USER[:PASSWORD]@]HOST[:PORT]/NAME[#protobuf]`, as the
+/// NATS and Redis sinks read it: where to connect, with what credentials, and the one
+/// name (a subject, a stream) each push goes to.
+#[derive(Clone)]
+pub(crate) struct BrokerUrl {
+    pub(crate) scheme: &'static str,
+    /// As the URL gives it (an IPv6 literal in brackets), checked by `--sink-allow`.
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// User and password, percent-decoded; never shown.
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    /// The path without its leading `/`, percent-decoded.
+    pub(crate) name: String,
+    pub(crate) body: BodyFormat,
+}
+
+impl BrokerUrl {
+    /// Reads `url`, whose scheme is `scheme`; `example` ends each refusal that needs one.
+    pub(crate) fn parse(
+        url: &str,
+        scheme: &'static str,
+        default_port: u16,
+        example: &str,
+    ) -> Result<BrokerUrl, String> {
+        let (url, body) = body_format(url)?;
+        let uri = Uri::from_str(url).map_err(|error| format!("not a URL: {error}"))?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| format!("give a host, as in {example}"))?;
+        if authority.host().is_empty() {
+            return Err("the host is empty".into());
+        }
+        if uri.query().is_some() {
+            return Err(format!(
+                "a {scheme}:// sink takes no query, as in {example}"
+            ));
+        }
+        let decode = |text: &str| {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8()
+                .map(|decoded| decoded.into_owned())
+                .map_err(|_| "a percent-encoded part of the URL is not UTF-8".to_owned())
+        };
+        let (user, password) = match authority.as_str().rsplit_once('@') {
+            None => (None, None),
+            Some((credentials, _)) => match credentials.split_once(':') {
+                Some((user, password)) => (Some(decode(user)?), Some(decode(password)?)),
+                None => (Some(decode(credentials)?), None),
+            },
+        };
+        let name = decode(uri.path().strip_prefix('/').unwrap_or_default())?;
+        if name.is_empty() {
+            return Err(format!(
+                "give the name to push to after the host, as in {example}"
+            ));
+        }
+        Ok(BrokerUrl {
+            scheme,
+            host: authority.host().to_owned(),
+            port: authority.port_u16().unwrap_or(default_port),
+            user,
+            password,
+            name,
+            body,
+        })
+    }
+}
+
+/// The URL as it may be shown: no credentials.
+impl fmt::Display for BrokerUrl {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = percent_encoding::utf8_percent_encode(&self.name, NAME_ESCAPES);
+        write!(
+            formatter,
+            "{}://{}:{}/{name}",
+            self.scheme, self.host, self.port
+        )?;
+        if self.body == BodyFormat::Protobuf {
+            write!(formatter, "#protobuf")?;
+        }
+        Ok(())
+    }
+}
+
+/// Escaped in a broker URL's name as shown: what a URL's path cannot hold as it is.
+const NAME_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'%')
+    .add(b'#')
+    .add(b'?')
+    .add(b'"');
+
 /// One `--sink` value: a sink, or several separated by commas. A comma starts another
 /// sink only where `NAMESPACE=SCHEME://` follows it, so a URL may hold commas itself
 /// (in its path or query) and is never cut in two.
@@ -240,15 +364,7 @@ fn starts_a_sink(text: &str) -> bool {
 }
 
 fn http_target(url: &str) -> Result<HttpTarget, String> {
-    let (url, body) = match url.split_once('#') {
-        None | Some((_, "json")) => (url.split('#').next().unwrap_or(url), BodyFormat::Json),
-        Some((url, "protobuf")) => (url, BodyFormat::Protobuf),
-        Some((_, other)) => {
-            return Err(format!(
-                "#{other} names no body format: give #json (the default) or #protobuf"
-            ))
-        }
-    };
+    let (url, body) = body_format(url)?;
     let uri = Uri::from_str(url).map_err(|error| format!("not a URL: {error}"))?;
     let authority = uri
         .authority()
@@ -383,10 +499,10 @@ mod tests {
             ("http://127.0.0.1/", "NAMESPACE=URL"),
             ("=http://127.0.0.1/", "namespace is empty"),
             ("n=127.0.0.1:80/x", "scheme"),
-            (
-                "n=nats://127.0.0.1:4222/subject",
-                "nats:// is not one of them",
-            ),
+            ("n=amqp://127.0.0.1:5672/q", "amqp:// is not one of them"),
+            ("n=nats://127.0.0.1:4222", "give the name to push to"),
+            ("n=redis://127.0.0.1/s?db=1", "takes no query"),
+            ("n=redis://127.0.0.1/s#xml", "#xml names no body format"),
             ("n=http://127.0.0.1/#xml", "#xml names no body format"),
             ("n\u{7}=http://127.0.0.1/", "control characters"),
         ] {
@@ -394,5 +510,37 @@ mod tests {
             assert!(error.starts_with("--sink "), "{error}");
             assert!(error.contains(expected), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn broker_urls_name_where_and_what_and_hide_their_credentials() {
+        let spec: SinkSpec = "n=nats://127.0.0.1/tickd.expired".parse().unwrap();
+        assert_eq!(
+            (spec.target.host(), spec.target.port()),
+            ("127.0.0.1", 4222)
+        );
+        assert_eq!(
+            spec.target.to_string(),
+            "nats://127.0.0.1:4222/tickd.expired"
+        );
+        let spec: SinkSpec = "n=redis://:s%40cret@[::1]:7000/my%20stream#protobuf"
+            .parse()
+            .unwrap();
+        assert_eq!((spec.target.host(), spec.target.port()), ("[::1]", 7000));
+        let SinkTarget::Redis(target) = &spec.target else {
+            panic!("{spec:?} is not a Redis sink");
+        };
+        assert_eq!(target.broker.name, "my stream");
+        assert_eq!(target.broker.user.as_deref(), Some(""));
+        assert_eq!(target.broker.password.as_deref(), Some("s@cret"));
+        assert_eq!(target.broker.body, BodyFormat::Protobuf);
+        let shown = format!("{spec:?} {}", spec.target);
+        assert!(!shown.contains("cret"), "{shown}");
+        assert!(
+            shown.contains("redis://[::1]:7000/my%20stream#protobuf"),
+            "{shown}"
+        );
+        let spec: SinkSpec = "n=redis://localhost/s".parse().unwrap();
+        assert_eq!(spec.target.port(), 6379);
     }
 }

@@ -9,6 +9,7 @@
 //!   (over TLS too);
 //! - [`grpc_sink`]: a `tickd.v1.Sink` server that does the same for gRPC pushes;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
+//! - [`brokers`]: a throwaway NATS (JetStream) or Redis server, for the broker sinks;
 //! - [`replica_set`]: a few `tickd` replicas on one such server: started, killed, paused,
 //!   restarted, called, consumed from, and the ledger of what their clients were told;
 //! - [`pg_proxy`]: a TCP proxy that can cut one replica off from PostgreSQL;
@@ -20,8 +21,8 @@
 //! - [`tmpfs`]: a small tmpfs, for a disk that fills up;
 //! - [`wait`]: checking a condition until it holds, for states with no event to await;
 //! - [`tooling`]: running commands, install locks, Python venvs, and the switches that skip
-//!   tests needing what may be missing offline (`TICKD_SKIP_POLYGLOT`, `TICKD_SKIP_POSTGRES`)
-//!   or taking long (`TICKD_SKIP_SIMULATION`).
+//!   tests needing what may be missing offline (`TICKD_SKIP_POLYGLOT`, `TICKD_SKIP_POSTGRES`,
+//!   `TICKD_SKIP_BROKERS`) or taking long (`TICKD_SKIP_SIMULATION`).
 //!
 //! Every test binary (`tests/*.rs`) compiles this module anew with `mod common;` and uses
 //! only part of it, so what one binary leaves unused would warn there: hence the one
@@ -29,6 +30,7 @@
 //! re-exports, which a binary using only `tooling`, say, does not touch).
 #![allow(dead_code)]
 
+pub(crate) mod brokers;
 pub(crate) mod cgroup;
 pub(crate) mod daemon;
 pub(crate) mod data_dir;

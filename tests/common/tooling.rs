@@ -5,7 +5,8 @@
 //! Environment: `TICKD_PYTHON` picks the interpreter venvs are built from (default
 //! `python3`); `TICKD_SKIP_POLYGLOT=1` skips the tests that need other languages (and so
 //! PyPI, npm or a JDK); `TICKD_SKIP_POSTGRES=1` skips the tests that need PostgreSQL (which
-//! they would otherwise install with apt when it is missing).
+//! they would otherwise install with apt when it is missing); `TICKD_SKIP_BROKERS=1` skips
+//! those that need nats-server or redis-server (installed with apt the same way).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -31,6 +32,12 @@ pub(crate) fn skip_polyglot(what: &str) -> bool {
 /// starts a PostgreSQL server.
 pub(crate) fn skip_postgres(what: &str) -> bool {
     skip_when_set("TICKD_SKIP_POSTGRES", what)
+}
+
+/// True (and said on stderr) when `TICKD_SKIP_BROKERS=1`: checked first by every test that
+/// starts a NATS or Redis server.
+pub(crate) fn skip_brokers(what: &str) -> bool {
+    skip_when_set("TICKD_SKIP_BROKERS", what)
 }
 
 /// True (and said on stderr) when `TICKD_SKIP_SIMULATION=1`: the release build of the

@@ -74,6 +74,11 @@ pub(crate) struct E2eArgs {
     /// (tickd runs with `--sink NAMESPACE=http://ADDR/#protobuf`; see `push.rs`).
     #[arg(long)]
     push_listen: Option<std::net::SocketAddr>,
+    /// Receive the expirations from the broker a push sink adds them to instead:
+    /// `nats://HOST:PORT/SUBJECT` or `redis://HOST:PORT/STREAM` (tickd runs with
+    /// `--sink NAMESPACE=URL#protobuf`; see `push.rs`).
+    #[arg(long, conflicts_with = "push_listen")]
+    push_from: Option<String>,
     /// The namespace to register in (default: a fresh one); a push sink needs it known.
     #[arg(long)]
     namespace: Option<String>,
@@ -160,6 +165,7 @@ pub(crate) fn run(args: E2eArgs) {
         late_windows_ms,
         late_over_ms,
         push_listen,
+        push_from,
         namespace,
     } = args;
     client.run(|channels| async move {
@@ -172,7 +178,13 @@ pub(crate) fn run(args: E2eArgs) {
             subscriber_tasks
                 .push(crate::push::receive(listen, received.clone(), stopped.clone()).await?);
         }
-        for index in 0..subscribers.max(1) * usize::from(push_listen.is_none()) {
+        if let Some(url) = &push_from {
+            subscriber_tasks.push(
+                crate::push::receive_from_broker(url, received.clone(), stopped.clone()).await?,
+            );
+        }
+        let pushed = push_listen.is_some() || push_from.is_some();
+        for index in 0..subscribers.max(1) * usize::from(!pushed) {
             let client = TimersClient::new(channels[index % channels.len()].clone());
             subscriber_tasks.push(
                 subscribe(

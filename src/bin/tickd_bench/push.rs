@@ -1,5 +1,6 @@
 //! `tickd-bench e2e --push-listen ADDR`: the measured timers' expirations received as a push
-//! sink receives them, instead of over Subscribe streams. tickd runs with
+//! sink receives them, instead of over Subscribe streams (or, with `--push-from URL`, read
+//! back from the NATS subject or Redis stream tickd pushes them to). tickd runs with
 //! `--sink NAMESPACE=http://ADDR/#protobuf` (the namespace given by `--namespace`); this
 //! HTTP server answers every push 204, stamping it with the wall clock as it arrives, so
 //! lateness is measured as for subscribers: receipt wall time − the deadline.
@@ -78,5 +79,140 @@ pub(crate) async fn receive(
         eprintln!("# push connections accepted: {connections}");
         let receipts = std::mem::take(&mut *receipts.lock().expect("receipts"));
         (receipts, errors.load(Ordering::Relaxed))
+    }))
+}
+
+/// Receives the expirations tickd pushes to a broker sink, read back from the broker:
+/// `nats://HOST:PORT/SUBJECT` (a core subscription on the subject, which sees each publish
+/// as the stream stores it; the stream is created here if missing) or
+/// `redis://HOST:PORT/STREAM` (`XREAD BLOCK` from the stream's start). tickd runs with the
+/// same URL and `#protobuf`. Each receipt is stamped as the bench reads it, so lateness
+/// includes the broker's hop back to a consumer, as a real consumer would see it.
+pub(crate) async fn receive_from_broker(
+    url: &str,
+    received: Arc<AtomicU64>,
+    stopped: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<(Vec<Receipt>, u64)>, String> {
+    let (server, name) = url
+        .rsplit_once('/')
+        .filter(|(server, name)| server.contains("://") && !name.is_empty())
+        .ok_or_else(|| format!("{url}: give SCHEME://HOST:PORT/NAME"))?;
+    let record = Recorder {
+        receipts: Vec::new(),
+        errors: 0,
+        received,
+    };
+    if url.starts_with("nats://") {
+        receive_from_nats(server, name, record, stopped).await
+    } else if url.starts_with("redis://") {
+        receive_from_redis(server, name, record, stopped).await
+    } else {
+        Err(format!("{url}: a broker is nats:// or redis://"))
+    }
+}
+
+/// The receipts of one broker consumer.
+struct Recorder {
+    receipts: Vec<Receipt>,
+    errors: u64,
+    received: Arc<AtomicU64>,
+}
+
+impl Recorder {
+    fn record(&mut self, body: &[u8], at: i64) {
+        match Expiration::decode(body) {
+            Ok(expiration) => {
+                let id = expiration.timer.map(|timer| timer.id).unwrap_or_default();
+                self.receipts.push((id, at));
+                self.received.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => self.errors += 1,
+        }
+    }
+}
+
+async fn receive_from_nats(
+    server: &str,
+    subject: &str,
+    mut record: Recorder,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<(Vec<Receipt>, u64)>, String> {
+    use tokio_stream::StreamExt;
+    let client = async_nats::connect(server)
+        .await
+        .map_err(|error| format!("connecting to {server}: {error}"))?;
+    let mut messages = client
+        .subscribe(subject.to_owned())
+        .await
+        .map_err(|error| format!("subscribing to {subject}: {error}"))?;
+    async_nats::jetstream::new(client.clone())
+        .get_or_create_stream(async_nats::jetstream::stream::Config {
+            name: "TICKD_BENCH".into(),
+            subjects: vec![subject.to_owned()],
+            ..Default::default()
+        })
+        .await
+        .map_err(|error| format!("creating a stream for {subject}: {error}"))?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                message = messages.next() => match message {
+                    Some(message) => record.record(&message.payload, wall_nanos()),
+                    None => break,
+                },
+                _ = stopped.wait_for(|stop| *stop) => break,
+            }
+        }
+        drop(client);
+        (record.receipts, record.errors)
+    }))
+}
+
+async fn receive_from_redis(
+    server: &str,
+    stream: &str,
+    mut record: Recorder,
+    stopped: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<(Vec<Receipt>, u64)>, String> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut connection = redis::Client::open(server)
+        .map_err(|error| format!("{server}: {error}"))?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|error| format!("connecting to {server}: {error}"))?;
+    let stream = stream.to_owned();
+    type Read = Option<Vec<(String, Vec<(String, Vec<Vec<u8>>)>)>>;
+    Ok(tokio::spawn(async move {
+        let mut last = "0".to_owned();
+        while !*stopped.borrow() {
+            let read: Result<Read, _> = redis::cmd("XREAD")
+                .arg("COUNT")
+                .arg(1_000)
+                .arg("BLOCK")
+                .arg(100)
+                .arg("STREAMS")
+                .arg(&stream)
+                .arg(&last)
+                .query_async(&mut connection)
+                .await;
+            let Ok(read) = read else {
+                record.errors += 1;
+                break;
+            };
+            let at = wall_nanos();
+            for (_, entries) in read.unwrap_or_default() {
+                for (id, fields) in entries {
+                    // Fields and values alternate; the expiration is the `expiration` field.
+                    let body = fields
+                        .chunks(2)
+                        .find(|pair| pair[0] == b"expiration")
+                        .map(|pair| pair[1].as_slice())
+                        .unwrap_or_default();
+                    record.record(body, at);
+                    last = id;
+                }
+            }
+        }
+        (record.receipts, record.errors)
     }))
 }

@@ -1,0 +1,69 @@
+//! What a push carries whatever its transport: the expiration written in the sink's body
+//! format, and the values a receiver deduplicates and reports by (the idempotency key,
+//! the same for every attempt at one expiration; the delivery id and attempt of one
+//! push; the namespace). One place, so that an HTTP POST, a JetStream message and a
+//! Redis stream entry say the same thing.
+
+use bytes::Bytes;
+use prost::Message;
+
+use super::spec::BodyFormat;
+use crate::domain::Delivered;
+
+/// One push's expiration as the sink receives it.
+pub(crate) struct PushBody {
+    /// `application/json` or `application/x-protobuf`.
+    pub(crate) content_type: &'static str,
+    pub(crate) bytes: Bytes,
+    /// The delivery id as the body and the API write it.
+    pub(crate) delivery_id: String,
+}
+
+impl PushBody {
+    /// `tickd.v1.Expiration` for `delivered`, in proto3 JSON or encoded.
+    pub(crate) fn of(delivered: &Delivered, format: BodyFormat) -> PushBody {
+        let message = crate::api::convert::expiration(
+            delivered.delivery_id,
+            &delivered.expiration,
+            delivered.attempt,
+        );
+        let (content_type, bytes) = match format {
+            BodyFormat::Json => (
+                "application/json",
+                Bytes::from(crate::proto_json::to_json_text(&message, false)),
+            ),
+            BodyFormat::Protobuf => (
+                "application/x-protobuf",
+                Bytes::from(message.encode_to_vec()),
+            ),
+        };
+        PushBody {
+            content_type,
+            bytes,
+            delivery_id: message.delivery_id,
+        }
+    }
+}
+
+/// One expiration's key, the same for all its attempts and across restarts: its
+/// namespace, its timer and which firing of that timer it is.
+pub(crate) fn idempotency_key(delivered: &Delivered) -> String {
+    let expiration = &delivered.expiration;
+    format!(
+        "{}/{:016x}/{}",
+        escaped(&expiration.namespace),
+        expiration.id.0,
+        expiration.fired_count
+    )
+}
+
+/// A namespace as a header value holds it: percent-encoded beyond printable ASCII, and
+/// `/` too (the idempotency key's separator).
+pub(crate) fn escaped(namespace: &str) -> String {
+    percent_encoding::utf8_percent_encode(namespace, KEY_ESCAPES).to_string()
+}
+
+/// Escaped in a namespace shown in a header: controls, `/`, `%` and spaces (anything past
+/// ASCII always is).
+const KEY_ESCAPES: &percent_encoding::AsciiSet =
+    &percent_encoding::CONTROLS.add(b'/').add(b'%').add(b' ');
