@@ -25,6 +25,7 @@ pub mod budget;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub(crate) mod convert;
 pub mod cron;
 pub mod domain;
 mod faults;

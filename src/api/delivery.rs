@@ -7,9 +7,9 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::auth::grant_of;
-use super::convert;
 use super::service::{connection_streams, BoxStream, TimersService};
 use super::streams::StreamKind;
+use crate::convert;
 use crate::domain::SubscribeOptions;
 use crate::proto;
 

@@ -12,10 +12,10 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{grant_of, Grant};
-use super::convert::{self, Limits};
 use super::service::{connection_streams, BoxStream, TimersService};
 use super::status::item_error;
 use super::streams::StreamKind;
+use crate::convert::{self, Limits};
 use crate::domain::{Answer, TimerError, TimerView};
 use crate::proto;
 

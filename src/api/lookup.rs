@@ -5,8 +5,8 @@
 use tonic::{Request, Response, Status};
 
 use super::auth::grant_of;
-use super::convert;
 use super::service::TimersService;
+use crate::convert;
 use crate::domain::{PageToken, PendingQuery};
 use crate::proto;
 

@@ -19,7 +19,6 @@
 
 pub(crate) mod auth;
 pub(crate) mod codec;
-pub(crate) mod convert;
 mod delivery;
 mod leases;
 mod lookup;

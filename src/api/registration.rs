@@ -10,9 +10,9 @@ use prost_types::{Duration as ProtoDuration, Timestamp};
 use tonic::{Request, Response, Status};
 
 use super::auth::grant_of;
-use super::convert::{self, unix_now, Limits};
 use super::service::TimersService;
 use super::status::item_error;
+use crate::convert::{self, unix_now, Limits};
 use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerView};
 use crate::proto;

@@ -11,9 +11,9 @@ use tokio_stream::Stream;
 use tonic::{Request, Status};
 
 use super::auth::Grant;
-use super::convert::Limits;
 use super::streams::{ConnectionStreams, StreamLimits, StreamLimitsConfig};
 use crate::budget::{MemoryBudget, MemoryReservation, Refusal};
+use crate::convert::Limits;
 use crate::domain::{Expirations, TimerError, TimerRef, Timers};
 use crate::metrics::Metrics;
 use crate::proto;

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::auth::grant_of;
-use super::convert::Limits;
+use crate::convert::Limits;
 use crate::proto;
 use crate::sink::{Origin, SinkState, SinkView, Sinks};
 

@@ -35,11 +35,11 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{error, info, warn};
 
 use crate::api::auth::{Authenticator, Tokens};
-use crate::api::convert::Limits;
 use crate::api::{SinksService, TimersService};
 use crate::budget::memory::BudgetSource;
 use crate::budget::{ByteCount, MemoryBudget};
 use crate::config::Config;
+use crate::convert::Limits;
 use crate::domain::Backend;
 use crate::metrics::{Metrics, RpcMetricsLayer};
 use crate::proto;

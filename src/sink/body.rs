@@ -7,8 +7,29 @@
 use bytes::Bytes;
 use prost::Message;
 
-use super::spec::BodyFormat;
 use crate::domain::Delivered;
+
+/// How an expiration is written in a push's body: chosen by the URL's fragment (`#json`,
+/// the default, or `#protobuf`), which HTTP never sends to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyFormat {
+    /// The proto3 JSON mapping of `tickd.v1.Expiration`, `application/json`.
+    Json,
+    /// `tickd.v1.Expiration` encoded, `application/x-protobuf`.
+    Protobuf,
+}
+
+/// The URL without its fragment, and the body format the fragment names.
+pub(crate) fn body_format(url: &str) -> Result<(&str, BodyFormat), String> {
+    match url.split_once('#') {
+        None => Ok((url, BodyFormat::Json)),
+        Some((url, "json")) => Ok((url, BodyFormat::Json)),
+        Some((url, "protobuf")) => Ok((url, BodyFormat::Protobuf)),
+        Some((_, other)) => Err(format!(
+            "#{other} names no body format: give #json (the default) or #protobuf"
+        )),
+    }
+}
 
 /// One push's expiration as the sink receives it.
 pub(crate) struct PushBody {
@@ -22,7 +43,7 @@ pub(crate) struct PushBody {
 impl PushBody {
     /// `tickd.v1.Expiration` for `delivered`, in proto3 JSON or encoded.
     pub(crate) fn of(delivered: &Delivered, format: BodyFormat) -> PushBody {
-        let message = crate::api::convert::expiration(
+        let message = crate::convert::expiration(
             delivered.delivery_id,
             &delivered.expiration,
             delivered.attempt,

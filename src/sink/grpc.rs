@@ -90,7 +90,7 @@ impl GrpcSink {
     }
 
     fn request(&self, delivered: &Delivered) -> Result<Request<DeliverRequest>, String> {
-        let expiration = crate::api::convert::expiration(
+        let expiration = crate::convert::expiration(
             delivered.delivery_id,
             &delivered.expiration,
             delivered.attempt,

@@ -24,6 +24,7 @@
 
 pub(crate) mod allow;
 mod body;
+mod broker_url;
 mod circuit;
 mod client;
 pub(crate) mod connect;

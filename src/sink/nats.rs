@@ -26,10 +26,10 @@ use async_nats::{ConnectOptions, Event, HeaderMap, ReconnectToServer, Server, Se
 
 use super::allow::SinkAllow;
 use super::body::{escaped, idempotency_key, PushBody};
+use super::broker_url::BrokerUrl;
 use super::connect::CONNECT_TIMEOUT;
 use super::kept::{InUse, KeptConnection};
 use super::outcome::PushOutcome;
-use super::spec::BrokerUrl;
 use crate::domain::{with_causes, Delivered};
 
 const EXAMPLE: &str = "nats://127.0.0.1:4222/tickd.expirations";

@@ -25,10 +25,10 @@ use redis::{
 
 use super::allow::SinkAllow;
 use super::body::{escaped, idempotency_key, PushBody};
+use super::broker_url::BrokerUrl;
 use super::connect::CONNECT_TIMEOUT;
 use super::kept::{InUse, KeptConnection};
 use super::outcome::PushOutcome;
-use super::spec::BrokerUrl;
 use crate::domain::{with_causes, Delivered};
 
 const EXAMPLE: &str = "redis://127.0.0.1:6379/tickd-expirations";

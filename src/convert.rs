@@ -1,8 +1,10 @@
-//! What the RPC families share: the request limits ([`Limits`]), the checks of fields many
-//! requests carry (a namespace, a key, a duration, a timer reference), and the answers
-//! many responses carry (a timer, an expiration, a delivery id, a timestamp). Every check
-//! names the field it refused, so a client can fix its call; the checks of fields only one
-//! family reads live in that family's file.
+//! Between the wire and the domain, for the API's RPC families and the push sinks alike:
+//! the request limits ([`Limits`]), the checks of fields many requests carry (a namespace,
+//! a key, a duration, a timer reference), and the answers many responses carry (a timer,
+//! an expiration, a delivery id, a timestamp). Every check names the field it refused, so
+//! a client can fix its call; the checks of fields only one family reads live in that
+//! family's file (`src/api/`). A push carries an expiration as Subscribe delivers it, so
+//! the sinks write it here too.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -65,7 +67,7 @@ impl Limits {
         Ok(value.to_owned())
     }
 
-    pub(super) fn key(&self, key: &str) -> Result<String, TimerError> {
+    pub(crate) fn key(&self, key: &str) -> Result<String, TimerError> {
         if key.is_empty() {
             return Err(TimerError::invalid("key", "must not be empty"));
         }
@@ -73,7 +75,7 @@ impl Limits {
     }
 
     /// A positive duration no longer than the horizon.
-    pub(super) fn duration(
+    pub(crate) fn duration(
         &self,
         field: &'static str,
         duration: &ProtoDuration,
@@ -89,7 +91,7 @@ impl Limits {
     }
 
     /// A duration within the horizon and not zero: a `repeat` or a `ttl`.
-    pub(super) fn interval(
+    pub(crate) fn interval(
         &self,
         field: &'static str,
         duration: &ProtoDuration,
@@ -101,7 +103,7 @@ impl Limits {
         Ok(duration)
     }
 
-    pub(super) fn timer_ref(
+    pub(crate) fn timer_ref(
         &self,
         reference: Option<proto::TimerRef>,
     ) -> Result<TimerRef, TimerError> {
@@ -130,13 +132,13 @@ fn checked_duration(field: &'static str, duration: &ProtoDuration) -> Result<Dur
     ))
 }
 
-pub(super) fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64)
 }
 
-pub(super) fn timestamp(unix_nanos: u64) -> Timestamp {
+pub(crate) fn timestamp(unix_nanos: u64) -> Timestamp {
     Timestamp {
         seconds: (unix_nanos / 1_000_000_000) as i64,
         nanos: (unix_nanos % 1_000_000_000) as i32,
@@ -150,7 +152,7 @@ fn proto_duration(duration: Duration) -> ProtoDuration {
     }
 }
 
-pub(super) fn timer(view: TimerView) -> proto::Timer {
+pub(crate) fn timer(view: TimerView) -> proto::Timer {
     proto::Timer {
         id: view.id.to_string(),
         namespace: view.namespace.to_string(),
@@ -200,12 +202,12 @@ pub(crate) fn expiration(
 }
 
 /// Delivery ids are shown like timer ids: 16 hex digits.
-pub(super) fn delivery_id(raw: u64) -> String {
+pub(crate) fn delivery_id(raw: u64) -> String {
     format!("{raw:016x}")
 }
 
 /// Delivery ids as numbers, and the texts that are not delivery ids at all.
-pub(super) fn parse_delivery_ids(texts: Vec<String>) -> (Vec<u64>, Vec<String>) {
+pub(crate) fn parse_delivery_ids(texts: Vec<String>) -> (Vec<u64>, Vec<String>) {
     let mut ids = Vec::with_capacity(texts.len());
     let mut malformed = Vec::new();
     for text in texts {
