@@ -475,3 +475,20 @@ async fn a_sink_that_drops_connection_attempts_costs_no_attempts() {
     assert!(dead.dead_expirations.is_empty(), "{dead:?}");
     server.stop().await;
 }
+
+/// A window beyond what a sink's semaphore and subscription can hold is refused at
+/// start-up, naming the limit, instead of panicking there.
+#[test]
+fn a_huge_sink_max_in_flight_is_refused_naming_its_limit() {
+    use clap::Parser;
+    for value in ["100001", "18446744073709551615"] {
+        let error = tickd::config::Config::try_parse_from(["tickd", "--sink-max-in-flight", value])
+            .expect_err("refused");
+        let shown = error.to_string();
+        assert!(shown.contains("--sink-max-in-flight"), "{shown}");
+        assert!(shown.contains("at most 100000"), "{shown}");
+    }
+    let config = tickd::config::Config::try_parse_from(["tickd", "--sink-max-in-flight", "100000"])
+        .expect("the limit itself is allowed");
+    assert_eq!(config.sink_max_in_flight, 100_000);
+}

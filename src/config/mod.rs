@@ -51,6 +51,22 @@ fn parse_positive(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("invalid value {text:?}: give a whole number of at least 1"))
 }
 
+/// The most pushes in flight one sink may have: far beyond what a sink takes, and within
+/// what a semaphore and the subscription's window (twice it) can hold.
+const MOST_SINK_IN_FLIGHT: usize = 100_000;
+
+fn parse_sink_max_in_flight(text: &str) -> Result<usize, String> {
+    parse_positive(text).and_then(|value| {
+        if value <= MOST_SINK_IN_FLIGHT {
+            Ok(value)
+        } else {
+            Err(format!(
+                "invalid value {text:?}: at most {MOST_SINK_IN_FLIGHT} pushes in flight"
+            ))
+        }
+    })
+}
+
 fn parse_mode(text: &str) -> Result<u32, String> {
     u32::from_str_radix(text, 8)
         .ok()
@@ -174,8 +190,8 @@ pub struct Config {
     pub sink_timeout: Duration,
     /// Pushes to one sink awaiting an answer at most (held ones, while the sink is
     /// unreachable, included). As many again may wait for their acknowledgement or for
-    /// room; the rest wait in the namespace's buffer.
-    #[arg(long, env = "TICKD_SINK_MAX_IN_FLIGHT", default_value_t = 64, value_parser = parse_positive)]
+    /// room; the rest wait in the namespace's buffer. At most 100,000.
+    #[arg(long, env = "TICKD_SINK_MAX_IN_FLIGHT", default_value_t = 64, value_parser = parse_sink_max_in_flight)]
     pub sink_max_in_flight: usize,
     /// PEM CA bundle that https:// and grpcs:// sinks' certificates may chain to, beside
     /// the system's trusted roots.

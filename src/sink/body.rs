@@ -25,9 +25,11 @@ pub(crate) fn body_format(url: &str) -> Result<(&str, BodyFormat), String> {
         None => Ok((url, BodyFormat::Json)),
         Some((url, "json")) => Ok((url, BodyFormat::Json)),
         Some((url, "protobuf")) => Ok((url, BodyFormat::Protobuf)),
-        Some((_, other)) => Err(format!(
-            "#{other} names no body format: give #json (the default) or #protobuf"
-        )),
+        // Not echoed: a raw `#` in a password would show the rest of it.
+        Some(_) => Err(
+            "the URL's #fragment names no body format: give #json (the default) or #protobuf"
+                .into(),
+        ),
     }
 }
 

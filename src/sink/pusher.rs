@@ -30,6 +30,7 @@ use super::client::SinkClient;
 use super::outcome::PushOutcome;
 use crate::domain::{Delivered, Expirations, SubscribeOptions};
 use crate::metrics::sinks::SinkSeries;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// Beyond the push timeout, how long a delivery's claim lasts: time to read the answer
 /// and acknowledge it before the backend would hand it to another attempt.
@@ -108,6 +109,9 @@ impl Pusher {
                                 // back as redeliveries, which pushes still held here
                                 // would race. Those under way may finish.
                                 finish_pushes(&mut pushes).await;
+                                // No push is left: a probe among those dropped never
+                                // answered, and the circuit must not wait for it.
+                                self.circuit.probe_abandoned();
                                 break;
                             }
                         },
@@ -280,10 +284,10 @@ impl Pusher {
 
     /// One push, counted in the sink's metrics.
     async fn push(&self, delivered: &Delivered) -> PushOutcome {
-        self.series.in_flight.inc();
+        let in_flight = CountedInFlight::start(&self.series.in_flight);
         let started = Instant::now();
         let outcome = self.sink.push(delivered).await;
-        self.series.in_flight.dec();
+        drop(in_flight);
         self.series
             .push_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -317,6 +321,23 @@ impl Pusher {
 
     fn show_circuit(&self) {
         self.series.circuit.set(self.circuit.gauge_value());
+    }
+}
+
+/// A push counted in `tickd_sink_in_flight` until it ends: answered, or dropped with its
+/// task (a stopping pusher, an ended subscription).
+struct CountedInFlight<'series>(&'series Gauge);
+
+impl<'series> CountedInFlight<'series> {
+    fn start(gauge: &'series Gauge) -> Self {
+        gauge.inc();
+        CountedInFlight(gauge)
+    }
+}
+
+impl Drop for CountedInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -147,13 +147,8 @@ impl Sinks {
             running: tokio::sync::Mutex::new(running),
             stopped: AtomicBool::new(false),
         });
-        match registry.store.load().await {
-            Ok(stored) => registry.follow(stored).await,
-            // The follower reads them again; with a local store this cannot happen.
-            Err(error) => {
-                warn!(%error, "the sinks set at run time could not be read; trying again")
-            }
-        }
+        // The follower reads them again if this fails; with a local store it cannot.
+        registry.read_and_follow().await;
         let (stop_following, stopping) = watch::channel(false);
         let follower = registry
             .store
@@ -301,10 +296,22 @@ impl Registry {
         Ok(())
     }
 
+    /// Reads the store and makes the pushers match it. The store is read under the lock
+    /// that every change holds across its write: a snapshot read before a change that was
+    /// answered can never be applied after it (and undo it).
+    async fn read_and_follow(&self) {
+        let mut running = self.running.lock().await;
+        match self.store.load().await {
+            Ok(stored) => self.follow(&mut running, stored).await,
+            Err(error) => {
+                warn!(%error, "reading the sinks set at run time failed; trying again")
+            }
+        }
+    }
+
     /// Makes the pushers of sinks set through the API match `stored`: starts the new,
     /// replaces those whose URL changed, stops those no longer kept.
-    async fn follow(&self, stored: StoredSinks) {
-        let mut running = self.running.lock().await;
+    async fn follow(&self, running: &mut BTreeMap<String, Running>, stored: StoredSinks) {
         if self.stopped.load(Ordering::Acquire) {
             return;
         }
@@ -366,12 +373,7 @@ impl Registry {
                 _ = stopping.wait_for(|stop| *stop) => return,
                 _ = every.tick() => {}
             }
-            match self.store.load().await {
-                Ok(stored) => self.follow(stored).await,
-                Err(error) => {
-                    warn!(%error, "reading the sinks set at run time failed; trying again")
-                }
-            }
+            self.read_and_follow().await;
         }
     }
 }

@@ -388,8 +388,11 @@ mod tests {
             ("n=amqp://127.0.0.1:5672/q", "amqp:// is not one of them"),
             ("n=nats://127.0.0.1:4222", "give the name to push to"),
             ("n=redis://127.0.0.1/s?db=1", "takes no query"),
-            ("n=redis://127.0.0.1/s#xml", "#xml names no body format"),
-            ("n=http://127.0.0.1/#xml", "#xml names no body format"),
+            (
+                "n=redis://127.0.0.1/s#xml",
+                "#fragment names no body format",
+            ),
+            ("n=http://127.0.0.1/#xml", "#fragment names no body format"),
             ("n\u{7}=http://127.0.0.1/", "control characters"),
         ] {
             let error = text.parse::<SinkSpec>().unwrap_err();

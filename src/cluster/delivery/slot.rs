@@ -173,8 +173,6 @@ impl LocalSubscribers {
         }
     }
 
-    /// Forgets acknowledged deliveries of `namespace` (they leave room); whether one of
-    /// its subscribers was waiting for room (and is to be woken).
     /// A delivery's claim was moved to end `until` (a sink holds it, or handed it back
     /// to be retried then): whichever subscriber here holds it counts it in its window
     /// until then, as the database does. Without this the window would forget it at its
@@ -187,6 +185,8 @@ impl LocalSubscribers {
         }
     }
 
+    /// Forgets acknowledged deliveries of `namespace` (they leave room); whether one of
+    /// its subscribers was waiting for room (and is to be woken).
     pub(super) fn acknowledged(&self, namespace: &str, delivery_ids: &[u64]) -> bool {
         if delivery_ids.is_empty() {
             return false;
