@@ -427,6 +427,58 @@ async fn a_sink_that_never_answers_is_sent_no_more_than_its_window() {
     server.stop().await;
 }
 
+/// An `http://...#h2c` sink is spoken HTTP/2 from the first byte: the pushes in flight
+/// are streams of one connection, and a push answered 503 is retried on it as a stream
+/// like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_sink_gets_its_pushes_in_flight_as_streams_of_one_connection() {
+    let script: Script = Arc::new(|_, before| (if before == 0 { 503 } else { 204 }, None));
+    let sink = HttpSink::start(script).await;
+    sink.hold();
+    let server = server_pushing_to(&format!("{}#protobuf,h2c", sink.url("/")), |config| {
+        config.sink_max_in_flight = 8;
+        config.sink_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let mut client = server.client().await;
+    register_all(&mut client, specs(NAMESPACE, 8, 20)).await;
+    // All 8 unanswered at once: 8 requests in flight together.
+    sink.wait_for("8 pushes held", |pushes| pushes.len() == 8)
+        .await;
+    assert_eq!(
+        sink.connections(),
+        1,
+        "8 pushes in flight on one connection"
+    );
+    sink.release();
+    sink.wait_for("each expiration's second attempt", |pushes| {
+        pushes.len() == 16
+    })
+    .await;
+    settled(&server).await;
+    let pushes = sink.pushes();
+    for key in keys(&pushes) {
+        assert_eq!(attempts_of(&pushes, &key), [1, 2], "{key}");
+    }
+    assert!(
+        pushes
+            .iter()
+            .all(|push| push.version == hyper::Version::HTTP_2
+                && push.content_type == "application/x-protobuf"),
+        "{pushes:#?}"
+    );
+    assert_eq!(
+        sink.connections(),
+        1,
+        "the retries went on the same connection"
+    );
+    assert!(pending_with_dead(&mut client, NAMESPACE)
+        .await
+        .dead_expirations
+        .is_empty());
+    server.stop().await;
+}
+
 /// A sink whose address drops connection attempts (its accept queue is full: the
 /// kernel drops each SYN) is unreachable, not late: with a push timeout shorter than
 /// the connection's own, no attempt is spent, and once it accepts, each expiration

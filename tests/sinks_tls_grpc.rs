@@ -269,6 +269,8 @@ async fn an_https_sink_trusting_a_test_ca_gets_the_token_and_sees_the_client_cer
         "the sink saw tickd's client certificate"
     );
     assert_eq!(sink.failed_handshakes(), 0);
+    // The sink offered no protocol in its handshake: HTTP/1.1.
+    assert_eq!(push.version, hyper::Version::HTTP_11);
     server.stop().await;
 }
 
@@ -323,7 +325,10 @@ async fn an_https_sink_whose_ca_is_not_trusted_gets_nothing_until_it_is_and_noth
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let ca = TestCa::new("untrusted");
-    let sink = HttpSink::start_tls(always(200), tls_server(&ca, None)).await;
+    // This sink offers HTTP/2 in its handshake: once trusted, pushes go over it.
+    let mut offers_h2 = tls_server(&ca, None);
+    offers_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let sink = HttpSink::start_tls(always(200), offers_h2).await;
     let url = sink.https_url("/");
     let mut daemon = daemon_pushing_to(&data_dir, &url, None);
     let mut client = TimersClient::connect(format!("http://{}", daemon.addr))
@@ -365,6 +370,13 @@ async fn an_https_sink_whose_ca_is_not_trusted_gets_nothing_until_it_is_and_noth
     assert!(
         sink.pushes().iter().all(|push| push.attempt <= 2),
         "{:#?}",
+        sink.pushes()
+    );
+    assert!(
+        sink.pushes()
+            .iter()
+            .all(|push| push.version == hyper::Version::HTTP_2),
+        "the handshake chose h2: {:#?}",
         sink.pushes()
     );
 }

@@ -23,13 +23,25 @@ pub(crate) enum BodyFormat {
 pub(crate) fn body_format(url: &str) -> Result<(&str, BodyFormat), String> {
     match url.split_once('#') {
         None => Ok((url, BodyFormat::Json)),
-        Some((url, "json")) => Ok((url, BodyFormat::Json)),
-        Some((url, "protobuf")) => Ok((url, BodyFormat::Protobuf)),
-        // Not echoed: a raw `#` in a password would show the rest of it.
-        Some(_) => Err(
-            "the URL's #fragment names no body format: give #json (the default) or #protobuf"
-                .into(),
-        ),
+        Some((url, fragment)) => match BodyFormat::named(fragment) {
+            Some(format) => Ok((url, format)),
+            // Not echoed: a raw `#` in a password would show the rest of it.
+            None => Err(
+                "the URL's #fragment names no body format: give #json (the default) or #protobuf"
+                    .into(),
+            ),
+        },
+    }
+}
+
+impl BodyFormat {
+    /// The format a URL's fragment (or one of an HTTP URL's fragment options) names.
+    pub(crate) fn named(option: &str) -> Option<BodyFormat> {
+        match option {
+            "json" => Some(BodyFormat::Json),
+            "protobuf" => Some(BodyFormat::Protobuf),
+            _ => None,
+        }
     }
 }
 

@@ -39,7 +39,7 @@ impl GrpcSink {
         security: Arc<SinkSecurity>,
     ) -> Result<Self, String> {
         let tls = match target.tls {
-            true => security.tls_for(b"h2"),
+            true => security.tls_for(&[b"h2"]),
             false => None,
         };
         let connector = SinkConnector::new(

@@ -2,6 +2,11 @@
 //! addresses `--sink-allow` allows (see [`super::connect`]), each within the push timeout;
 //! `https://` over TLS ([`super::tls`]).
 //!
+//! HTTP/1.1 takes a connection per push in flight, and a write and a read of its own per
+//! push. HTTP/2 carries every push as a stream of one connection, many pushes to a write:
+//! spoken when an `https://` sink's server chooses `h2` in the TLS handshake, or from the
+//! first byte to an `http://` sink given `#h2c` (prior knowledge: the sink must speak it).
+//!
 //! Each push carries headers a receiver needs to deduplicate and to report:
 //! `Idempotency-Key` (the same for every attempt at one expiration, across restarts),
 //! `Tickd-Delivery-Id` and `Tickd-Attempt` (one attempt), and `Tickd-Namespace`.
@@ -12,10 +17,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body as _;
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::allow::SinkAllow;
 use super::body::{escaped, idempotency_key, PushBody};
@@ -27,6 +32,11 @@ use crate::domain::{with_causes, Delivered};
 
 /// Idle connections kept per sink host: enough for its in-flight limit to reuse them.
 const IDLE_CONNECTIONS_PER_HOST: usize = 256;
+/// An HTTP/2 connection carries every push: a ping when it has been quiet this long, and
+/// closed if the ping is not answered within [`PING_TIMEOUT`], so that pushes never queue
+/// on a connection the network dropped without a word.
+const PING_INTERVAL: Duration = Duration::from_secs(10);
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) struct HttpSink {
     client: Client<SinkConnector, Full<Bytes>>,
@@ -43,7 +53,7 @@ impl HttpSink {
         security: Arc<SinkSecurity>,
     ) -> Self {
         let tls = match target.uses_tls() {
-            true => security.tls_for(b"http/1.1"),
+            true => security.tls_for(&[b"h2", b"http/1.1"]),
             false => None,
         };
         let connector = SinkConnector::new(
@@ -53,6 +63,10 @@ impl HttpSink {
         );
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
+            .http2_only(target.h2c)
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(PING_INTERVAL)
+            .http2_keep_alive_timeout(PING_TIMEOUT)
             .build(connector);
         Self {
             client,
@@ -112,8 +126,8 @@ impl HttpSink {
             .method(Method::POST)
             .uri(self.target.uri.clone())
             .header(CONTENT_TYPE, body.content_type)
-            .header("idempotency-key", idempotency_key(delivered))
-            .header("tickd-delivery-id", body.delivery_id.as_str())
+            .header("idempotency-key", once(idempotency_key(delivered))?)
+            .header("tickd-delivery-id", once(body.delivery_id)?)
             .header("tickd-attempt", delivered.attempt)
             .header("tickd-namespace", escaped(&delivered.expiration.namespace));
         // The URL's own credentials first, then --sink-token-file's.
@@ -124,4 +138,13 @@ impl HttpSink {
         }
         request.body(Full::new(body.bytes))
     }
+}
+
+/// A header value no other push repeats (its key, its delivery id). Over HTTP/2 it is
+/// marked never to be indexed: HPACK's table keeps what headers repeat, and a value seen
+/// once would only push those out (and cost its insertion) on every push.
+fn once(value: String) -> Result<HeaderValue, hyper::http::Error> {
+    let mut value = HeaderValue::try_from(value)?;
+    value.set_sensitive(true);
+    Ok(value)
 }

@@ -12,7 +12,7 @@ use std::str::FromStr;
 use base64::Engine;
 use hyper::Uri;
 
-use super::body::{body_format, BodyFormat};
+use super::body::BodyFormat;
 use super::nats::{nats_target, NatsTarget};
 use super::redis::{redis_target, RedisTarget};
 use crate::convert::Limits;
@@ -103,6 +103,8 @@ pub(crate) struct HttpTarget {
     /// The URL without its credentials (and without its fragment, which names the body).
     pub(crate) uri: Uri,
     pub(crate) body: BodyFormat,
+    /// `#h2c`: HTTP/2 without TLS, every push a stream on one connection.
+    pub(crate) h2c: bool,
     /// `Basic ...`, from the URL's `user:password@`.
     pub(crate) authorization: Option<String>,
 }
@@ -173,10 +175,12 @@ impl fmt::Display for GrpcTarget {
 impl fmt::Display for HttpTarget {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(formatter, "{}", self.uri)?;
-        if self.body == BodyFormat::Protobuf {
-            write!(formatter, "#protobuf")?;
+        match (self.body, self.h2c) {
+            (BodyFormat::Json, false) => Ok(()),
+            (BodyFormat::Json, true) => write!(formatter, "#h2c"),
+            (BodyFormat::Protobuf, false) => write!(formatter, "#protobuf"),
+            (BodyFormat::Protobuf, true) => write!(formatter, "#protobuf,h2c"),
         }
-        Ok(())
     }
 }
 
@@ -250,8 +254,15 @@ fn starts_a_sink(text: &str) -> bool {
 }
 
 fn http_target(url: &str) -> Result<HttpTarget, String> {
-    let (url, body) = body_format(url)?;
+    let (url, body, h2c) = http_fragment(url)?;
     let uri = Uri::from_str(url).map_err(|error| format!("not a URL: {error}"))?;
+    if h2c && uri.scheme_str() == Some("https") {
+        return Err(
+            "#h2c is HTTP/2 without TLS: an https:// sink speaks HTTP/2 when its \
+             server offers it in the TLS handshake (ALPN)"
+                .into(),
+        );
+    }
     let authority = uri
         .authority()
         .ok_or_else(|| "give a host, as in http://127.0.0.1:8080/timers".to_owned())?;
@@ -279,8 +290,34 @@ fn http_target(url: &str) -> Result<HttpTarget, String> {
     Ok(HttpTarget {
         uri,
         body,
+        h2c,
         authorization,
     })
+}
+
+/// An HTTP URL without its fragment, and the options the fragment gives, separated by
+/// commas: a body format (`json`, the default, or `protobuf`), and `h2c` for HTTP/2 with
+/// prior knowledge (no TLS, no upgrade).
+fn http_fragment(url: &str) -> Result<(&str, BodyFormat, bool), String> {
+    let Some((url, fragment)) = url.split_once('#') else {
+        return Ok((url, BodyFormat::Json, false));
+    };
+    let (mut body, mut h2c) = (None, false);
+    for option in fragment.split(',') {
+        match (option, BodyFormat::named(option)) {
+            ("h2c", _) if !h2c => h2c = true,
+            (_, Some(format)) if body.is_none() => body = Some(format),
+            // Not echoed: a raw `#` in a password would show the rest of it.
+            _ => {
+                return Err(
+                    "the URL's #fragment is a body format (#json, the default, or \
+                     #protobuf) and, for HTTP/2 without TLS, h2c: as in #protobuf,h2c"
+                        .into(),
+                )
+            }
+        }
+    }
+    Ok((url, body.unwrap_or(BodyFormat::Json), h2c))
 }
 
 /// `text` with any `user:password@` of its URL replaced by `***@`.
@@ -320,6 +357,39 @@ mod tests {
         assert_eq!(http(&spec).body, BodyFormat::Protobuf);
         assert_eq!(spec.target.port(), 80);
         assert_eq!(spec.target.to_string(), "http://localhost/hook#protobuf");
+        assert!(!http(&spec).h2c);
+    }
+
+    #[test]
+    fn h2c_in_the_fragment_asks_for_http2_without_tls_beside_the_body_format() {
+        for (url, body, shown) in [
+            ("n=http://localhost/hook#h2c", BodyFormat::Json, "#h2c"),
+            (
+                "n=http://localhost/hook#protobuf,h2c",
+                BodyFormat::Protobuf,
+                "#protobuf,h2c",
+            ),
+            (
+                "n=http://localhost/hook#h2c,protobuf",
+                BodyFormat::Protobuf,
+                "#protobuf,h2c",
+            ),
+            ("n=http://localhost/hook#json,h2c", BodyFormat::Json, "#h2c"),
+        ] {
+            let spec: SinkSpec = url.parse().unwrap();
+            assert!(http(&spec).h2c, "{url}");
+            assert_eq!(http(&spec).body, body, "{url}");
+            assert_eq!(
+                spec.target.to_string(),
+                format!("http://localhost/hook{shown}")
+            );
+        }
+        // Two sinks, the second's fragment holding a comma: still two.
+        let specs: SinkSpecs = "a=http://127.0.0.1/#protobuf,h2c,b=http://127.0.0.1/y#h2c"
+            .parse()
+            .unwrap();
+        assert_eq!(specs.0.len(), 2);
+        assert!(specs.0.iter().all(|spec| http(spec).h2c));
     }
 
     #[test]
@@ -392,7 +462,13 @@ mod tests {
                 "n=redis://127.0.0.1/s#xml",
                 "#fragment names no body format",
             ),
-            ("n=http://127.0.0.1/#xml", "#fragment names no body format"),
+            ("n=http://127.0.0.1/#xml", "#fragment is a body format"),
+            ("n=http://127.0.0.1/#h2c,h2c", "#fragment is a body format"),
+            (
+                "n=http://127.0.0.1/#json,protobuf",
+                "#fragment is a body format",
+            ),
+            ("n=https://127.0.0.1/#h2c", "offers it in the TLS handshake"),
             ("n\u{7}=http://127.0.0.1/", "control characters"),
         ] {
             let error = text.parse::<SinkSpec>().unwrap_err();

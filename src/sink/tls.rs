@@ -63,11 +63,12 @@ impl SinkSecurity {
         Ok(SinkSecurity { tls, token })
     }
 
-    /// The TLS configuration for a transport speaking `alpn` (`h2`, `http/1.1`).
-    pub(crate) fn tls_for(&self, alpn: &[u8]) -> Option<Arc<ClientConfig>> {
+    /// The TLS configuration for a transport offering `alpn` (`h2`, `http/1.1`), in its
+    /// order of preference.
+    pub(crate) fn tls_for(&self, alpn: &[&[u8]]) -> Option<Arc<ClientConfig>> {
         self.tls.as_ref().map(|base| {
             let mut config = ClientConfig::clone(base);
-            config.alpn_protocols = vec![alpn.to_vec()];
+            config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
             Arc::new(config)
         })
     }
@@ -284,8 +285,15 @@ pub(crate) enum SinkStream {
 }
 
 impl Connection for SinkStream {
+    /// HTTP/2 when the TLS handshake chose it, so that the client speaks it on this
+    /// connection (`#h2c` sinks are told by the client's own setting instead).
     fn connected(&self) -> Connected {
-        Connected::new()
+        match self {
+            SinkStream::Tls(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                Connected::new().negotiated_h2()
+            }
+            _ => Connected::new(),
+        }
     }
 }
 

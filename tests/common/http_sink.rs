@@ -3,7 +3,9 @@
 //! wanted), so that a test can make a sink fail, reject, throttle or go down, or hold its
 //! answers (pushes stay in flight, unacknowledged, until it lets them go). Over TLS with
 //! [`HttpSink::start_tls`]: it then records the client certificate each push came with,
-//! and counts the handshakes that failed.
+//! and counts the handshakes that failed. It speaks HTTP/1.1 and HTTP/2 (from the first
+//! byte, or as chosen in the TLS handshake when the test's server configuration offers
+//! `h2`), recording which each push came over, and counts the connections it accepted.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,10 +15,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper::{Request, Response, Version};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
@@ -35,6 +37,7 @@ pub(crate) struct Push {
     pub authorization: Option<String>,
     /// Over TLS, the client's certificate (DER), if it presented one.
     pub client_certificate: Option<Vec<u8>>,
+    pub version: Version,
     pub body: Bytes,
     pub at: Instant,
 }
@@ -56,6 +59,8 @@ pub(crate) struct HttpSink {
     holding: watch::Sender<bool>,
     /// TLS handshakes that failed (a client that does not trust the sink's certificate).
     failed_handshakes: Arc<AtomicUsize>,
+    /// TCP connections accepted.
+    accepted: Arc<AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -87,21 +92,24 @@ impl HttpSink {
         let pushed = Arc::new(Notify::new());
         let holding = watch::Sender::new(false);
         let failed_handshakes = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         let connections = Arc::new(Mutex::new(JoinSet::new()));
         {
-            let (pushes, pushed, connections, holding, failed_handshakes) = (
+            let (pushes, pushed, connections, holding, failed_handshakes, accepted) = (
                 pushes.clone(),
                 pushed.clone(),
                 connections.clone(),
                 holding.clone(),
                 failed_handshakes.clone(),
+                accepted.clone(),
             );
             tasks.spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
+                    accepted.fetch_add(1, Ordering::SeqCst);
                     let (pushes, pushed, script) = (pushes.clone(), pushed.clone(), script.clone());
                     let held = holding.subscribe();
                     let (tls, failed_handshakes) = (tls.clone(), failed_handshakes.clone());
@@ -151,8 +159,14 @@ impl HttpSink {
             pushed,
             holding,
             failed_handshakes,
+            accepted,
             tasks,
         }
+    }
+
+    /// TCP connections accepted so far.
+    pub(crate) fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// `https://localhost:PORT/PATH`.
@@ -244,7 +258,7 @@ async fn serve(
     script: Script,
 ) {
     let service = service_fn(move |request| answer(request, recorder.clone(), script.clone()));
-    let _ = http1::Builder::new()
+    let _ = auto::Builder::new(TokioExecutor::new())
         .serve_connection(TokioIo::new(stream), service)
         .await;
 }
@@ -277,6 +291,7 @@ async fn answer(
         content_type: header("content-type").unwrap_or_default(),
         authorization: header("authorization"),
         client_certificate,
+        version: request.version(),
         body: Bytes::new(),
         at: Instant::now(),
     };

@@ -1,8 +1,8 @@
 //! `tickd-bench e2e --push-listen ADDR`: the measured timers' expirations received as a push
 //! sink receives them, instead of over Subscribe streams (or, with `--push-from URL`, read
 //! back from the NATS subject or Redis stream tickd pushes them to). tickd runs with
-//! `--sink NAMESPACE=http://ADDR/#protobuf` (the namespace given by `--namespace`); this
-//! HTTP server answers every push 204, stamping it with the wall clock as it arrives, so
+//! `--sink NAMESPACE=http://ADDR/#protobuf` (the namespace given by `--namespace`, and
+//! `#protobuf,h2c` for HTTP/2); this HTTP server answers every push 204, stamping it with the wall clock as it arrives, so
 //! lateness is measured as for subscribers: receipt wall time − the deadline.
 
 use std::net::SocketAddr;
@@ -11,16 +11,19 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use prost::Message;
 use tickd::proto::Expiration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::client::wall_nanos;
+
+/// Streams at once on one HTTP/2 connection: beyond any `--sink-max-in-flight` benchmarked.
+const MAX_STREAMS: u32 = 100_000;
 
 /// A timer's id and when its push arrived (wall clock, nanoseconds).
 pub(crate) type Receipt = (String, i64);
@@ -67,9 +70,11 @@ pub(crate) async fn receive(
                         }
                     });
                     tokio::spawn(async move {
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
+                        // HTTP/1.1, or HTTP/2 from the first byte (`#h2c`), with room
+                        // for any window's streams.
+                        let mut server = auto::Builder::new(TokioExecutor::new());
+                        server.http2().max_concurrent_streams(MAX_STREAMS);
+                        let _ = server.serve_connection(TokioIo::new(stream), service).await;
                     });
                 }
                 _ = stopped.wait_for(|stop| *stop) => break,
