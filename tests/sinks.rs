@@ -418,6 +418,9 @@ async fn a_sink_that_never_answers_is_sent_no_more_than_its_window() {
         12.0,
         "the rest wait in the buffer"
     );
+    // Counted in flight as they start: the sink has them once their requests arrive.
+    sink.wait_for("the 4 pushes in flight", |pushes| pushes.len() >= 4)
+        .await;
     assert_eq!(sink.pushes().len(), 4, "pushed no more than the window");
     sink.release();
     sink.wait_for("all 20", |pushes| keys(pushes).len() == 20)

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Body as _;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request};
@@ -32,6 +32,9 @@ use crate::domain::{with_causes, Delivered};
 
 /// Idle connections kept per sink host: enough for its in-flight limit to reuse them.
 const IDLE_CONNECTIONS_PER_HOST: usize = 256;
+/// The most of an answer's body read to give its connection back to the pool: a sink's
+/// answer says what it says by its status, and its body is never kept.
+const DRAINED_AT_MOST: usize = 64 * 1024;
 /// An HTTP/2 connection carries every push: a ping when it has been quiet this long, and
 /// closed if the ping is not answered within [`PING_TIMEOUT`], so that pushes never queue
 /// on a connection the network dropped without a word.
@@ -96,9 +99,11 @@ impl HttpSink {
             // connection goes back to the pool, and a body that never ends cannot turn a
             // 2xx into a failed attempt. The usual answer (204, or an empty 200) has
             // nothing left to read: dropping it hands the connection back at once.
+            // An answer's body is read up to `DRAINED_AT_MOST` and dropped; a longer one
+            // closes its connection instead of holding memory for it.
             if !body.is_end_stream() {
                 tokio::spawn(tokio::time::timeout(self.timeout, async move {
-                    let _ = body.collect().await;
+                    let _ = Limited::new(body, DRAINED_AT_MOST).collect().await;
                 }));
             }
             Ok::<_, hyper_util::client::legacy::Error>(parts)

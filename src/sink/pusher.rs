@@ -16,8 +16,11 @@
 //! and awaiting their (batched, durable) ack, or waiting for room, never stall the pushes.
 //! A sink that is down holds at most the window while the rest wait in the backend.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
 
 use tokio::sync::{mpsc, watch, Semaphore, SemaphorePermit};
 use tokio::task::JoinSet;
@@ -85,7 +88,9 @@ impl Pusher {
 
     /// Pushes until `stop` says true.
     pub(crate) async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut pushes = JoinSet::new();
+        // Driven here rather than spawned, a task each: a push is mostly waiting, and one
+        // task polling those woken costs less than a task's start, wake-ups and end each.
+        let mut pushes = FuturesUnordered::new();
         let (acks, delivered_ids) = mpsc::unbounded_channel();
         let acker = tokio::spawn(acknowledge_in_batches(
             self.expirations.clone(),
@@ -98,10 +103,10 @@ impl Pusher {
                 Ok(mut deliveries) => loop {
                     tokio::select! {
                         () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
-                        Some(_) = pushes.join_next(), if !pushes.is_empty() => {}
+                        Some(()) = pushes.next(), if !pushes.is_empty() => {}
                         next = deliveries.next() => match next {
                             Some(delivered) => {
-                                pushes.spawn(self.clone().deliver(delivered, acks.clone()));
+                                pushes.push(self.clone().deliver(delivered, acks.clone()));
                             }
                             None => {
                                 // The backend ended the subscription (it is stopping,
@@ -349,7 +354,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// Lets the pushes in flight finish for a moment, then drops the rest; then the acks of
 /// those delivered go out.
 async fn finish(
-    mut pushes: JoinSet<()>,
+    mut pushes: FuturesUnordered<impl Future<Output = ()>>,
     acks: mpsc::UnboundedSender<u64>,
     acker: tokio::task::JoinHandle<()>,
 ) {
@@ -359,13 +364,10 @@ async fn finish(
 }
 
 /// Lets the pushes in flight finish for at most [`STOP_GRACE`], then drops the rest.
-async fn finish_pushes(pushes: &mut JoinSet<()>) {
-    let _ = tokio::time::timeout(STOP_GRACE, async {
-        while pushes.join_next().await.is_some() {}
-    })
-    .await;
-    pushes.abort_all();
-    while pushes.join_next().await.is_some() {}
+async fn finish_pushes(pushes: &mut FuturesUnordered<impl Future<Output = ()>>) {
+    let _ =
+        tokio::time::timeout(STOP_GRACE, async { while pushes.next().await.is_some() {} }).await;
+    pushes.clear();
 }
 
 /// Acknowledges pushed deliveries in batches: whatever was delivered while the previous
