@@ -1,20 +1,28 @@
-//! The connector under a sink's HTTP client: plain TCP to the addresses `--sink-allow`
-//! allows, and to nothing else.
+//! Connecting a sink to the addresses `--sink-allow` allows, and to nothing else: the
+//! address loop every sink shares ([`each_allowed_address`]), and the connector under the
+//! HTTP and gRPC sinks' client that dials plain TCP through it ([`AllowedConnector`]).
+//!
+//! Each new connection resolves the sink's host through
+//! [`SinkAllow::allowed_addresses`], literal or not, and dials only what that returns, so
+//! the address checked is the address connected to: DNS answering differently between a
+//! check and a dial cannot send a sink elsewhere. The allowed addresses are tried in the
+//! resolver's order, each with its own [`CONNECT_TIMEOUT`], so that a first address that
+//! drops packets costs its own time and does not use up the next one's. The NATS and
+//! Redis sinks hand each address to their client in the closure they give
+//! [`each_allowed_address`].
 //!
 //! hyper-util's `HttpConnector` takes a custom resolver, which could filter addresses,
 //! but it dials an IP-literal host (`http://10.1.2.3/`) without asking its resolver, so
-//! such a check would miss exactly the URLs that need no DNS. This connector resolves
-//! through [`SinkAllow::allowed_addresses`] for every new connection, literal or not, and
-//! dials only what that returns, so the address checked is the address connected to:
-//! DNS answering differently between a check and a dial cannot send a sink elsewhere.
+//! such a check would miss exactly the URLs that need no DNS; hence a connector of our
+//! own. It speaks `http` only. TLS is the layer above ([`super::tls::SinkConnector`],
+//! which wraps this one), so that the check stays in one place whichever scheme a sink
+//! uses.
 //!
-//! It speaks `http` only. TLS is the layer above ([`super::tls::SinkConnector`], which
-//! wraps this one), so that the check stays in one place whichever scheme a sink uses.
-//!
-//! A refusal reaches the client's caller as the connect error's source, an
+//! A refusal reaches the HTTP client's caller as the connect error's source, an
 //! [`io::Error`] wrapping a [`SinkRefused`]; [`sink_refusal`] digs it out again.
 
 use std::error::Error;
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -28,10 +36,130 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::allow::{SinkAllow, SinkRefused};
+use crate::domain::with_causes;
 
 /// A connection is given up on after this long an address; the push is then unreachable
 /// (no attempt counted), not late.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects to the first address of `host` that `allow` allows and `connect` succeeds
+/// with, trying them in the resolver's order.
+///
+/// Each address gets its own `connect_timeout`, rather than one timeout around them all,
+/// so that an address that never answers (a firewall dropping packets, a stale DNS
+/// record) costs only its own time and the next address is still tried in full. The host
+/// is resolved and checked now, on every call, so every connection made through it goes
+/// to an address allowed at that moment; `connect` is handed only those addresses, never
+/// the host's name, so that nothing resolves it again behind the check. (A NATS client's
+/// own reconnections do not come through here: `nats::recheck` checks each of them.)
+///
+/// `connect` makes the whole connection to one address (TCP, and whatever handshake a
+/// client adds: a NATS `CONNECT`, a Redis `AUTH`), all of it within the address's time.
+pub(crate) async fn each_allowed_address<T, E, F, Fut>(
+    allow: &SinkAllow,
+    host: &str,
+    port: u16,
+    connect_timeout: Duration,
+    connect: F,
+) -> Result<T, ConnectFailure<E>>
+where
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let addresses = allow
+        .allowed_addresses(host, port)
+        .await
+        .map_err(ConnectFailure::Refused)?;
+    first_address_that_connects(addresses, connect_timeout, connect).await
+}
+
+/// The address loop of [`each_allowed_address`], apart from the resolution so that a
+/// test can give it several addresses without a DNS name that has them.
+async fn first_address_that_connects<T, E, F, Fut>(
+    addresses: Vec<SocketAddr>,
+    connect_timeout: Duration,
+    mut connect: F,
+) -> Result<T, ConnectFailure<E>>
+where
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut failures = Vec::with_capacity(addresses.len());
+    for address in addresses {
+        match tokio::time::timeout(connect_timeout, connect(address)).await {
+            Ok(Ok(connection)) => return Ok(connection),
+            Ok(Err(error)) => failures.push((address, AddressFailure::Failed(error))),
+            Err(_elapsed) => {
+                failures.push((address, AddressFailure::NoAnswerWithin(connect_timeout)));
+            }
+        }
+    }
+    Err(ConnectFailure::EveryAddressFailed(failures))
+}
+
+/// Why [`each_allowed_address`] made no connection.
+#[derive(Debug)]
+pub(crate) enum ConnectFailure<E> {
+    /// `--sink-allow` refused the host, or its lookup failed, before any address was
+    /// dialled.
+    Refused(SinkRefused),
+    /// Every allowed address was dialled and failed: each with why, in the order tried.
+    EveryAddressFailed(Vec<(SocketAddr, AddressFailure<E>)>),
+}
+
+/// Why one allowed address was not connected to.
+#[derive(Debug)]
+pub(crate) enum AddressFailure<E> {
+    /// It had not connected when its time was up.
+    NoAnswerWithin(Duration),
+    /// `connect` failed with this.
+    Failed(E),
+}
+
+impl<E: Error> ConnectFailure<E> {
+    /// One line for a push's `Unreachable` reason or a sink's status. `destination` is
+    /// the sink as its messages show it (without credentials); a refusal names its host
+    /// and `--sink-allow` already.
+    pub(crate) fn describe(&self, destination: &dyn fmt::Display) -> String {
+        match self {
+            ConnectFailure::Refused(refusal) => refusal.to_string(),
+            ConnectFailure::EveryAddressFailed(failures) => {
+                every_address_failed(destination, failures)
+            }
+        }
+    }
+}
+
+impl<E: Error> fmt::Display for AddressFailure<E> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddressFailure::NoAnswerWithin(connect_timeout) => write!(
+                formatter,
+                "no answer within {}",
+                humantime::format_duration(*connect_timeout)
+            ),
+            // A client's error often says only "connection failed" and keeps the reason
+            // (refused, reset, bad credentials) in its sources.
+            AddressFailure::Failed(error) => formatter.write_str(&with_causes(error)),
+        }
+    }
+}
+
+/// Every address tried, each with why it failed, so that a host with several addresses
+/// does not show only the last one's reason.
+fn every_address_failed<E: Error>(
+    destination: &dyn fmt::Display,
+    failures: &[(SocketAddr, AddressFailure<E>)],
+) -> String {
+    let reasons: Vec<String> = failures
+        .iter()
+        .map(|(address, why)| format!("{address}: {why}"))
+        .collect();
+    format!(
+        "could not connect to {destination} ({})",
+        reasons.join("; ")
+    )
+}
 
 /// A `tower::Service<Uri>` for `hyper_util::client::legacy::Client`, dialling only the
 /// allowed addresses of the URL's host.
@@ -97,34 +225,14 @@ async fn connect_to_allowed_address(
     destination: &Uri,
 ) -> io::Result<TokioIo<TcpStream>> {
     let (host, port) = plain_http_host_and_port(destination)?;
-    let addresses = allow
-        .allowed_addresses(host, port)
+    let stream = each_allowed_address(allow, host, port, connect_timeout, TcpStream::connect)
         .await
-        .map_err(refusal_as_io_error)?;
-    let mut failures = Vec::with_capacity(addresses.len());
-    for address in addresses {
-        match tokio::time::timeout(connect_timeout, TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => {
-                // hyper may write a request's head and body in two writes; with Nagle's
-                // algorithm the second waits for the first one's ACK, which the server
-                // may hold back (delayed ACK) for tens of milliseconds.
-                stream.set_nodelay(true)?;
-                return Ok(TokioIo::new(stream));
-            }
-            Ok(Err(error)) => failures.push((address, error)),
-            Err(_elapsed) => failures.push((
-                address,
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no answer within {}",
-                        humantime::format_duration(connect_timeout)
-                    ),
-                ),
-            )),
-        }
-    }
-    Err(every_address_failed(destination, failures))
+        .map_err(|failure| connect_failure_as_io_error(destination, failure))?;
+    // hyper may write a request's head and body in two writes; with Nagle's algorithm the
+    // second waits for the first one's ACK, which the server may hold back (delayed ACK)
+    // for tens of milliseconds.
+    stream.set_nodelay(true)?;
+    Ok(TokioIo::new(stream))
 }
 
 /// The host and port of an `http` URL; any other scheme is refused, `https` with the
@@ -170,23 +278,21 @@ fn refusal_as_io_error(refusal: SinkRefused) -> io::Error {
     io::Error::new(kind, refusal)
 }
 
-/// One error for every address tried, each with why it failed, so that a host with
-/// several addresses does not show only the last one's reason.
-fn every_address_failed(destination: &Uri, failures: Vec<(SocketAddr, io::Error)>) -> io::Error {
+/// A failed connection as hyper's connectors report it. The kind says what the caller can
+/// do: a refusal's as [`refusal_as_io_error`] gives it, else the last address's (the
+/// others' reasons are in the message).
+fn connect_failure_as_io_error(destination: &Uri, failure: ConnectFailure<io::Error>) -> io::Error {
+    let failures = match failure {
+        ConnectFailure::Refused(refusal) => return refusal_as_io_error(refusal),
+        ConnectFailure::EveryAddressFailed(failures) => failures,
+    };
     let kind = failures
         .last()
-        .map_or(io::ErrorKind::NotConnected, |(_, error)| error.kind());
-    let reasons: Vec<String> = failures
-        .iter()
-        .map(|(address, error)| format!("{address}: {error}"))
-        .collect();
-    io::Error::new(
-        kind,
-        format!(
-            "could not connect to {destination} ({})",
-            reasons.join("; ")
-        ),
-    )
+        .map_or(io::ErrorKind::NotConnected, |(_, why)| match why {
+            AddressFailure::NoAnswerWithin(_) => io::ErrorKind::TimedOut,
+            AddressFailure::Failed(error) => error.kind(),
+        });
+    io::Error::new(kind, every_address_failed(destination, &failures))
 }
 
 #[cfg(test)]
@@ -334,5 +440,87 @@ mod tests {
         assert!(sink_refusal(&error).is_none(), "{error}");
         assert_eq!(error.kind(), io::ErrorKind::ConnectionRefused, "{error}");
         assert!(error.to_string().contains(&address.to_string()), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_address_that_never_answers_does_not_hide_the_next_one() {
+        // Documentation addresses (TEST-NET-1): the closures answer for them, nothing dials.
+        let silent: SocketAddr = "192.0.2.1:4222".parse().expect("an address");
+        let answering: SocketAddr = "192.0.2.2:4222".parse().expect("an address");
+        let mut tried = Vec::new();
+        let connected =
+            first_address_that_connects(vec![silent, answering], CONNECT_TIMEOUT, |address| {
+                tried.push(address);
+                async move {
+                    if address == silent {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok::<_, io::Error>(address)
+                }
+            })
+            .await;
+        assert_eq!(connected.expect("the second address answers"), answering);
+        assert_eq!(tried, [silent, answering]);
+
+        // When the second fails too, the failure names both, the silent one timed out.
+        let refused = io::ErrorKind::ConnectionRefused;
+        let failure = first_address_that_connects(
+            vec![silent, answering],
+            CONNECT_TIMEOUT,
+            |address| async move {
+                if address == silent {
+                    std::future::pending::<()>().await;
+                }
+                Err::<(), _>(io::Error::from(refused))
+            },
+        )
+        .await
+        .expect_err("neither connects");
+        let message = failure.describe(&"nats://sink.example:4222/expired");
+        let ConnectFailure::EveryAddressFailed(failures) = failure else {
+            panic!("expected every address to fail, got {message}");
+        };
+        assert_eq!(failures.len(), 2, "{message}");
+        assert_eq!(failures[0].0, silent);
+        assert!(
+            matches!(failures[0].1, AddressFailure::NoAnswerWithin(time) if time == CONNECT_TIMEOUT),
+            "{message}"
+        );
+        assert_eq!(failures[1].0, answering);
+        assert!(
+            matches!(&failures[1].1, AddressFailure::Failed(error) if error.kind() == refused),
+            "{message}"
+        );
+        assert_eq!(
+            message,
+            format!(
+                "could not connect to nats://sink.example:4222/expired (192.0.2.1:4222: no \
+                 answer within 5s; 192.0.2.2:4222: {})",
+                io::Error::from(refused)
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_host_outside_the_list_is_refused_and_connect_never_called() {
+        let allow = SinkAllow::parse(&["127.0.0.1".to_owned()]).expect("a valid allow list");
+        let mut tried = Vec::new();
+        let failure =
+            each_allowed_address(&allow, "10.255.255.1", 6379, CONNECT_TIMEOUT, |address| {
+                tried.push(address);
+                async { Ok::<_, io::Error>(()) }
+            })
+            .await
+            .expect_err("10.255.255.1 is not on the list");
+        assert!(tried.is_empty(), "{tried:?}");
+        assert!(
+            matches!(
+                failure,
+                ConnectFailure::Refused(SinkRefused::NotAllowed { .. })
+            ),
+            "{failure:?}"
+        );
+        let message = failure.describe(&"redis://10.255.255.1:6379/expired");
+        assert!(message.contains("--sink-allow"), "{message}");
     }
 }

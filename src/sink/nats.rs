@@ -27,7 +27,7 @@ use async_nats::{ConnectOptions, Event, HeaderMap, ReconnectToServer, Server, Se
 use super::allow::SinkAllow;
 use super::body::{escaped, idempotency_key, PushBody};
 use super::broker_url::BrokerUrl;
-use super::connect::CONNECT_TIMEOUT;
+use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
 use super::kept::{InUse, KeptConnection};
 use super::outcome::PushOutcome;
 use crate::domain::{with_causes, Delivered};
@@ -92,29 +92,19 @@ impl NatsSink {
 
     /// Publishes one delivery and reads its PubAck.
     pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
-        let connected = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            self.connection.get(
+        let connected = self
+            .connection
+            .get(
                 |connection| !connection.retired.load(Ordering::SeqCst),
                 || self.connect(),
-            ),
-        )
-        .await;
+            )
+            .await;
         let InUse {
             connection,
             generation,
         } = match connected {
-            Ok(Ok(in_use)) => in_use,
-            Ok(Err(reason)) => return PushOutcome::Unreachable { reason },
-            Err(_) => {
-                return PushOutcome::Unreachable {
-                    reason: format!(
-                        "no connection to {} within {}",
-                        self.target.broker,
-                        humantime::format_duration(CONNECT_TIMEOUT)
-                    ),
-                }
-            }
+            Ok(in_use) => in_use,
+            Err(reason) => return PushOutcome::Unreachable { reason },
         };
         // A client between connections would queue the message until it reconnects: the
         // push would wait for nothing, and count as an attempt.
@@ -156,38 +146,38 @@ impl NatsSink {
         }
     }
 
-    /// A client connected to the first allowed address of the sink's host that answers.
+    /// A client connected to the first allowed address of the sink's host that answers
+    /// ([`each_allowed_address`]: each address within its own `CONNECT_TIMEOUT`).
     async fn connect(&self) -> Result<NatsConnection, String> {
         let broker = &self.target.broker;
-        let addresses = self
-            .allow
-            .allowed_addresses(&broker.host, broker.port)
-            .await
-            .map_err(|refused| refused.to_string())?;
-        let mut failures = Vec::with_capacity(addresses.len());
-        for address in addresses {
-            let retired = Arc::new(AtomicBool::new(false));
-            match self
-                .options(address, &retired)
-                .connect(format!("nats://{address}"))
-                .await
-            {
-                Ok(client) => {
-                    let mut jetstream = async_nats::jetstream::new(client.clone());
-                    jetstream.set_timeout(self.timeout);
-                    return Ok(NatsConnection {
-                        jetstream,
-                        client,
-                        retired,
-                    });
-                }
-                Err(error) => failures.push(format!("{address}: {}", with_causes(&error))),
-            }
-        }
-        Err(format!(
-            "could not connect to {broker} ({})",
-            failures.join("; ")
-        ))
+        each_allowed_address(
+            &self.allow,
+            &broker.host,
+            broker.port,
+            CONNECT_TIMEOUT,
+            |address| self.connect_to(address),
+        )
+        .await
+        .map_err(|failure| failure.describe(broker))
+    }
+
+    /// A client of the one address given, which it keeps to when it reconnects.
+    async fn connect_to(
+        &self,
+        address: SocketAddr,
+    ) -> Result<NatsConnection, async_nats::ConnectError> {
+        let retired = Arc::new(AtomicBool::new(false));
+        let client = self
+            .options(address, &retired)
+            .connect(format!("nats://{address}"))
+            .await?;
+        let mut jetstream = async_nats::jetstream::new(client.clone());
+        jetstream.set_timeout(self.timeout);
+        Ok(NatsConnection {
+            jetstream,
+            client,
+            retired,
+        })
     }
 
     fn options(&self, address: SocketAddr, retired: &Arc<AtomicBool>) -> ConnectOptions {

@@ -14,6 +14,7 @@
 //! allows, handed to the client as that address (so DNS cannot send it elsewhere). The
 //! URL's user and password authenticate it (`AUTH`).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ use redis::{
 use super::allow::SinkAllow;
 use super::body::{escaped, idempotency_key, PushBody};
 use super::broker_url::BrokerUrl;
-use super::connect::CONNECT_TIMEOUT;
+use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
 use super::kept::{InUse, KeptConnection};
 use super::outcome::PushOutcome;
 use crate::domain::{with_causes, Delivered};
@@ -73,26 +74,12 @@ impl RedisSink {
 
     /// Adds one delivery to the stream.
     pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
-        let connected = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            self.connection.get(|_| true, || self.connect()),
-        )
-        .await;
         let InUse {
             mut connection,
             generation,
-        } = match connected {
-            Ok(Ok(in_use)) => in_use,
-            Ok(Err(reason)) => return PushOutcome::Unreachable { reason },
-            Err(_) => {
-                return PushOutcome::Unreachable {
-                    reason: format!(
-                        "no connection to {} within {}",
-                        self.target.broker,
-                        humantime::format_duration(CONNECT_TIMEOUT)
-                    ),
-                }
-            }
+        } = match self.connection.get(|_| true, || self.connect()).await {
+            Ok(in_use) => in_use,
+            Err(reason) => return PushOutcome::Unreachable { reason },
         };
         let body = PushBody::of(delivered, self.target.broker.body);
         let mut command = redis::cmd("XADD");
@@ -128,15 +115,11 @@ impl RedisSink {
         }
     }
 
-    /// A connection to the first allowed address of the sink's host that answers,
+    /// A connection to the first allowed address of the sink's host that answers
+    /// ([`each_allowed_address`]: each address within its own `CONNECT_TIMEOUT`),
     /// authenticated with the URL's credentials.
     async fn connect(&self) -> Result<MultiplexedConnection, String> {
         let broker = &self.target.broker;
-        let addresses = self
-            .allow
-            .allowed_addresses(&broker.host, broker.port)
-            .await
-            .map_err(|refused| refused.to_string())?;
         let mut settings = RedisConnectionInfo::default();
         if let Some(user) = broker.user.as_deref().filter(|user| !user.is_empty()) {
             settings = settings.set_username(user);
@@ -147,26 +130,30 @@ impl RedisSink {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(self.timeout));
-        let mut failures = Vec::with_capacity(addresses.len());
-        for address in addresses {
-            let connected = async {
-                let info = ConnectionAddr::Tcp(address.ip().to_string(), address.port())
-                    .into_connection_info()?
-                    .set_redis_settings(settings.clone());
-                redis::Client::open(info)?
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-            };
-            match connected.await {
-                Ok(connection) => return Ok(connection),
-                Err(error) => failures.push(format!("{address}: {}", with_causes(&error))),
-            }
-        }
-        Err(format!(
-            "could not connect to {broker} ({})",
-            failures.join("; ")
-        ))
+        each_allowed_address(
+            &self.allow,
+            &broker.host,
+            broker.port,
+            CONNECT_TIMEOUT,
+            |address| connect_to(address, &settings, &config),
+        )
+        .await
+        .map_err(|failure| failure.describe(broker))
     }
+}
+
+/// A connection to the one address given, never to a name that could resolve elsewhere.
+async fn connect_to(
+    address: SocketAddr,
+    settings: &RedisConnectionInfo,
+    config: &AsyncConnectionConfig,
+) -> Result<MultiplexedConnection, RedisError> {
+    let info = ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+        .into_connection_info()?
+        .set_redis_settings(settings.clone());
+    redis::Client::open(info)?
+        .get_multiplexed_async_connection_with_config(config)
+        .await
 }
 
 /// What an XADD that failed with `error` makes of the push.
