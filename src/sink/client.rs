@@ -61,9 +61,14 @@ impl SinkClient {
         }
     }
 
-    /// The longest a push may take beyond `timeout`: making its connection (every
-    /// transport's connection is given `CONNECT_TIMEOUT`).
+    /// The longest a push may take beyond `timeout`: making its connection. An HTTP or
+    /// gRPC push has `CONNECT_TIMEOUT` for it within its own deadline; a broker's kept
+    /// connection may take longer (see [`NatsSink::connect_budget`]).
     pub(crate) fn connect_budget(&self) -> Duration {
-        CONNECT_TIMEOUT
+        match self {
+            SinkClient::Http(_) | SinkClient::Grpc(_) => CONNECT_TIMEOUT,
+            SinkClient::Nats(sink) => sink.connect_budget(),
+            SinkClient::Redis(sink) => sink.connect_budget(),
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! checks it against `--sink-allow` each time ([`super::allow::SinkAllow::allowed_addresses`]).
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -45,6 +46,28 @@ impl<C: Clone> KeptConnection<C> {
     /// The kept connection if `usable` says it still is, or a new one from `connect`.
     /// A push that waited while another's attempt failed gets that failure.
     pub(crate) async fn get<F, Fut>(
+        &self,
+        usable: impl Fn(&C) -> bool,
+        within: Duration,
+        connect: F,
+    ) -> Result<InUse<C>, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<C, String>>,
+    {
+        // Each address has its own connection timeout; this bounds them all, and the wait
+        // behind another push's connection, so that a push stays within its budget.
+        tokio::time::timeout(within, self.get_unbounded(usable, connect))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no connection within {}",
+                    humantime::format_duration(within)
+                ))
+            })
+    }
+
+    async fn get_unbounded<F, Fut>(
         &self,
         usable: impl Fn(&C) -> bool,
         connect: F,
@@ -103,6 +126,9 @@ impl<C: Clone> KeptConnection<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Longer than any test: no connection here runs out of time unless it means to.
+    const LONG: Duration = Duration::from_secs(3600);
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
@@ -111,16 +137,25 @@ mod tests {
         let kept = KeptConnection::<usize>::new();
         let made = AtomicUsize::new(0);
         let connect = || async { Ok::<_, String>(made.fetch_add(1, Ordering::SeqCst)) };
-        let first = kept.get(|_| true, connect).await.unwrap();
-        let again = kept.get(|_| true, connect).await.unwrap();
+        let first = kept.get(|_| true, LONG, connect).await.unwrap();
+        let again = kept.get(|_| true, LONG, connect).await.unwrap();
         assert_eq!((first.connection, again.connection), (0, 0));
         // A push reporting an older connection lost leaves the kept one alone.
         kept.lost(first.generation + 1).await;
-        assert_eq!(kept.get(|_| true, connect).await.unwrap().connection, 0);
+        assert_eq!(
+            kept.get(|_| true, LONG, connect).await.unwrap().connection,
+            0
+        );
         kept.lost(first.generation).await;
-        assert_eq!(kept.get(|_| true, connect).await.unwrap().connection, 1);
+        assert_eq!(
+            kept.get(|_| true, LONG, connect).await.unwrap().connection,
+            1
+        );
         // One that is no longer usable is replaced too.
-        assert_eq!(kept.get(|_| false, connect).await.unwrap().connection, 2);
+        assert_eq!(
+            kept.get(|_| false, LONG, connect).await.unwrap().connection,
+            2
+        );
     }
 
     #[tokio::test]
@@ -133,6 +168,7 @@ mod tests {
             tokio::spawn(async move {
                 kept.get(
                     |_| true,
+                    LONG,
                     || async move {
                         attempts.fetch_add(1, Ordering::SeqCst);
                         let _ = released.await;
@@ -151,6 +187,7 @@ mod tests {
             tokio::spawn(async move {
                 kept.get(
                     |_| true,
+                    LONG,
                     || async move {
                         attempts.fetch_add(1, Ordering::SeqCst);
                         Ok(())
@@ -164,5 +201,18 @@ mod tests {
         assert_eq!(first.await.unwrap().err().as_deref(), Some("refused"));
         assert_eq!(waiting.await.unwrap().err().as_deref(), Some("refused"));
         assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_comes_is_given_up_within_its_budget() {
+        let kept = KeptConnection::<()>::new();
+        let budget = Duration::from_secs(15);
+        let given_up = kept
+            .get(|_| true, budget, std::future::pending::<Result<(), String>>)
+            .await;
+        assert_eq!(given_up.err().as_deref(), Some("no connection within 15s"));
+        // The next push connects afresh.
+        let connected = kept.get(|_| true, LONG, || async { Ok(()) }).await;
+        assert_eq!(connected.unwrap().generation, 1);
     }
 }

@@ -90,12 +90,20 @@ impl NatsSink {
         }
     }
 
+    /// The longest a push waits for its connection: each of the host's addresses gets
+    /// `CONNECT_TIMEOUT`, and all of them together what an HTTP push has for its
+    /// connection and answer.
+    pub(crate) fn connect_budget(&self) -> Duration {
+        CONNECT_TIMEOUT + self.timeout
+    }
+
     /// Publishes one delivery and reads its PubAck.
     pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
         let connected = self
             .connection
             .get(
                 |connection| !connection.retired.load(Ordering::SeqCst),
+                self.connect_budget(),
                 || self.connect(),
             )
             .await;

@@ -72,12 +72,23 @@ impl RedisSink {
         }
     }
 
+    /// The longest a push waits for its connection: each of the host's addresses gets
+    /// `CONNECT_TIMEOUT`, and all of them together what an HTTP push has for its
+    /// connection and answer.
+    pub(crate) fn connect_budget(&self) -> Duration {
+        CONNECT_TIMEOUT + self.timeout
+    }
+
     /// Adds one delivery to the stream.
     pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
         let InUse {
             mut connection,
             generation,
-        } = match self.connection.get(|_| true, || self.connect()).await {
+        } = match self
+            .connection
+            .get(|_| true, self.connect_budget(), || self.connect())
+            .await
+        {
             Ok(in_use) => in_use,
             Err(reason) => return PushOutcome::Unreachable { reason },
         };
