@@ -56,8 +56,10 @@ async fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
+    // The NATS client logs each connection event at info; tickd says itself when a sink
+    // is unreachable, so by default only its warnings show.
     let filter = tracing_subscriber::EnvFilter::try_from_env("TICKD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour_logs())

@@ -176,7 +176,8 @@ pub struct Config {
     /// given to `tickd.v1.Sink/Deliver` at `grpc://` or `grpcs://` HOST:PORT (by OK),
     /// published to a JetStream subject, `nats://HOST:PORT/SUBJECT` (by its PubAck), or
     /// added to a Redis stream, `redis://HOST:PORT/STREAM` (by XADD's answer); the body is
-    /// the expiration in proto3 JSON, or encoded with `#protobuf` at the URL's end. With a
+    /// the expiration in proto3 JSON, or encoded with `#protobuf` at the URL's end (`#h2c` too, as
+    /// in `#protobuf,h2c`: HTTP/2 without TLS). With a
     /// Subscribe stream's attempts, dead list and Redrive.
     #[arg(long = "sink", env = "TICKD_SINK")]
     pub sinks: Vec<SinkSpecs>,

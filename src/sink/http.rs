@@ -70,6 +70,7 @@ impl HttpSink {
             .timer(TokioTimer::new())
             .http2_keep_alive_interval(PING_INTERVAL)
             .http2_keep_alive_timeout(PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
             .build(connector);
         Self {
             client,
@@ -100,7 +101,8 @@ impl HttpSink {
             // 2xx into a failed attempt. The usual answer (204, or an empty 200) has
             // nothing left to read: dropping it hands the connection back at once.
             // An answer's body is read up to `DRAINED_AT_MOST` and dropped; a longer one
-            // closes its connection instead of holding memory for it.
+            // closes its HTTP/1.1 connection (or resets its HTTP/2 stream) instead of
+            // holding memory for it.
             if !body.is_end_stream() {
                 tokio::spawn(tokio::time::timeout(self.timeout, async move {
                     let _ = Limited::new(body, DRAINED_AT_MOST).collect().await;

@@ -13,6 +13,15 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::connect::CONNECT_TIMEOUT;
+
+/// The longest a push waits for a kept connection, given its sink's push `timeout`: each
+/// of the host's addresses has `CONNECT_TIMEOUT`, and all of them together what an HTTP
+/// push has for its connection and answer.
+pub(crate) fn kept_connection_budget(timeout: Duration) -> Duration {
+    CONNECT_TIMEOUT + timeout
+}
+
 pub(crate) struct KeptConnection<C> {
     state: Mutex<Kept<C>>,
 }

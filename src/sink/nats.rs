@@ -28,7 +28,7 @@ use super::allow::SinkAllow;
 use super::body::{escaped, idempotency_key, PushBody};
 use super::broker_url::BrokerUrl;
 use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
-use super::kept::{InUse, KeptConnection};
+use super::kept::{kept_connection_budget, InUse, KeptConnection};
 use super::outcome::PushOutcome;
 use crate::domain::{with_causes, Delivered};
 
@@ -90,11 +90,9 @@ impl NatsSink {
         }
     }
 
-    /// The longest a push waits for its connection: each of the host's addresses gets
-    /// `CONNECT_TIMEOUT`, and all of them together what an HTTP push has for its
-    /// connection and answer.
+    /// See [`kept_connection_budget`].
     pub(crate) fn connect_budget(&self) -> Duration {
-        CONNECT_TIMEOUT + self.timeout
+        kept_connection_budget(self.timeout)
     }
 
     /// Publishes one delivery and reads its PubAck.

@@ -17,16 +17,18 @@
 //! A sink that is down holds at most the window while the rest wait in the backend.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
+use futures_util::FutureExt;
 
 use tokio::sync::{mpsc, watch, Semaphore, SemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::circuit::{backoff, Admission, Circuit};
 use super::client::SinkClient;
@@ -103,10 +105,17 @@ impl Pusher {
                 Ok(mut deliveries) => loop {
                     tokio::select! {
                         () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
-                        Some(()) = pushes.next(), if !pushes.is_empty() => {}
+                        Some(ended) = pushes.next(), if !pushes.is_empty() => {
+                            // A push that panicked is one delivery's loss of a moment
+                            // (its claim ends and it comes back), not the sink's.
+                            if Result::is_err(&ended) {
+                                error!(namespace = %self.namespace, "a push panicked; its expiration is delivered again when its claim ends");
+                            }
+                        }
                         next = deliveries.next() => match next {
                             Some(delivered) => {
-                                pushes.push(self.clone().deliver(delivered, acks.clone()));
+                                let push = self.clone().deliver(delivered, acks.clone());
+                                pushes.push(AssertUnwindSafe(push).catch_unwind());
                             }
                             None => {
                                 // The backend ended the subscription (it is stopping,
@@ -329,8 +338,8 @@ impl Pusher {
     }
 }
 
-/// A push counted in `tickd_sink_in_flight` until it ends: answered, or dropped with its
-/// task (a stopping pusher, an ended subscription).
+/// A push counted in `tickd_sink_in_flight` until it ends: answered, or dropped unfinished
+/// (a stopping pusher, an ended subscription).
 struct CountedInFlight<'series>(&'series Gauge);
 
 impl<'series> CountedInFlight<'series> {
@@ -354,7 +363,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// Lets the pushes in flight finish for a moment, then drops the rest; then the acks of
 /// those delivered go out.
 async fn finish(
-    mut pushes: FuturesUnordered<impl Future<Output = ()>>,
+    mut pushes: FuturesUnordered<impl Future>,
     acks: mpsc::UnboundedSender<u64>,
     acker: tokio::task::JoinHandle<()>,
 ) {
@@ -364,7 +373,7 @@ async fn finish(
 }
 
 /// Lets the pushes in flight finish for at most [`STOP_GRACE`], then drops the rest.
-async fn finish_pushes(pushes: &mut FuturesUnordered<impl Future<Output = ()>>) {
+async fn finish_pushes(pushes: &mut FuturesUnordered<impl Future>) {
     let _ =
         tokio::time::timeout(STOP_GRACE, async { while pushes.next().await.is_some() {} }).await;
     pushes.clear();

@@ -207,7 +207,11 @@ impl Sinks {
                 .common
                 .start(namespace.clone(), client, shown_as, Origin::Api, Some(url));
         let view = started.view();
-        if let Some(replaced) = running.insert(namespace, started) {
+        let replaced = running.insert(namespace, started);
+        // Stopped outside the lock (its pushes in flight may take seconds to finish), so
+        // that other changes, the follower and SinkStatus do not wait for it.
+        drop(running);
+        if let Some(replaced) = replaced {
             replaced.stop().await;
         }
         Ok((view, true))
@@ -240,9 +244,13 @@ impl Sinks {
             return Err(TimerError::stopped());
         }
         let removed = registry.store.remove(namespace.to_owned()).await?;
-        if let Some(stopped) = running.remove(namespace) {
-            stopped.stop().await;
+        let stopped = running.remove(namespace);
+        if stopped.is_some() {
             registry.common.forget(namespace);
+        }
+        drop(running);
+        if let Some(stopped) = stopped {
+            stopped.stop().await;
         }
         if removed {
             Ok(())
@@ -301,19 +309,26 @@ impl Registry {
     /// answered can never be applied after it (and undo it).
     async fn read_and_follow(&self) {
         let mut running = self.running.lock().await;
-        match self.store.load().await {
-            Ok(stored) => self.follow(&mut running, stored).await,
+        let stopping = match self.store.load().await {
+            Ok(stored) => self.follow(&mut running, stored),
             Err(error) => {
-                warn!(%error, "reading the sinks set at run time failed; trying again")
+                warn!(%error, "reading the sinks set at run time failed; trying again");
+                Vec::new()
             }
+        };
+        drop(running);
+        for pusher in stopping {
+            pusher.stop().await;
         }
     }
 
     /// Makes the pushers of sinks set through the API match `stored`: starts the new,
-    /// replaces those whose URL changed, stops those no longer kept.
-    async fn follow(&self, running: &mut BTreeMap<String, Running>, stored: StoredSinks) {
+    /// replaces those whose URL changed, and answers those no longer kept or replaced, to
+    /// be stopped once the lock is let go.
+    fn follow(&self, running: &mut BTreeMap<String, Running>, stored: StoredSinks) -> Vec<Running> {
+        let mut stopping = Vec::new();
         if self.stopped.load(Ordering::Acquire) {
-            return;
+            return stopping;
         }
         let gone: Vec<String> = running
             .iter()
@@ -325,8 +340,8 @@ impl Registry {
         for namespace in gone {
             if let Some(stopped) = running.remove(&namespace) {
                 info!(%namespace, "a sink was removed: its pusher stops");
-                stopped.stop().await;
                 self.common.forget(&namespace);
+                stopping.push(stopped);
             }
         }
         for (namespace, url) in stored {
@@ -358,10 +373,9 @@ impl Registry {
             let started =
                 self.common
                     .start(namespace.clone(), client, shown_as, Origin::Api, Some(url));
-            if let Some(replaced) = running.insert(namespace, started) {
-                replaced.stop().await;
-            }
+            stopping.extend(running.insert(namespace, started));
         }
+        stopping
     }
 
     /// Reads the shared store every [`FOLLOW_EVERY`] until stopped.

@@ -35,7 +35,7 @@ enum Action {
         /// The namespace whose expirations go to the sink.
         #[arg(value_name = "NAMESPACE")]
         of: String,
-        /// Where they go, as --sink takes it: http://[user:password@]host[:port]/path[#json|#protobuf].
+        /// Where they go, as --sink takes it: http://[user:password@]host[:port]/path[#json|#protobuf][,h2c].
         url: String,
     },
     /// Show a namespace's sink, its credentials masked.
