@@ -1,6 +1,7 @@
 //! Push sinks over gRPC and over TLS, against a real tickd: a `tickd.v1.Sink` written
 //! here with tonic that fails, then answers, or always rejects; an `https://` sink with a
 //! test CA, a bearer token and a client certificate, and one whose CA tickd was not given;
+//! a token file rotated while tickd runs;
 //! and the starts that must be refused (a gRPC sink outside `--sink-allow`, an unreadable
 //! token file).
 
@@ -271,6 +272,42 @@ async fn an_https_sink_trusting_a_test_ca_gets_the_token_and_sees_the_client_cer
     assert_eq!(sink.failed_handshakes(), 0);
     // The sink offered no protocol in its handshake: HTTP/1.1.
     assert_eq!(push.version, hyper::Version::HTTP_11);
+    server.stop().await;
+}
+
+/// A rotated token file applies to later pushes without a restart: tickd looks at the
+/// file at most once a second, and the second timer is due well after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_file_applies_to_later_pushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = HttpSink::start(always(200)).await;
+    let token_file = write_file(dir.path(), "token", "first-token\n");
+    let server = server_pushing_to(&sink.url("/timers"), |config| {
+        config.sink_token_file = Some(token_file.clone());
+    })
+    .await;
+    let mut client = server.client().await;
+    register(&mut client, spec(NAMESPACE, 10, b"before")).await;
+    sink.wait_for("the first push", |pushes| pushes.len() == 1)
+        .await;
+    // Rotated as a secret mount does it: a new file renamed over the old one.
+    let rotated = write_file(dir.path(), "token.new", "second-token\n");
+    std::fs::rename(&rotated, &token_file).unwrap();
+    register(&mut client, spec(NAMESPACE, 2_000, b"after")).await;
+    sink.wait_for("the second push", |pushes| pushes.len() == 2)
+        .await;
+    let tokens: Vec<_> = sink
+        .pushes()
+        .iter()
+        .map(|push| push.authorization.clone())
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            Some("Bearer first-token".to_string()),
+            Some("Bearer second-token".to_string())
+        ]
+    );
     server.stop().await;
 }
 

@@ -205,8 +205,8 @@ pub struct Config {
     #[arg(long, env = "TICKD_SINK_CLIENT_KEY", requires = "sink_client_cert")]
     pub sink_client_key: Option<PathBuf>,
     /// A file holding a token sent to every sink as `Authorization: Bearer <token>` (a
-    /// URL's own `user:password@` takes precedence); read at start-up, and again when the
-    /// file changes.
+    /// URL's own `user:password@` takes precedence); read at start-up, and again within a
+    /// second of the file changing.
     #[arg(long, env = "TICKD_SINK_TOKEN_FILE")]
     pub sink_token_file: Option<PathBuf>,
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.

@@ -106,7 +106,9 @@ impl GrpcSink {
         metadata.insert("tickd-attempt", AsciiMetadataValue::from(delivered.attempt));
         metadata.insert("tickd-namespace", ascii(escaped(&namespace))?);
         if let Some(authorization) = self.security.authorization() {
-            metadata.insert("authorization", ascii(authorization)?);
+            let authorization = AsciiMetadataValue::try_from(authorization.as_bytes())
+                .map_err(|error| format!("metadata: {error}"))?;
+            metadata.insert("authorization", authorization);
         }
         let mut request = Request::new(DeliverRequest {
             expiration: Some(expiration),

@@ -6,7 +6,9 @@
 //! name is the URL's host (SNI and the check alike). `--sink-client-cert` and
 //! `--sink-client-key` give tickd a certificate to present to sinks that ask for one.
 //! `--sink-token-file` holds a token sent as `Authorization: Bearer <token>`, read at
-//! start-up, and again before a push whenever the file's modification time changed.
+//! start-up, and again when the file's modification time moves: looked at before a push,
+//! at most once a second, so that a rotated token applies within a second and a push
+//! costs no file system call.
 //!
 //! The handshake is made in [`SinkConnector`], over [`AllowedConnector`]: the address is
 //! checked against `--sink-allow` first, on the resolved address, whatever the scheme.
@@ -17,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
+use hyper::header::HeaderValue;
 use hyper::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
@@ -73,50 +76,67 @@ impl SinkSecurity {
         })
     }
 
-    /// `Bearer <token>`, as the token file holds it now.
-    pub(crate) fn authorization(&self) -> Option<String> {
-        self.token
-            .as_ref()
-            .map(|token| format!("Bearer {}", token.current()))
+    /// `Bearer <token>`, as the token file held it when last looked at (at most
+    /// [`TOKEN_LOOKED_AT_EVERY`] ago); marked sensitive, never indexed by HPACK.
+    pub(crate) fn authorization(&self) -> Option<HeaderValue> {
+        self.token.as_ref().map(TokenFile::current)
     }
 }
 
+/// How often the token file's modification time is looked at, at most: a push is
+/// thousands of times more frequent than a rotation.
+const TOKEN_LOOKED_AT_EVERY: Duration = Duration::from_secs(1);
+
 /// `--sink-token-file`: its trimmed contents, read again when its modification time moves
-/// (a rotated token applies to the next push). A file that cannot be read later keeps the
-/// last token, with a warning.
+/// (a rotated token applies to pushes a second later at most). A file that cannot be read
+/// later keeps the last token, with a warning.
 struct TokenFile {
     path: PathBuf,
-    read: Mutex<(Option<SystemTime>, String)>,
+    read: Mutex<ReadToken>,
+}
+
+/// The token file as last read, and when it was last looked at.
+struct ReadToken {
+    modified: Option<SystemTime>,
+    authorization: HeaderValue,
+    looked_at: Instant,
 }
 
 impl TokenFile {
     fn read(path: &Path) -> Result<TokenFile, String> {
-        let (modified, token) = read_token(path)?;
         Ok(TokenFile {
             path: path.to_owned(),
-            read: Mutex::new((modified, token)),
+            read: Mutex::new(read_token(path)?),
         })
     }
 
-    fn current(&self) -> String {
+    fn current(&self) -> HeaderValue {
+        self.current_at(Instant::now())
+    }
+
+    /// The token at `now`, the file looked at if it was not within the last second.
+    fn current_at(&self, now: Instant) -> HeaderValue {
         let mut read = self
             .read
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let modified = std::fs::metadata(&self.path)
-            .and_then(|metadata| metadata.modified())
-            .ok();
-        if modified.is_some() && modified != read.0 {
-            match read_token(&self.path) {
-                Ok(fresh) => *read = fresh,
-                Err(error) => warn!(%error, "keeping the sinks' last token"),
+        if now.saturating_duration_since(read.looked_at) >= TOKEN_LOOKED_AT_EVERY {
+            read.looked_at = now;
+            let modified = std::fs::metadata(&self.path)
+                .and_then(|metadata| metadata.modified())
+                .ok();
+            if modified.is_some() && modified != read.modified {
+                match read_token(&self.path) {
+                    Ok(fresh) => *read = fresh,
+                    Err(error) => warn!(%error, "keeping the sinks' last token"),
+                }
             }
         }
-        read.1.clone()
+        read.authorization.clone()
     }
 }
 
-fn read_token(path: &Path) -> Result<(Option<SystemTime>, String), String> {
+fn read_token(path: &Path) -> Result<ReadToken, String> {
     let shown = path.display();
     let contents = std::fs::read_to_string(path)
         .map_err(|error| format!("--sink-token-file {shown}: {error}"))?;
@@ -124,15 +144,26 @@ fn read_token(path: &Path) -> Result<(Option<SystemTime>, String), String> {
     if token.is_empty() {
         return Err(format!("--sink-token-file {shown}: the file is empty"));
     }
-    if token.chars().any(|c| c.is_control() || !c.is_ascii()) {
+    let printable = |c: char| c.is_ascii() && !c.is_ascii_control();
+    let Some(mut authorization) = token
+        .chars()
+        .all(printable)
+        .then(|| HeaderValue::try_from(format!("Bearer {token}")).ok())
+        .flatten()
+    else {
         return Err(format!(
             "--sink-token-file {shown}: a token is one line of printable ASCII"
         ));
-    }
+    };
+    authorization.set_sensitive(true);
     let modified = std::fs::metadata(path)
         .and_then(|metadata| metadata.modified())
         .ok();
-    Ok((modified, token.to_owned()))
+    Ok(ReadToken {
+        modified,
+        authorization,
+        looked_at: Instant::now(),
+    })
 }
 
 /// The roots (the system's and `--sink-ca`'s) and the client certificate, if any.
@@ -365,15 +396,29 @@ mod tests {
         let path = dir.path().join("token");
         std::fs::write(&path, "first\n").unwrap();
         let token = TokenFile::read(&path).unwrap();
-        assert_eq!(token.current(), "first");
+        let read_at = token.read.lock().unwrap().looked_at;
+        assert_eq!(token.current_at(read_at), "Bearer first");
+        assert!(token.current_at(read_at).is_sensitive());
         std::fs::write(&path, "  second \n").unwrap();
         // A later modification time, whatever the file system's clock granularity.
         let file = std::fs::File::options().write(true).open(&path).unwrap();
         file.set_modified(SystemTime::now() + Duration::from_secs(10))
             .unwrap();
-        assert_eq!(token.current(), "second");
+        let almost = read_at + TOKEN_LOOKED_AT_EVERY - Duration::from_millis(1);
+        assert_eq!(
+            token.current_at(almost),
+            "Bearer first",
+            "not looked at again within a second"
+        );
+        let next = read_at + TOKEN_LOOKED_AT_EVERY;
+        assert_eq!(token.current_at(next), "Bearer second");
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(token.current(), "second", "the last token is kept");
+        let later = next + TOKEN_LOOKED_AT_EVERY;
+        assert_eq!(
+            token.current_at(later),
+            "Bearer second",
+            "the last token is kept"
+        );
     }
 
     #[test]
