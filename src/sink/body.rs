@@ -50,8 +50,7 @@ pub(crate) struct PushBody {
     /// `application/json` or `application/x-protobuf`.
     pub(crate) content_type: &'static str,
     pub(crate) bytes: Bytes,
-    /// The delivery id as the body and the API write it.
-    pub(crate) delivery_id: String,
+    pub(crate) labels: PushLabels,
 }
 
 impl PushBody {
@@ -75,26 +74,42 @@ impl PushBody {
         PushBody {
             content_type,
             bytes,
-            delivery_id: message.delivery_id,
+            labels: PushLabels::of(delivered, message.delivery_id),
         }
     }
 }
 
-/// One expiration's key, the same for all its attempts and across restarts: its
-/// namespace, its timer and which firing of that timer it is.
-pub(crate) fn idempotency_key(delivered: &Delivered) -> String {
-    let expiration = &delivered.expiration;
-    format!(
-        "{}/{:016x}/{}",
-        escaped(&expiration.namespace),
-        expiration.id.0,
-        expiration.fired_count
-    )
+/// What a push says beside its body, as headers, metadata or fields, for a receiver to
+/// deduplicate and report by; made once per push whatever its transport.
+pub(crate) struct PushLabels {
+    /// The same for every attempt at one expiration, and across restarts: its namespace,
+    /// its timer and which firing of that timer it is.
+    pub(crate) idempotency_key: String,
+    /// The delivery id as the body and the API write it (one attempt).
+    pub(crate) delivery_id: String,
+    /// The namespace, escaped as a header value holds it.
+    pub(crate) namespace: String,
+}
+
+impl PushLabels {
+    /// `delivered`'s labels, given its delivery id as the expiration's message wrote it.
+    pub(crate) fn of(delivered: &Delivered, delivery_id: String) -> PushLabels {
+        let expiration = &delivered.expiration;
+        let namespace = escaped(&expiration.namespace);
+        PushLabels {
+            idempotency_key: format!(
+                "{namespace}/{:016x}/{}",
+                expiration.id.0, expiration.fired_count
+            ),
+            delivery_id,
+            namespace,
+        }
+    }
 }
 
 /// A namespace as a header value holds it: percent-encoded beyond printable ASCII, and
 /// `/` too (the idempotency key's separator).
-pub(crate) fn escaped(namespace: &str) -> String {
+fn escaped(namespace: &str) -> String {
     percent_encoding::utf8_percent_encode(namespace, KEY_ESCAPES).to_string()
 }
 

@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, ConnectError, Request, Status};
 
 use super::allow::SinkAllow;
-use super::body::{escaped, idempotency_key};
+use super::body::PushLabels;
 use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
 use super::outcome::{retry_after, PushOutcome};
 use super::spec::GrpcTarget;
@@ -95,16 +95,15 @@ impl GrpcSink {
             &delivered.expiration,
             delivered.attempt,
         );
-        let key = idempotency_key(delivered);
-        let namespace = delivered.expiration.namespace.to_string();
+        let labels = PushLabels::of(delivered, expiration.delivery_id.clone());
         let mut metadata = MetadataMap::new();
         let ascii = |value: String| {
             AsciiMetadataValue::try_from(value).map_err(|error| format!("metadata: {error}"))
         };
-        metadata.insert("idempotency-key", ascii(key.clone())?);
-        metadata.insert("tickd-delivery-id", ascii(expiration.delivery_id.clone())?);
+        metadata.insert("idempotency-key", ascii(labels.idempotency_key.clone())?);
+        metadata.insert("tickd-delivery-id", ascii(labels.delivery_id)?);
         metadata.insert("tickd-attempt", AsciiMetadataValue::from(delivered.attempt));
-        metadata.insert("tickd-namespace", ascii(escaped(&namespace))?);
+        metadata.insert("tickd-namespace", ascii(labels.namespace)?);
         if let Some(authorization) = self.security.authorization() {
             let authorization = AsciiMetadataValue::try_from(authorization.as_bytes())
                 .map_err(|error| format!("metadata: {error}"))?;
@@ -112,8 +111,8 @@ impl GrpcSink {
         }
         let mut request = Request::new(DeliverRequest {
             expiration: Some(expiration),
-            idempotency_key: key,
-            namespace,
+            idempotency_key: labels.idempotency_key,
+            namespace: delivered.expiration.namespace.to_string(),
         });
         *request.metadata_mut() = metadata;
         // The sink sees the deadline (`grpc-timeout`).

@@ -23,7 +23,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::allow::SinkAllow;
-use super::body::{escaped, idempotency_key, PushBody};
+use super::body::PushBody;
 use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
 use super::spec::HttpTarget;
@@ -129,14 +129,15 @@ impl HttpSink {
 
     fn request(&self, delivered: &Delivered) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
         let body = PushBody::of(delivered, self.target.body);
+        let labels = body.labels;
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(self.target.uri.clone())
             .header(CONTENT_TYPE, body.content_type)
-            .header("idempotency-key", once(idempotency_key(delivered))?)
-            .header("tickd-delivery-id", once(body.delivery_id)?)
+            .header("idempotency-key", once(labels.idempotency_key)?)
+            .header("tickd-delivery-id", once(labels.delivery_id)?)
             .header("tickd-attempt", delivered.attempt)
-            .header("tickd-namespace", escaped(&delivered.expiration.namespace));
+            .header("tickd-namespace", labels.namespace);
         // The URL's own credentials first, then --sink-token-file's.
         if let Some(authorization) = &self.target.authorization {
             request = request.header(AUTHORIZATION, authorization.as_str());

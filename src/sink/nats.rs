@@ -25,7 +25,7 @@ use async_nats::jetstream::context::{PublishErrorKind, PublishErrorKind as Kind}
 use async_nats::{ConnectOptions, Event, HeaderMap, ReconnectToServer, Server, ServerInfo};
 
 use super::allow::SinkAllow;
-use super::body::{escaped, idempotency_key, PushBody};
+use super::body::PushBody;
 use super::broker_url::BrokerUrl;
 use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
 use super::kept::{kept_connection_budget, InUse, KeptConnection};
@@ -121,14 +121,11 @@ impl NatsSink {
         }
         let body = PushBody::of(delivered, self.target.broker.body);
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", idempotency_key(delivered).as_str());
+        headers.insert("Nats-Msg-Id", body.labels.idempotency_key.as_str());
         headers.insert("Content-Type", body.content_type);
-        headers.insert("Tickd-Delivery-Id", body.delivery_id.as_str());
+        headers.insert("Tickd-Delivery-Id", body.labels.delivery_id.as_str());
         headers.insert("Tickd-Attempt", delivered.attempt.to_string().as_str());
-        headers.insert(
-            "Tickd-Namespace",
-            escaped(&delivered.expiration.namespace).as_str(),
-        );
+        headers.insert("Tickd-Namespace", body.labels.namespace.as_str());
         let published = tokio::time::timeout(self.timeout, async {
             let acknowledgement = connection
                 .jetstream

@@ -25,7 +25,7 @@ use redis::{
 };
 
 use super::allow::SinkAllow;
-use super::body::{escaped, idempotency_key, PushBody};
+use super::body::PushBody;
 use super::broker_url::BrokerUrl;
 use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
 use super::kept::{kept_connection_budget, InUse, KeptConnection};
@@ -98,13 +98,13 @@ impl RedisSink {
             .arg("expiration")
             .arg(body.bytes.as_ref())
             .arg("idempotency_key")
-            .arg(idempotency_key(delivered))
+            .arg(&body.labels.idempotency_key)
             .arg("delivery_id")
-            .arg(&body.delivery_id)
+            .arg(&body.labels.delivery_id)
             .arg("attempt")
             .arg(delivered.attempt)
             .arg("namespace")
-            .arg(escaped(&delivered.expiration.namespace))
+            .arg(&body.labels.namespace)
             .arg("timer_id")
             .arg(delivered.expiration.id.to_string());
         let added =
