@@ -42,11 +42,7 @@ impl GrpcSink {
             true => security.tls_for(&[b"h2"]),
             false => None,
         };
-        let connector = SinkConnector::new(
-            AllowedConnector::new(allow, CONNECT_TIMEOUT),
-            tls,
-            CONNECT_TIMEOUT,
-        );
+        let connector = SinkConnector::new(AllowedConnector::new(allow), tls, CONNECT_TIMEOUT);
         // The connector makes TLS itself, so the channel is given `http://` (tonic would
         // want its own TLS for `https://`); the calls' URIs say `https` for grpcs://.
         let host_and_port = format!("{}:{}", target.host, target.port);

@@ -59,11 +59,7 @@ impl HttpSink {
             true => security.tls_for(&[b"h2", b"http/1.1"]),
             false => None,
         };
-        let connector = SinkConnector::new(
-            AllowedConnector::new(allow, CONNECT_TIMEOUT),
-            tls,
-            CONNECT_TIMEOUT,
-        );
+        let connector = SinkConnector::new(AllowedConnector::new(allow), tls, CONNECT_TIMEOUT);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
             .http2_only(target.h2c)

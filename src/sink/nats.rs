@@ -153,13 +153,9 @@ impl NatsSink {
     /// ([`each_allowed_address`]: each address within its own `CONNECT_TIMEOUT`).
     async fn connect(&self) -> Result<NatsConnection, String> {
         let broker = &self.target.broker;
-        each_allowed_address(
-            &self.allow,
-            &broker.host,
-            broker.port,
-            CONNECT_TIMEOUT,
-            |address| self.connect_to(address),
-        )
+        each_allowed_address(&self.allow, &broker.host, broker.port, |address| {
+            self.connect_to(address)
+        })
         .await
         .map_err(|failure| failure.describe(broker))
     }

@@ -27,7 +27,7 @@ use redis::{
 use super::allow::SinkAllow;
 use super::body::PushBody;
 use super::broker_url::BrokerUrl;
-use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
+use super::connect::each_allowed_address;
 use super::kept::{kept_connection_budget, InUse, KeptConnection};
 use super::outcome::PushOutcome;
 use crate::domain::{with_causes, Delivered};
@@ -136,16 +136,14 @@ impl RedisSink {
         if let Some(password) = &broker.password {
             settings = settings.set_password(password);
         }
+        // The address's time is `each_allowed_address`'s; the client's own default (a
+        // second) would cut it short.
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_connection_timeout(None)
             .set_response_timeout(Some(self.timeout));
-        each_allowed_address(
-            &self.allow,
-            &broker.host,
-            broker.port,
-            CONNECT_TIMEOUT,
-            |address| connect_to(address, &settings, &config),
-        )
+        each_allowed_address(&self.allow, &broker.host, broker.port, |address| {
+            connect_to(address, &settings, &config)
+        })
         .await
         .map_err(|failure| failure.describe(broker))
     }
