@@ -8,6 +8,7 @@
 //! checks it against `--sink-allow` each time ([`super::allow::SinkAllow::allowed_addresses`]).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Mutex;
@@ -24,12 +25,15 @@ pub(crate) fn kept_connection_budget(timeout: Duration) -> Duration {
 
 pub(crate) struct KeptConnection<C> {
     state: Mutex<Kept<C>>,
+    /// The newest connection a push found broken, by generation: apart from the lock so
+    /// that reporting it never waits behind a connection being made, and a connection
+    /// made after it (a higher generation) is untouched.
+    lost: AtomicU64,
 }
 
 struct Kept<C> {
     current: Option<(u64, C)>,
-    /// Counts the connections made, so that a push reporting its connection lost drops
-    /// that one, not a newer one another push made meanwhile.
+    /// Counts the connections made (each one's generation).
     made: u64,
     /// When the last connection attempt failed, and why.
     failed: Option<(Instant, String)>,
@@ -49,6 +53,7 @@ impl<C: Clone> KeptConnection<C> {
                 made: 0,
                 failed: None,
             }),
+            lost: AtomicU64::new(0),
         }
     }
 
@@ -64,31 +69,21 @@ impl<C: Clone> KeptConnection<C> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<C, String>>,
     {
-        // Each address has its own connection timeout; this bounds them all, and the wait
-        // behind another push's connection, so that a push stays within its budget.
-        tokio::time::timeout(within, self.get_unbounded(usable, connect))
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "no connection within {}",
-                    humantime::format_duration(within)
-                ))
-            })
-    }
-
-    async fn get_unbounded<F, Fut>(
-        &self,
-        usable: impl Fn(&C) -> bool,
-        connect: F,
-    ) -> Result<InUse<C>, String>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<C, String>>,
-    {
+        // Each address has its own connection timeout; `within` bounds them all, and the
+        // wait behind another push's connection, so that a push stays within its budget.
         let asked = Instant::now();
-        let mut state = self.state.lock().await;
+        let deadline = asked + within;
+        let no_connection = || {
+            format!(
+                "no connection within {}",
+                humantime::format_duration(within)
+            )
+        };
+        let Ok(mut state) = tokio::time::timeout_at(deadline, self.state.lock()).await else {
+            return Err(no_connection());
+        };
         if let Some((generation, connection)) = &state.current {
-            if usable(connection) {
+            if *generation > self.lost.load(Ordering::Acquire) && usable(connection) {
                 return Ok(InUse {
                     connection: connection.clone(),
                     generation: *generation,
@@ -96,12 +91,16 @@ impl<C: Clone> KeptConnection<C> {
             }
             state.current = None;
         }
+        // Those who waited while it was tried share the last attempt's failure.
         if let Some((failed_at, reason)) = &state.failed {
             if *failed_at >= asked {
                 return Err(reason.clone());
             }
         }
-        match connect().await {
+        let connected = tokio::time::timeout_at(deadline, connect())
+            .await
+            .unwrap_or_else(|_| Err(no_connection()));
+        match connected {
             Ok(connection) => {
                 state.made += 1;
                 let generation = state.made;
@@ -119,16 +118,10 @@ impl<C: Clone> KeptConnection<C> {
         }
     }
 
-    /// Drops the connection `generation` (its push found it broken), if it is still kept.
-    pub(crate) async fn lost(&self, generation: u64) {
-        let mut state = self.state.lock().await;
-        if state
-            .current
-            .as_ref()
-            .is_some_and(|(kept, _)| *kept == generation)
-        {
-            state.current = None;
-        }
+    /// Drops the connection `generation` (its push found it broken), if it is still kept;
+    /// the next push makes another. Never waits.
+    pub(crate) fn lost(&self, generation: u64) {
+        self.lost.fetch_max(generation, Ordering::AcqRel);
     }
 }
 
@@ -149,13 +142,11 @@ mod tests {
         let first = kept.get(|_| true, LONG, connect).await.unwrap();
         let again = kept.get(|_| true, LONG, connect).await.unwrap();
         assert_eq!((first.connection, again.connection), (0, 0));
-        // A push reporting an older connection lost leaves the kept one alone.
-        kept.lost(first.generation + 1).await;
-        assert_eq!(
-            kept.get(|_| true, LONG, connect).await.unwrap().connection,
-            0
-        );
-        kept.lost(first.generation).await;
+        kept.lost(first.generation);
+        let second = kept.get(|_| true, LONG, connect).await.unwrap();
+        assert_eq!(second.connection, 1);
+        // A push reporting the older connection lost late leaves the newer one alone.
+        kept.lost(again.generation);
         assert_eq!(
             kept.get(|_| true, LONG, connect).await.unwrap().connection,
             1
@@ -220,8 +211,80 @@ mod tests {
             .get(|_| true, budget, std::future::pending::<Result<(), String>>)
             .await;
         assert_eq!(given_up.err().as_deref(), Some("no connection within 15s"));
-        // The next push connects afresh.
+        // A push that asks after that failure connects afresh.
+        tokio::time::advance(Duration::from_millis(1)).await;
         let connected = kept.get(|_| true, LONG, || async { Ok(()) }).await;
         assert_eq!(connected.unwrap().generation, 1);
+    }
+
+    /// A connection cut off by its push's budget is a failed attempt like any other: a
+    /// push that waited behind it gets its failure rather than dialling again.
+    #[tokio::test(start_paused = true)]
+    async fn pushes_waiting_for_a_connection_that_ran_out_of_time_share_that() {
+        let kept = Arc::new(KeptConnection::<()>::new());
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let first = {
+            let (kept, attempts) = (kept.clone(), attempts.clone());
+            tokio::spawn(async move {
+                kept.get(
+                    |_| true,
+                    Duration::from_secs(15),
+                    || async move {
+                        attempts.fetch_add(1, Ordering::SeqCst);
+                        std::future::pending::<Result<(), String>>().await
+                    },
+                )
+                .await
+            })
+        };
+        while attempts.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let waiting = {
+            let (kept, attempts) = (kept.clone(), attempts.clone());
+            tokio::spawn(async move {
+                kept.get(
+                    |_| true,
+                    LONG,
+                    || async move {
+                        attempts.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    },
+                )
+                .await
+            })
+        };
+        let expected = Some("no connection within 15s");
+        assert_eq!(first.await.unwrap().err().as_deref(), expected);
+        assert_eq!(waiting.await.unwrap().err().as_deref(), expected);
+        assert_eq!(attempts.load(Ordering::SeqCst), 1, "one attempt, shared");
+    }
+
+    /// Reporting a connection lost never waits, even while another push holds the lock
+    /// making a connection that does not come.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_connection_is_reported_without_waiting_for_the_lock() {
+        let kept = Arc::new(KeptConnection::<usize>::new());
+        let first = kept.get(|_| true, LONG, || async { Ok(0) }).await.unwrap();
+        let connecting = {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                kept.get(
+                    |_| false,
+                    LONG,
+                    std::future::pending::<Result<usize, String>>,
+                )
+                .await
+            })
+        };
+        while kept.state.try_lock().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        kept.lost(first.generation);
+        assert!(kept.state.try_lock().is_err(), "still connecting");
+        connecting.abort();
+        let _ = connecting.await;
+        let next = kept.get(|_| true, LONG, || async { Ok(1) }).await.unwrap();
+        assert_eq!((next.connection, next.generation), (1, 2));
     }
 }

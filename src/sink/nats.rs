@@ -141,7 +141,7 @@ impl NatsSink {
             Err(_) => PushOutcome::Retry { after: None },
             Ok(Err(Sent::No(error))) => {
                 if error.kind() == Kind::BrokenPipe {
-                    self.connection.lost(generation).await;
+                    self.connection.lost(generation);
                 }
                 outcome_of_publish_error(error.kind(), false, &error)
             }

@@ -117,7 +117,7 @@ impl RedisSink {
             Ok(Err(error)) => {
                 let outcome = outcome_of_error(&error);
                 if error.is_unrecoverable_error() || error.is_io_error() {
-                    self.connection.lost(generation).await;
+                    self.connection.lost(generation);
                 }
                 outcome
             }
