@@ -11,65 +11,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::daemon::{tickd_command, Daemon};
-use common::http_sink::{always, gaps, unused_address, HttpSink, Push, Script};
-use common::metrics::scrape_until;
+use common::http_sink::{always, attempts_of, gaps, keys, unused_address, HttpSink, Push, Script};
+use common::metrics::{deliveries_settled, scrape_until};
 use common::*;
 use prost::Message;
 use tickd::proto::timers_client::TimersClient;
 
 const NAMESPACE: &str = "pushed";
 
-/// A server on loopback whose namespace [`NAMESPACE`] pushes to `url`.
-async fn server_pushing_to(
-    url: &str,
-    adjust: impl FnOnce(&mut tickd::config::Config),
-) -> TestServer {
-    TestServer::start_with(config(|config| {
-        config.sinks = vec![format!("{NAMESPACE}={url}").parse().expect("a valid sink")];
-        adjust(config);
-    }))
-    .await
-}
-
-/// The expirations' keys the sink was pushed, each once.
-fn keys(pushes: &[Push]) -> BTreeSet<String> {
-    pushes.iter().map(|push| push.key.clone()).collect()
-}
-
-fn attempts_of(pushes: &[Push], key: &str) -> Vec<u32> {
-    pushes
-        .iter()
-        .filter(|push| push.key == key)
-        .map(|push| push.attempt)
-        .collect()
-}
-
-/// Waits until nothing is in flight or waiting for a subscriber (every push settled).
-async fn settled(server: &TestServer) {
-    let scrape = scrape_until(server.metrics_addr, |scrape| {
-        scrape.value("tickd_delivery_unacked") == 0.0
-            && scrape.value("tickd_delivery_buffered") == 0.0
-    })
-    .await;
-    assert_eq!(
-        scrape.value("tickd_delivery_unacked"),
-        0.0,
-        "still in flight"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_fails_twice_gets_each_expiration_three_times_and_acknowledges_it() {
     let script: Script = Arc::new(|_, before| (if before < 2 { 500 } else { 200 }, None));
     let sink = HttpSink::start(script).await;
-    let server = server_pushing_to(&sink.url("/timers"), |_| {}).await;
+    let server = TestServer::pushing_to(NAMESPACE, &sink.url("/timers"), |_| {}).await;
     let mut client = server.client().await;
     let registered = register_all(&mut client, specs(NAMESPACE, 5, 20)).await;
     sink.wait_for("three pushes of each of the 5 expirations", |pushes| {
         pushes.len() >= 15 && keys(pushes).len() == 5
     })
     .await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(
         pushes.len(),
@@ -134,27 +95,15 @@ async fn a_sink_that_always_rejects_buries_after_max_attempts_and_redrive_sends_
         })
     };
     let sink = HttpSink::start(script).await;
-    let server = server_pushing_to(&sink.url("/"), |config| config.max_attempts = 3).await;
+    let server =
+        TestServer::pushing_to(NAMESPACE, &sink.url("/"), |config| config.max_attempts = 3).await;
     let mut client = server.client().await;
     register(&mut client, spec(NAMESPACE, 10, b"poison")).await;
     sink.wait_for("three rejected pushes", |pushes| pushes.len() >= 3)
         .await;
-    common::wait::eventually(
-        "the expiration is dead",
-        PATIENCE,
-        Duration::from_millis(20),
-        || {
-            let mut client = client.clone();
-            async move {
-                let dead = pending_with_dead(&mut client, NAMESPACE).await;
-                match dead.dead_expirations.len() {
-                    1 => Ok(()),
-                    other => Err(format!("{other} dead")),
-                }
-            }
-        },
-        || async { format!("{:#?}", sink.pushes()) },
-    )
+    wait_for_dead(&client, NAMESPACE, 1, || async {
+        format!("{:#?}", sink.pushes())
+    })
     .await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 3, "no push after the last attempt");
@@ -172,7 +121,7 @@ async fn a_sink_that_always_rejects_buries_after_max_attempts_and_redrive_sends_
     assert_eq!(redriven.redriven, 1);
     sink.wait_for("the redriven expiration", |pushes| pushes.len() >= 4)
         .await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 4);
     assert_eq!(pushes[3].key, pushes[0].key, "the same expiration again");
@@ -189,12 +138,12 @@ async fn a_retry_after_of_one_second_is_waited_out() {
         _ => (200, None),
     });
     let sink = HttpSink::start(script).await;
-    let server = server_pushing_to(&sink.url("/"), |_| {}).await;
+    let server = TestServer::pushing_to(NAMESPACE, &sink.url("/"), |_| {}).await;
     let mut client = server.client().await;
     register(&mut client, spec(NAMESPACE, 10, b"throttled")).await;
     sink.wait_for("the push after the 429", |pushes| pushes.len() >= 2)
         .await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 2);
     let gap = gaps(&pushes, &pushes[0].key)[0];
@@ -209,7 +158,7 @@ async fn a_retry_after_of_one_second_is_waited_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_down_for_ten_seconds_then_up_receives_everything_registered_meanwhile() {
     let addr = unused_address().await;
-    let server = server_pushing_to(&format!("http://{addr}/"), |_| {}).await;
+    let server = TestServer::pushing_to(NAMESPACE, &format!("http://{addr}/"), |_| {}).await;
     let mut client = server.client().await;
     // Firing over the ten seconds the sink is down.
     let specs: Vec<TimerSpec> = (0..20)
@@ -230,7 +179,7 @@ async fn a_sink_down_for_ten_seconds_then_up_receives_everything_registered_mean
     let sink = HttpSink::start_on(addr, always(200)).await;
     sink.wait_for("all 20 expirations", |pushes| keys(pushes).len() == 20)
         .await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     for id in &registered {
         assert!(
@@ -248,11 +197,12 @@ async fn a_sink_down_for_ten_seconds_then_up_receives_everything_registered_mean
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protobuf_sink_gets_the_expiration_encoded() {
     let sink = HttpSink::start(always(204)).await;
-    let server = server_pushing_to(&format!("{}#protobuf", sink.url("/p")), |_| {}).await;
+    let server =
+        TestServer::pushing_to(NAMESPACE, &format!("{}#protobuf", sink.url("/p")), |_| {}).await;
     let mut client = server.client().await;
     let timer = register(&mut client, spec(NAMESPACE, 10, b"\x00binary\xff")).await;
     sink.wait_for("one push", |pushes| !pushes.is_empty()).await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     let push = &sink.pushes()[0];
     assert_eq!(push.content_type, "application/x-protobuf");
     let expiration = Expiration::decode(push.body.clone()).expect("a tickd.v1.Expiration");
@@ -367,7 +317,7 @@ async fn credentials_in_the_url_reach_the_sink_as_basic_auth() {
     let url = sink
         .url("/timers")
         .replacen("http://", "http://app:s%40cret@", 1);
-    let server = server_pushing_to(&url, |_| {}).await;
+    let server = TestServer::pushing_to(NAMESPACE, &url, |_| {}).await;
     let mut client = server.client().await;
     register_all(&mut client, specs(NAMESPACE, 3, 20)).await;
     sink.wait_for("the 3 expirations", |pushes| keys(pushes).len() == 3)
@@ -390,7 +340,7 @@ async fn credentials_in_the_url_reach_the_sink_as_basic_auth() {
 async fn a_sink_that_never_answers_is_sent_no_more_than_its_window() {
     let sink = HttpSink::start(always(200)).await;
     sink.hold();
-    let server = server_pushing_to(&sink.url("/"), |config| {
+    let server = TestServer::pushing_to(NAMESPACE, &sink.url("/"), |config| {
         config.sink_max_in_flight = 4;
         // Longer than the test: no push times out into a retry.
         config.sink_timeout = Duration::from_secs(600);
@@ -425,60 +375,8 @@ async fn a_sink_that_never_answers_is_sent_no_more_than_its_window() {
     sink.release();
     sink.wait_for("all 20", |pushes| keys(pushes).len() == 20)
         .await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     assert!(sink.pushes().iter().all(|push| push.attempt == 1));
-    server.stop().await;
-}
-
-/// An `http://...#h2c` sink is spoken HTTP/2 from the first byte: the pushes in flight
-/// are streams of one connection, and a push answered 503 is retried on it as a stream
-/// like any other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_h2c_sink_gets_its_pushes_in_flight_as_streams_of_one_connection() {
-    let script: Script = Arc::new(|_, before| (if before == 0 { 503 } else { 204 }, None));
-    let sink = HttpSink::start(script).await;
-    sink.hold();
-    let server = server_pushing_to(&format!("{}#protobuf,h2c", sink.url("/")), |config| {
-        config.sink_max_in_flight = 8;
-        config.sink_timeout = Duration::from_secs(600);
-    })
-    .await;
-    let mut client = server.client().await;
-    register_all(&mut client, specs(NAMESPACE, 8, 20)).await;
-    // All 8 unanswered at once: 8 requests in flight together.
-    sink.wait_for("8 pushes held", |pushes| pushes.len() == 8)
-        .await;
-    assert_eq!(
-        sink.connections(),
-        1,
-        "8 pushes in flight on one connection"
-    );
-    sink.release();
-    sink.wait_for("each expiration's second attempt", |pushes| {
-        pushes.len() == 16
-    })
-    .await;
-    settled(&server).await;
-    let pushes = sink.pushes();
-    for key in keys(&pushes) {
-        assert_eq!(attempts_of(&pushes, &key), [1, 2], "{key}");
-    }
-    assert!(
-        pushes
-            .iter()
-            .all(|push| push.version == hyper::Version::HTTP_2
-                && push.content_type == "application/x-protobuf"),
-        "{pushes:#?}"
-    );
-    assert_eq!(
-        sink.connections(),
-        1,
-        "the retries went on the same connection"
-    );
-    assert!(pending_with_dead(&mut client, NAMESPACE)
-        .await
-        .dead_expirations
-        .is_empty());
     server.stop().await;
 }
 
@@ -501,7 +399,7 @@ async fn a_sink_that_drops_connection_attempts_costs_no_attempts() {
             _ => break,
         }
     }
-    let server = server_pushing_to(&format!("http://{addr}/"), |config| {
+    let server = TestServer::pushing_to(NAMESPACE, &format!("http://{addr}/"), |config| {
         config.sink_timeout = Duration::from_secs(1);
         config.max_attempts = 2;
     })
@@ -524,7 +422,7 @@ async fn a_sink_that_drops_connection_attempts_costs_no_attempts() {
     let sink = HttpSink::start_on(addr, always(200)).await;
     sink.wait_for("the 3 expirations", |pushes| keys(pushes).len() == 3)
         .await;
-    settled(&server).await;
+    deliveries_settled(server.metrics_addr).await;
     assert!(sink.pushes().iter().all(|push| push.attempt == 1));
     let dead = pending_with_dead(&mut client, NAMESPACE).await;
     assert!(dead.dead_expirations.is_empty(), "{dead:?}");

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::daemon::{tickd_command, Daemon};
 use common::grpc_sink::{GrpcPush, GrpcScript, GrpcSink};
 use common::http_sink::{always, HttpSink};
-use common::metrics::scrape_until;
+use common::metrics::{deliveries_settled, scrape_until};
 use common::pki::{write_file, TestCa};
 use common::*;
 use rustls::pki_types::pem::PemObject;
@@ -25,17 +25,6 @@ use tickd::proto::timers_client::TimersClient;
 use tonic::Code;
 
 const NAMESPACE: &str = "pushed";
-
-async fn server_pushing_to(
-    url: &str,
-    adjust: impl FnOnce(&mut tickd::config::Config),
-) -> TestServer {
-    TestServer::start_with(config(|config| {
-        config.sinks = vec![format!("{NAMESPACE}={url}").parse().expect("a valid sink")];
-        adjust(config);
-    }))
-    .await
-}
 
 fn keys(pushes: &[GrpcPush]) -> BTreeSet<String> {
     pushes.iter().map(|push| push.key.clone()).collect()
@@ -47,16 +36,6 @@ fn attempts_of(pushes: &[GrpcPush], key: &str) -> Vec<u32> {
         .filter(|push| push.key == key)
         .map(|push| push.attempt)
         .collect()
-}
-
-/// Waits until nothing is in flight or waiting for a subscriber (every push settled).
-async fn settled(metrics: std::net::SocketAddr) {
-    let scrape = scrape_until(metrics, |scrape| {
-        scrape.value("tickd_delivery_unacked") == 0.0
-            && scrape.value("tickd_delivery_buffered") == 0.0
-    })
-    .await;
-    assert_eq!(scrape.value("tickd_delivery_unacked"), 0.0, "in flight");
 }
 
 fn pushes_series(outcome: &str) -> String {
@@ -73,7 +52,7 @@ async fn a_grpc_sink_unavailable_twice_gets_each_expiration_three_times_and_ackn
         }
     });
     let sink = GrpcSink::start(script, None).await;
-    let server = server_pushing_to(&format!("grpc://{}", sink.addr), |_| {}).await;
+    let server = TestServer::pushing_to(NAMESPACE, &format!("grpc://{}", sink.addr), |_| {}).await;
     let mut client = server.client().await;
     let registered: BTreeSet<String> = register_all(&mut client, specs(NAMESPACE, 5, 20))
         .await
@@ -83,7 +62,7 @@ async fn a_grpc_sink_unavailable_twice_gets_each_expiration_three_times_and_ackn
         pushes.len() >= 15 && keys(pushes).len() == 5
     })
     .await;
-    settled(server.metrics_addr).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(
         pushes.len(),
@@ -124,7 +103,7 @@ async fn a_grpc_sink_answering_invalid_argument_buries_after_max_attempts() {
         })
     };
     let sink = GrpcSink::start(script, None).await;
-    let server = server_pushing_to(&format!("grpc://{}", sink.addr), |config| {
+    let server = TestServer::pushing_to(NAMESPACE, &format!("grpc://{}", sink.addr), |config| {
         config.max_attempts = 3;
     })
     .await;
@@ -132,22 +111,9 @@ async fn a_grpc_sink_answering_invalid_argument_buries_after_max_attempts() {
     register(&mut client, spec(NAMESPACE, 10, b"poison")).await;
     sink.wait_for("three rejected calls", |pushes| pushes.len() >= 3)
         .await;
-    common::wait::eventually(
-        "the expiration is dead",
-        PATIENCE,
-        Duration::from_millis(20),
-        || {
-            let mut client = client.clone();
-            async move {
-                let dead = pending_with_dead(&mut client, NAMESPACE).await;
-                match dead.dead_expirations.len() {
-                    1 => Ok(()),
-                    other => Err(format!("{other} dead")),
-                }
-            }
-        },
-        || async { format!("{:#?}", sink.pushes()) },
-    )
+    wait_for_dead(&client, NAMESPACE, 1, || async {
+        format!("{:#?}", sink.pushes())
+    })
     .await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 3, "no call after the last attempt");
@@ -168,7 +134,7 @@ async fn a_grpc_sink_answering_invalid_argument_buries_after_max_attempts() {
     assert_eq!(redriven.redriven, 1);
     sink.wait_for("the redriven expiration", |pushes| pushes.len() >= 4)
         .await;
-    settled(server.metrics_addr).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 4);
     assert_eq!(
@@ -181,7 +147,7 @@ async fn a_grpc_sink_answering_invalid_argument_buries_after_max_attempts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_sink_down_then_up_gets_everything_as_first_attempts() {
     let addr = common::http_sink::unused_address().await;
-    let server = server_pushing_to(&format!("grpc://{addr}"), |_| {}).await;
+    let server = TestServer::pushing_to(NAMESPACE, &format!("grpc://{addr}"), |_| {}).await;
     let mut client = server.client().await;
     let registered = register_all(&mut client, specs(NAMESPACE, 5, 10)).await;
     // Tried while down: each a connection that failed, which spends no attempt.
@@ -194,7 +160,7 @@ async fn a_grpc_sink_down_then_up_gets_everything_as_first_attempts() {
     let sink = GrpcSink::start_on(addr, Arc::new(|_, _| Code::Ok), None).await;
     sink.wait_for("the 5 expirations", |pushes| keys(pushes).len() == 5)
         .await;
-    settled(server.metrics_addr).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     for id in &registered {
         assert!(
@@ -247,7 +213,7 @@ async fn an_https_sink_trusting_a_test_ca_gets_the_token_and_sees_the_client_cer
     let ca_file = ca.write(dir.path(), "sink-ca.pem");
     let (client_cert, client_key) = client_identity.write(dir.path(), "client");
     let token_file = write_file(dir.path(), "token", "s3cret-token\n");
-    let server = server_pushing_to(&sink.https_url("/timers"), |config| {
+    let server = TestServer::pushing_to(NAMESPACE, &sink.https_url("/timers"), |config| {
         config.sink_ca = Some(ca_file);
         config.sink_client_cert = Some(client_cert);
         config.sink_client_key = Some(client_key);
@@ -257,7 +223,7 @@ async fn an_https_sink_trusting_a_test_ca_gets_the_token_and_sees_the_client_cer
     let mut client = server.client().await;
     let timer = register(&mut client, spec(NAMESPACE, 10, b"over TLS")).await;
     sink.wait_for("one push", |pushes| !pushes.is_empty()).await;
-    settled(server.metrics_addr).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 1, "{pushes:#?}");
     let push = &pushes[0];
@@ -282,7 +248,7 @@ async fn a_rotated_token_file_applies_to_later_pushes() {
     let dir = tempfile::tempdir().unwrap();
     let sink = HttpSink::start(always(200)).await;
     let token_file = write_file(dir.path(), "token", "first-token\n");
-    let server = server_pushing_to(&sink.url("/timers"), |config| {
+    let server = TestServer::pushing_to(NAMESPACE, &sink.url("/timers"), |config| {
         config.sink_token_file = Some(token_file.clone());
     })
     .await;
@@ -324,7 +290,7 @@ async fn a_grpcs_sink_gets_each_expiration_with_the_token() {
     let ca_file = ca.write(dir.path(), "ca.pem");
     let token_file = write_file(dir.path(), "token", "  grpc-token \n");
     let url = format!("grpcs://localhost:{}", sink.addr.port());
-    let server = server_pushing_to(&url, |config| {
+    let server = TestServer::pushing_to(NAMESPACE, &url, |config| {
         config.sink_ca = Some(ca_file);
         config.sink_token_file = Some(token_file);
     })
@@ -333,7 +299,7 @@ async fn a_grpcs_sink_gets_each_expiration_with_the_token() {
     register_all(&mut client, specs(NAMESPACE, 3, 10)).await;
     sink.wait_for("3 expirations", |pushes| keys(pushes).len() == 3)
         .await;
-    settled(server.metrics_addr).await;
+    deliveries_settled(server.metrics_addr).await;
     let pushes = sink.pushes();
     assert_eq!(pushes.len(), 3, "{pushes:#?}");
     for push in &pushes {

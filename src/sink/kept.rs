@@ -158,49 +158,61 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn pushes_waiting_for_a_failing_connection_share_its_failure() {
+    /// A push on a task of its own, within `within`, whose connection (if it makes one)
+    /// counts itself in `attempts` and then ends as `connect` does.
+    fn push_connecting(
+        kept: &Arc<KeptConnection<()>>,
+        attempts: &Arc<AtomicUsize>,
+        within: Duration,
+        connect: impl Future<Output = Result<(), String>> + Send + 'static,
+    ) -> tokio::task::JoinHandle<Result<InUse<()>, String>> {
+        let (kept, attempts) = (kept.clone(), attempts.clone());
+        tokio::spawn(async move {
+            kept.get(
+                |_| true,
+                within,
+                || async move {
+                    attempts.fetch_add(1, Ordering::SeqCst);
+                    connect.await
+                },
+            )
+            .await
+        })
+    }
+
+    /// Two pushes: the first holds the lock connecting until `first_connect` ends; the
+    /// second waits behind it, and then `then` runs. Both answers, and how many
+    /// connections were tried.
+    async fn one_waiting_behind_another(
+        first_within: Duration,
+        first_connect: impl Future<Output = Result<(), String>> + Send + 'static,
+        then: impl FnOnce(),
+    ) -> (Result<InUse<()>, String>, Result<InUse<()>, String>, usize) {
         let kept = Arc::new(KeptConnection::<()>::new());
         let attempts = Arc::new(AtomicUsize::new(0));
-        let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let first = {
-            let (kept, attempts) = (kept.clone(), attempts.clone());
-            tokio::spawn(async move {
-                kept.get(
-                    |_| true,
-                    LONG,
-                    || async move {
-                        attempts.fetch_add(1, Ordering::SeqCst);
-                        let _ = released.await;
-                        Err::<(), _>("refused".to_owned())
-                    },
-                )
-                .await
-            })
-        };
-        // The first push holds the lock while it connects.
+        let first = push_connecting(&kept, &attempts, first_within, first_connect);
         while attempts.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
-        let waiting = {
-            let (kept, attempts) = (kept.clone(), attempts.clone());
-            tokio::spawn(async move {
-                kept.get(
-                    |_| true,
-                    LONG,
-                    || async move {
-                        attempts.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    },
-                )
-                .await
-            })
-        };
+        let waiting = push_connecting(&kept, &attempts, LONG, async { Ok(()) });
         tokio::task::yield_now().await;
-        release.send(()).unwrap();
-        assert_eq!(first.await.unwrap().err().as_deref(), Some("refused"));
-        assert_eq!(waiting.await.unwrap().err().as_deref(), Some("refused"));
-        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        then();
+        let (first, waiting) = (first.await.unwrap(), waiting.await.unwrap());
+        (first, waiting, attempts.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn pushes_waiting_for_a_failing_connection_share_its_failure() {
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let refused = async move {
+            let _ = released.await;
+            Err("refused".to_owned())
+        };
+        let (first, waiting, attempts) =
+            one_waiting_behind_another(LONG, refused, || release.send(()).unwrap()).await;
+        assert_eq!(first.err().as_deref(), Some("refused"));
+        assert_eq!(waiting.err().as_deref(), Some("refused"));
+        assert_eq!(attempts, 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -221,43 +233,13 @@ mod tests {
     /// push that waited behind it gets its failure rather than dialling again.
     #[tokio::test(start_paused = true)]
     async fn pushes_waiting_for_a_connection_that_ran_out_of_time_share_that() {
-        let kept = Arc::new(KeptConnection::<()>::new());
-        let attempts = Arc::new(AtomicUsize::new(0));
-        let first = {
-            let (kept, attempts) = (kept.clone(), attempts.clone());
-            tokio::spawn(async move {
-                kept.get(
-                    |_| true,
-                    Duration::from_secs(15),
-                    || async move {
-                        attempts.fetch_add(1, Ordering::SeqCst);
-                        std::future::pending::<Result<(), String>>().await
-                    },
-                )
-                .await
-            })
-        };
-        while attempts.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
-        let waiting = {
-            let (kept, attempts) = (kept.clone(), attempts.clone());
-            tokio::spawn(async move {
-                kept.get(
-                    |_| true,
-                    LONG,
-                    || async move {
-                        attempts.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    },
-                )
-                .await
-            })
-        };
+        let never = std::future::pending::<Result<(), String>>();
+        let (first, waiting, attempts) =
+            one_waiting_behind_another(Duration::from_secs(15), never, || ()).await;
         let expected = Some("no connection within 15s");
-        assert_eq!(first.await.unwrap().err().as_deref(), expected);
-        assert_eq!(waiting.await.unwrap().err().as_deref(), expected);
-        assert_eq!(attempts.load(Ordering::SeqCst), 1, "one attempt, shared");
+        assert_eq!(first.err().as_deref(), expected);
+        assert_eq!(waiting.err().as_deref(), expected);
+        assert_eq!(attempts, 1, "one attempt, shared");
     }
 
     /// Reporting a connection lost never waits, even while another push holds the lock

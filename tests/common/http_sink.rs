@@ -5,16 +5,20 @@
 //! [`HttpSink::start_tls`]: it then records the client certificate each push came with,
 //! and counts the handshakes that failed. It speaks HTTP/1.1 and HTTP/2 (from the first
 //! byte, or as chosen in the TLS handshake when the test's server configuration offers
-//! `h2`), recording which each push came over, and counts the connections it accepted.
+//! `h2`), recording which each push came over, and counts the connections it accepted
+//! and those closed. [`SinkOptions`] make it speak HTTP/1.1 only, or answer every push
+//! with a body that never ends.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper::{Request, Response, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -51,6 +55,15 @@ pub(crate) fn always(status: u16) -> Script {
     Arc::new(move |_, _| (status, None))
 }
 
+/// How the sink speaks, beyond its script.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SinkOptions {
+    /// HTTP/1.1 only: a client speaking HTTP/2 from the first byte is not understood.
+    pub http1_only: bool,
+    /// Every answer's body is endless: the sink writes it until the client goes.
+    pub endless_body: bool,
+}
+
 pub(crate) struct HttpSink {
     pub addr: SocketAddr,
     pushes: Arc<Mutex<Vec<Push>>>,
@@ -61,6 +74,8 @@ pub(crate) struct HttpSink {
     failed_handshakes: Arc<AtomicUsize>,
     /// TCP connections accepted.
     accepted: Arc<AtomicUsize>,
+    /// Connections that ended (either side closed them).
+    closed: Arc<AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -71,20 +86,33 @@ impl HttpSink {
 
     /// On a given address: a sink brought back up where tickd expects it.
     pub(crate) async fn start_on(addr: SocketAddr, script: Script) -> Self {
-        Self::start_inner(addr, script, None).await
+        Self::start_inner(addr, script, None, SinkOptions::default()).await
+    }
+
+    /// Speaking as `options` say.
+    pub(crate) async fn start_with(script: Script, options: SinkOptions) -> Self {
+        Self::start_inner("127.0.0.1:0".parse().unwrap(), script, None, options).await
     }
 
     /// Over TLS, with this server configuration (its certificate, and whether it asks for
     /// a client's).
     pub(crate) async fn start_tls(script: Script, tls: rustls::ServerConfig) -> Self {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        Self::start_inner("127.0.0.1:0".parse().unwrap(), script, Some(acceptor)).await
+        let options = SinkOptions::default();
+        Self::start_inner(
+            "127.0.0.1:0".parse().unwrap(),
+            script,
+            Some(acceptor),
+            options,
+        )
+        .await
     }
 
     async fn start_inner(
         addr: SocketAddr,
         script: Script,
         tls: Option<tokio_rustls::TlsAcceptor>,
+        options: SinkOptions,
     ) -> Self {
         let listener = TcpListener::bind(addr).await.expect("bind the test sink");
         let addr = listener.local_addr().unwrap();
@@ -93,6 +121,7 @@ impl HttpSink {
         let holding = watch::Sender::new(false);
         let failed_handshakes = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         let connections = Arc::new(Mutex::new(JoinSet::new()));
         {
@@ -104,6 +133,7 @@ impl HttpSink {
                 failed_handshakes.clone(),
                 accepted.clone(),
             );
+            let closed = closed.clone();
             tasks.spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
@@ -113,15 +143,19 @@ impl HttpSink {
                     let (pushes, pushed, script) = (pushes.clone(), pushed.clone(), script.clone());
                     let held = holding.subscribe();
                     let (tls, failed_handshakes) = (tls.clone(), failed_handshakes.clone());
+                    let closed = closed.clone();
                     connections.lock().unwrap().spawn(async move {
                         let Some(tls) = tls else {
                             let recorder = Recorder {
                                 pushes,
-                                pushed,
+                                pushed: pushed.clone(),
                                 held,
                                 client_certificate: None,
                             };
-                            return serve(stream, recorder, script).await;
+                            serve(stream, recorder, script, options).await;
+                            closed.fetch_add(1, Ordering::SeqCst);
+                            pushed.notify_waiters();
+                            return;
                         };
                         let stream = match tls.accept(stream).await {
                             Ok(stream) => stream,
@@ -139,11 +173,13 @@ impl HttpSink {
                             .map(|certificate| certificate.to_vec());
                         let recorder = Recorder {
                             pushes,
-                            pushed,
+                            pushed: pushed.clone(),
                             held,
                             client_certificate,
                         };
-                        serve(stream, recorder, script).await
+                        serve(stream, recorder, script, options).await;
+                        closed.fetch_add(1, Ordering::SeqCst);
+                        pushed.notify_waiters();
                     });
                 }
             });
@@ -160,6 +196,7 @@ impl HttpSink {
             holding,
             failed_handshakes,
             accepted,
+            closed,
             tasks,
         }
     }
@@ -167,6 +204,26 @@ impl HttpSink {
     /// TCP connections accepted so far.
     pub(crate) fn connections(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `count` connections have ended (at most [`PATIENCE`]).
+    pub(crate) async fn wait_for_closed_connections(&self, count: usize) {
+        let deadline = tokio::time::Instant::now() + PATIENCE * 2;
+        loop {
+            let pushed = self.pushed.notified();
+            tokio::pin!(pushed);
+            pushed.as_mut().enable();
+            if self.closed.load(Ordering::SeqCst) >= count {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, pushed).await.is_err() {
+                panic!(
+                    "{} of {} connections ended, not {count}",
+                    self.closed.load(Ordering::SeqCst),
+                    self.connections()
+                );
+            }
+        }
     }
 
     /// `https://localhost:PORT/PATH`.
@@ -256,18 +313,38 @@ async fn serve(
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     recorder: Recorder,
     script: Script,
+    options: SinkOptions,
 ) {
-    let service = service_fn(move |request| answer(request, recorder.clone(), script.clone()));
-    let _ = auto::Builder::new(TokioExecutor::new())
+    let service = service_fn(move |request| {
+        answer(
+            request,
+            recorder.clone(),
+            script.clone(),
+            options.endless_body,
+        )
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    if options.http1_only {
+        builder = builder.http1_only();
+    }
+    let _ = builder
         .serve_connection(TokioIo::new(stream), service)
         .await;
+}
+
+/// A body of `x`s that never ends, written as fast as the client reads it.
+fn endless() -> BoxBody<Bytes, Infallible> {
+    static CHUNK: [u8; 16 * 1024] = [b'x'; 16 * 1024];
+    let chunks = futures_util::stream::repeat_with(|| Ok(Frame::data(Bytes::from_static(&CHUNK))));
+    BodyExt::boxed(StreamBody::new(chunks))
 }
 
 async fn answer(
     request: Request<Incoming>,
     recorder: Recorder,
     script: Script,
-) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    endless_body: bool,
+) -> Result<Response<BoxBody<Bytes, Infallible>>, hyper::Error> {
     let Recorder {
         pushes,
         pushed,
@@ -312,7 +389,11 @@ async fn answer(
     if let Some(retry_after) = retry_after {
         response = response.header("retry-after", retry_after);
     }
-    Ok(response.body(Full::new(Bytes::new())).unwrap())
+    let body = match endless_body {
+        true => endless(),
+        false => BodyExt::boxed(Full::new(Bytes::new())),
+    };
+    Ok(response.body(body).unwrap())
 }
 
 /// A loopback address nothing listens on, for a sink that is down until a test starts
@@ -320,6 +401,20 @@ async fn answer(
 pub(crate) async fn unused_address() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     listener.local_addr().unwrap()
+}
+
+/// The expirations' keys the sink was pushed, each once.
+pub(crate) fn keys(pushes: &[Push]) -> std::collections::BTreeSet<String> {
+    pushes.iter().map(|push| push.key.clone()).collect()
+}
+
+/// The attempts of one expiration (by key) the sink was pushed, in order.
+pub(crate) fn attempts_of(pushes: &[Push], key: &str) -> Vec<u32> {
+    pushes
+        .iter()
+        .filter(|push| push.key == key)
+        .map(|push| push.attempt)
+        .collect()
 }
 
 /// How long the pushes of one expiration (by key) waited between each other.

@@ -156,6 +156,26 @@ pub(crate) async fn scrape(addr: SocketAddr) -> Scrape {
     Scrape::parse(&scrape_text(addr).await)
 }
 
+/// Waits until nothing is in flight or waiting for a subscriber or sink (every delivery
+/// settled), asserting it.
+pub(crate) async fn deliveries_settled(addr: SocketAddr) {
+    let scrape = scrape_until(addr, |scrape| {
+        scrape.value("tickd_delivery_unacked") == 0.0
+            && scrape.value("tickd_delivery_buffered") == 0.0
+    })
+    .await;
+    assert_eq!(
+        scrape.value("tickd_delivery_unacked"),
+        0.0,
+        "still in flight"
+    );
+    assert_eq!(
+        scrape.value("tickd_delivery_buffered"),
+        0.0,
+        "still buffered"
+    );
+}
+
 /// Scrapes until `ready` holds (the counters of a call are updated as it ends, a moment
 /// after its answer left), at most for [`PATIENCE`].
 pub(crate) async fn scrape_until(addr: SocketAddr, ready: impl Fn(&Scrape) -> bool) -> Scrape {

@@ -150,6 +150,39 @@ pub(crate) fn specs(namespace: &str, count: usize, delay_ms: u64) -> Vec<TimerSp
         .collect()
 }
 
+/// Waits until `namespace`'s dead list holds `count` expirations (at most [`PATIENCE`]),
+/// and returns the Pending answer that showed it; `report` says what else the failure
+/// should show (what a sink received, say).
+pub(crate) async fn wait_for_dead<R, RFut>(
+    client: &TimersClient<Channel>,
+    namespace: &str,
+    count: usize,
+    report: R,
+) -> PendingResponse
+where
+    R: FnOnce() -> RFut,
+    RFut: std::future::Future<Output = String>,
+{
+    super::wait::eventually(
+        &format!("{count} dead in {namespace}"),
+        PATIENCE,
+        std::time::Duration::from_millis(20),
+        || {
+            let mut client = client.clone();
+            async move {
+                let pending = pending_with_dead(&mut client, namespace).await;
+                match pending.dead_expirations.len() {
+                    dead if dead == count => Ok(()),
+                    other => Err(format!("{other} dead")),
+                }
+            }
+        },
+        report,
+    )
+    .await;
+    pending_with_dead(&mut client.clone(), namespace).await
+}
+
 pub(crate) async fn pending_with_dead(
     client: &mut TimersClient<Channel>,
     namespace: &str,

@@ -40,6 +40,20 @@ impl TestServer {
         Self::start_inner(config, false).await
     }
 
+    /// A server whose `namespace` pushes to the sink at `url` (`--sink NAMESPACE=URL`),
+    /// otherwise the embedded defaults changed by `adjust`.
+    pub(crate) async fn pushing_to(
+        namespace: &str,
+        url: &str,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
+        Self::start_with(config(|config| {
+            config.sinks = vec![format!("{namespace}={url}").parse().expect("a valid sink")];
+            adjust(config);
+        }))
+        .await
+    }
+
     pub(crate) async fn start_with_unix_socket(config: Config) -> Self {
         Self::start_inner(config, true).await
     }
