@@ -161,6 +161,7 @@ impl HttpSink {
                             Ok(stream) => stream,
                             Err(_) => {
                                 failed_handshakes.fetch_add(1, Ordering::SeqCst);
+                                closed.fetch_add(1, Ordering::SeqCst);
                                 pushed.notify_waiters();
                                 return;
                             }
