@@ -17,7 +17,7 @@ use tonic::{Code, ConnectError, Request, Status};
 
 use super::allow::SinkAllow;
 use super::body::PushLabels;
-use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
+use super::connect::{sink_refusal, CONNECT_TIMEOUT};
 use super::outcome::{retry_after, PushOutcome};
 use super::spec::GrpcTarget;
 use super::tls::{SinkConnector, SinkSecurity};
@@ -42,7 +42,7 @@ impl GrpcSink {
             true => security.tls_for(&[b"h2"]),
             false => None,
         };
-        let connector = SinkConnector::new(AllowedConnector::new(allow), tls, CONNECT_TIMEOUT);
+        let connector = SinkConnector::new(allow, tls);
         // The connector makes TLS itself, so the channel is given `http://` (tonic would
         // want its own TLS for `https://`); the calls' URIs say `https` for grpcs://.
         let host_and_port = format!("{}:{}", target.host, target.port);

@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::allow::SinkAllow;
 use super::body::PushBody;
-use super::connect::{sink_refusal, AllowedConnector, CONNECT_TIMEOUT};
+use super::connect::{sink_refusal, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
 use super::spec::HttpTarget;
 use super::tls::{SinkConnector, SinkSecurity};
@@ -59,7 +59,7 @@ impl HttpSink {
             true => security.tls_for(&[b"h2", b"http/1.1"]),
             false => None,
         };
-        let connector = SinkConnector::new(AllowedConnector::new(allow), tls, CONNECT_TIMEOUT);
+        let connector = SinkConnector::new(allow, tls);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
             .http2_only(target.h2c)
@@ -136,7 +136,7 @@ impl HttpSink {
             .header("tickd-namespace", labels.namespace);
         // The URL's own credentials first, then --sink-token-file's.
         if let Some(authorization) = &self.target.authorization {
-            request = request.header(AUTHORIZATION, authorization.as_str());
+            request = request.header(AUTHORIZATION, authorization.clone());
         } else if let Some(authorization) = self.security.authorization() {
             request = request.header(AUTHORIZATION, authorization);
         }

@@ -10,6 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use base64::Engine;
+use hyper::header::HeaderValue;
 use hyper::Uri;
 
 use super::body::BodyFormat;
@@ -105,8 +106,9 @@ pub(crate) struct HttpTarget {
     pub(crate) body: BodyFormat,
     /// `#h2c`: HTTP/2 without TLS, every push a stream on one connection.
     pub(crate) h2c: bool,
-    /// `Basic ...`, from the URL's `user:password@`.
-    pub(crate) authorization: Option<String>,
+    /// `Basic ...`, from the URL's `user:password@`: made once, marked sensitive (never
+    /// shown by `Debug`, never indexed by HPACK).
+    pub(crate) authorization: Option<HeaderValue>,
 }
 
 impl HttpTarget {
@@ -275,10 +277,11 @@ fn http_target(url: &str) -> Result<HttpTarget, String> {
     };
     let authorization = credentials.map(|credentials| {
         let decoded = percent_encoding::percent_decode_str(credentials).decode_utf8_lossy();
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(decoded.as_bytes())
-        )
+        let encoded = base64::engine::general_purpose::STANDARD.encode(decoded.as_bytes());
+        let mut value = HeaderValue::try_from(format!("Basic {encoded}"))
+            .expect("base64 is always a valid header value");
+        value.set_sensitive(true);
+        value
     });
     let path = uri.path_and_query().map_or("/", |path| path.as_str());
     let uri = Uri::builder()
@@ -421,10 +424,9 @@ mod tests {
     fn credentials_become_basic_auth_and_are_never_shown() {
         let spec: SinkSpec = "n=http://app:s%40cret@127.0.0.1:9/hook".parse().unwrap();
         // "app:s@cret" in base64.
-        assert_eq!(
-            http(&spec).authorization.as_deref(),
-            Some("Basic YXBwOnNAY3JldA==")
-        );
+        let authorization = http(&spec).authorization.clone().unwrap();
+        assert_eq!(authorization, "Basic YXBwOnNAY3JldA==");
+        assert!(authorization.is_sensitive());
         let shown = format!("{spec:?} {}", spec.target);
         assert!(!shown.contains("cret"), "{shown}");
         let error = "n=ftp://app:s3cret@host/".parse::<SinkSpec>().unwrap_err();

@@ -34,7 +34,8 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use tracing::warn;
 
-use super::connect::AllowedConnector;
+use super::allow::SinkAllow;
+use super::connect::{AllowedConnector, CONNECT_TIMEOUT};
 use super::{SinkConfig, SinkError};
 use crate::pem::{roots_from_pem, RootsError};
 
@@ -240,20 +241,15 @@ fn system_roots() -> RootCertStore {
 pub(crate) struct SinkConnector {
     allowed: AllowedConnector,
     tls: Option<TlsConnector>,
-    /// For the handshake, after the connection.
-    timeout: Duration,
 }
 
 impl SinkConnector {
-    pub(crate) fn new(
-        allowed: AllowedConnector,
-        tls: Option<Arc<ClientConfig>>,
-        timeout: Duration,
-    ) -> SinkConnector {
+    /// Dials only what `allow` allows; with `tls`, then makes a TLS handshake within
+    /// [`CONNECT_TIMEOUT`] of the connection.
+    pub(crate) fn new(allow: Arc<SinkAllow>, tls: Option<Arc<ClientConfig>>) -> SinkConnector {
         SinkConnector {
-            allowed,
+            allowed: AllowedConnector::new(allow),
             tls: tls.map(TlsConnector::from),
-            timeout,
         }
     }
 }
@@ -270,7 +266,6 @@ impl tower::Service<Uri> for SinkConnector {
     fn call(&mut self, destination: Uri) -> Self::Future {
         let mut allowed = self.allowed.clone();
         let tls = self.tls.clone();
-        let timeout = self.timeout;
         Box::pin(async move {
             let host = destination.host().unwrap_or_default().to_owned();
             let default_port = if destination.scheme_str() == Some("https") {
@@ -293,12 +288,12 @@ impl tower::Service<Uri> for SinkConnector {
             let server_name = ServerName::try_from(name.to_owned()).map_err(|error| {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {error}"))
             })?;
-            let handshake = tokio::time::timeout(timeout, tls.connect(server_name, stream))
+            let handshake = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(server_name, stream))
                 .await
                 .map_err(|_| {
                     io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!("TLS with {host}:{port}: no handshake within {timeout:?}"),
+                        format!("TLS with {host}:{port}: no handshake within {CONNECT_TIMEOUT:?}"),
                     )
                 })?;
             let stream = handshake.map_err(|error| {
