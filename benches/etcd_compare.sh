@@ -21,8 +21,7 @@ WINDOW=${WINDOW:-64}
 CONNECTIONS=${CONNECTIONS:-4}
 
 if ! command -v etcd >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y etcd-server >&2 || { apt-get update >&2 && apt-get install -y etcd-server >&2; }
+    tests/tools/install-packages --why "benches/etcd_compare.sh" etcd
 fi
 cargo build --release --bin tickd-bench --bin tickd >&2
 

@@ -100,7 +100,7 @@ start_postgres() {
     local bin dir as_postgres=()
     bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
     if [ -z "$bin" ]; then
-        echo "PostgreSQL is missing: apt-get install -y postgresql" >&2
+        echo "PostgreSQL is missing: tests/tools/install-packages postgresql" >&2
         return 1
     fi
     dir="$BENCH_WORK/postgres"

@@ -29,7 +29,7 @@ CONNECTIONS=${CONNECTIONS:-4}
 BATCH=${BATCH:-100}
 TOP=${TOP:-25}
 
-command -v perf >/dev/null || { echo "perf is missing: apt-get install -y linux-perf" >&2; exit 1; }
+command -v perf >/dev/null || { echo "perf is missing: tests/tools/install-packages perf" >&2; exit 1; }
 [ -n "${BIN_GIVEN:-}" ] || cargo build --release --bin tickd-bench --bin tickd >&2
 echo "# $(nproc) cores, load average $(load1)" >&2
 

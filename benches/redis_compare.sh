@@ -37,8 +37,7 @@ INTERVAL_MS=${INTERVAL_MS:-100}
 SUBSCRIBERS=${SUBSCRIBERS:-1}
 
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y redis-server >&2 || { apt-get update >&2 && apt-get install -y redis-server >&2; }
+    tests/tools/install-packages --why "benches/redis_compare.sh" redis
 fi
 cargo build --release --bin tickd-bench --bin tickd >&2
 if ! "$BIN/tickd-bench" rpc --help >/dev/null 2>&1 || ! "$BIN/tickd-bench" e2e --help >/dev/null 2>&1; then

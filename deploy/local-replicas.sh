@@ -21,12 +21,7 @@ REPLICAS=${REPLICAS:-3}
 LEASE_TTL=${LEASE_TTL:-10s}
 
 if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
-    if [ "$(id -u)" != 0 ]; then
-        echo "PostgreSQL is missing: sudo apt-get install -y postgresql" >&2
-        exit 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y postgresql >&2 || { apt-get update >&2 && apt-get install -y postgresql >&2; }
+    tests/tools/install-packages --why "deploy/local-replicas.sh" postgresql
 fi
 if [ "$BIN" = target/release ]; then
     cargo build --release --bin tickd --bin tickctl >&2

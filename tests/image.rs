@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tickd::proto::timers_client::TimersClient;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use common::tooling::{apt_install, install_lock, must, repo, run, skip_polyglot, target_dir};
+use common::tooling::{install_lock, install_packages, must, repo, run, skip_polyglot, target_dir};
 use common::{ack, check_health, next_expiration, register, spec, subscribe, timer_id, within};
 use common::{pending_count, unix_channel};
 use support::Sidecar;
@@ -74,13 +74,7 @@ fn podman_unusable() -> Option<String> {
                 runtime_name()
             ));
         }
-        let installed = install_lock("podman-apt").and_then(|_lock| {
-            if works("podman") && works(&runtime_name()) {
-                return Ok(());
-            }
-            apt_install(&["podman", "runc"], "the image test")
-        });
-        if let Err(failure) = installed {
+        if let Err(failure) = install_packages("podman", "the image test") {
             return Some(format!("podman could not be installed: {failure}"));
         }
     }

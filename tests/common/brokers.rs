@@ -17,7 +17,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use super::daemon::send_signal;
-use super::tooling::{apt_install, install_lock};
+use super::tooling::install_packages;
 
 /// How long a server may take to say it is ready.
 const READY_PATIENCE: Duration = Duration::from_secs(30);
@@ -111,19 +111,15 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-/// `program` (a Debian path), installing `package` under a lock first if it is missing.
-fn installed(program: &str, package: &str) -> PathBuf {
+/// `program` (a Debian path), installing the package `group` of tests/tools/packages first
+/// if it is missing.
+fn installed(program: &str, group: &str) -> PathBuf {
     let path = PathBuf::from(program);
     if path.exists() {
         return path;
     }
-    let _lock =
-        install_lock(&format!("{package}-apt")).unwrap_or_else(|failure| panic!("{failure}"));
-    if !path.exists() {
-        apt_install(&[package], "the broker sink tests")
-            .unwrap_or_else(|failure| panic!("{failure}"));
-    }
-    assert!(path.exists(), "no {program} after installing {package}");
+    install_packages(group, "the broker sink tests").unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(path.exists(), "no {program} after installing group {group}");
     path
 }
 
@@ -136,7 +132,7 @@ pub(crate) struct NatsServer {
 
 impl NatsServer {
     pub(crate) fn start() -> NatsServer {
-        let binary = installed("/usr/sbin/nats-server", "nats-server");
+        let binary = installed("/usr/sbin/nats-server", "nats");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
@@ -202,7 +198,7 @@ impl RedisServer {
     }
 
     fn spawn(dir: &Path, port: u16) -> Result<Broker, String> {
-        let binary = installed("/usr/bin/redis-server", "redis-server");
+        let binary = installed("/usr/bin/redis-server", "redis");
         let mut command = Command::new(binary);
         command
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])

@@ -25,7 +25,7 @@ use tokio_postgres::Row;
 
 use super::daemon::send_signal;
 use super::pki::TestCa;
-use super::tooling::{apt_install, install_lock, run};
+use super::tooling::{install_packages, run};
 
 /// Where Debian puts each major version's binaries.
 const DEBIAN_POSTGRESQL: &str = "/usr/lib/postgresql";
@@ -324,14 +324,8 @@ fn installed_binaries() -> Option<PathBuf> {
         .map(|(_, bin)| bin)
 }
 
-/// `apt-get install -y postgresql` when it is missing, under a
-/// lock file: it serialises the tests of this process (each call opens the file anew, and
-/// flock treats each opening separately) as well as other test processes.
+/// Debian's `postgresql` when it is missing (tests/tools/install-packages: one install at a
+/// time on the machine; a second caller finds it installed).
 fn install_postgresql() -> Result<(), String> {
-    let _lock = install_lock("postgresql-apt")?;
-    if installed_binaries().is_some() {
-        return Ok(());
-    }
-    apt_install(&["postgresql"], "the replica tests")?;
-    Ok(())
+    install_packages("postgresql", "the replica tests")
 }

@@ -114,8 +114,9 @@ pub(crate) fn must(command: Command) -> Output {
     run(command).unwrap_or_else(|failure| panic!("{failure}"))
 }
 
-/// An exclusive lock on `target/NAME.lock`, held until dropped: serialises installs across
-/// test processes.
+/// An exclusive lock on `target/NAME.lock`, held until dropped: serialises work on one
+/// thing under `target/` (a venv, an image) across test processes. Debian packages have
+/// their own machine-wide lock ([`install_packages`]).
 pub(crate) fn install_lock(name: &str) -> Result<File, String> {
     let target = target_dir();
     fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
@@ -196,25 +197,17 @@ pub(crate) fn tools_python() -> Result<PathBuf, String> {
     python_venv("tools-venv", &repo().join("tests/tools/requirements.txt"))
 }
 
-/// `apt-get install -y PACKAGES` (with `apt-get update` first only if that fails); `why`
-/// says in a failure what needs them. Callers hold an [`install_lock`] and look for what
-/// the packages bring first.
-pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<(), String> {
-    eprintln!("apt-get install -y {}", packages.join(" "));
-    let install = || {
-        let mut command = Command::new("apt-get");
-        command
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(packages)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        run(command)
-    };
-    if install().is_err() {
-        let mut update = Command::new("apt-get");
-        update.args(["update", "-q"]);
-        run(update).map_err(|e| format!("{e}\n({why} needs Debian's {})", packages.join(" ")))?;
-        install().map_err(|e| format!("{e}\n(installing for {why} needs root)"))?;
-    }
+/// Installs the Debian packages of `group` (a group of `tests/tools/packages`) that dpkg
+/// does not show installed, through `tests/tools/install-packages`: one install at a time
+/// on the whole machine (dpkg has one lock), apt-get waiting for dpkg's lock rather than
+/// failing, and a failure that says what was tried and why. `why` names what needs them.
+pub(crate) fn install_packages(group: &str, why: &str) -> Result<(), String> {
+    let mut command = Command::new("bash");
+    command
+        .arg(repo().join("tests/tools/install-packages"))
+        .args(["--why", why, group]);
+    let output = run(command)?;
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
     Ok(())
 }
 
@@ -222,9 +215,8 @@ pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<(), String> {
 /// parser of the metrics text format, rule files and rule unit tests.
 pub(crate) fn promtool() -> Result<PathBuf, String> {
     let promtool = PathBuf::from("/usr/bin/promtool");
-    let _lock = install_lock("prometheus-apt")?;
     if !promtool.exists() {
-        apt_install(&["prometheus"], "promtool")?;
+        install_packages("prometheus", "promtool")?;
     }
     Ok(promtool)
 }
