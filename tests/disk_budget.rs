@@ -210,9 +210,11 @@ async fn the_disk_budget_refuses_registrations_serves_cancels_and_keeps_what_it_
     let filled = fill(&mut client, dir.path(), budget).await;
     let acknowledged = filled.acknowledged.len();
     // The log may hold half the budget (the other half is room for compaction): it took
-    // timers until then, not a handful.
+    // timers until then, not a handful. Less up to a reserve's worth for the refusal's
+    // margin, and up to another for what was logged during a compaction (counted twice
+    // until its snapshot is sealed: src/local/store/disk_budget.rs).
     assert!(
-        acknowledged as u64 * PAYLOAD_BYTES as u64 >= budget / 2 - budget / 16,
+        acknowledged as u64 * PAYLOAD_BYTES as u64 >= budget / 2 - 2 * budget / 16,
         "only {acknowledged} timers of 64 KiB were taken under a budget of 64 MiB"
     );
 
