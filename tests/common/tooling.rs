@@ -46,6 +46,12 @@ pub(crate) fn skip_simulation(what: &str) -> bool {
     skip_when_set("TICKD_SKIP_SIMULATION", what)
 }
 
+/// True (and said on stderr) when `TICKD_SKIP_RELEASE_TESTS=1`: the release build of the
+/// budget tests (tests/release_build.rs) is left out.
+pub(crate) fn skip_release_tests(what: &str) -> bool {
+    skip_when_set("TICKD_SKIP_RELEASE_TESTS", what)
+}
+
 fn skip_when_set(variable: &str, what: &str) -> bool {
     let skip = std::env::var_os(variable).is_some_and(|value| value == "1");
     if skip {
