@@ -138,6 +138,61 @@ fn the_readme_shows_how_to_run_and_test_on_its_first_screen() {
     }
 }
 
+/// The groups of tests/tools/packages, each with its packages in order.
+fn package_groups(text: &str) -> Vec<(String, Vec<String>)> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once(':'))
+        .map(|(group, packages)| {
+            let packages = packages.split_whitespace().map(str::to_owned).collect();
+            (group.trim().to_owned(), packages)
+        })
+        .collect()
+}
+
+/// The README's "What the suite installs" rows: `| `group` | `a` `b` | for |`.
+fn readme_package_rows(readme: &str) -> Vec<(String, Vec<String>)> {
+    readme
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // ["", group, packages, for, ""]
+            if cells.len() != 5 || !cells[1].starts_with('`') {
+                return None;
+            }
+            let group = cells[1].trim_matches('`').to_owned();
+            let packages: Vec<String> = cells[2]
+                .split_whitespace()
+                .map(|package| package.trim_matches('`').to_owned())
+                .collect();
+            let all_code = cells[2].split_whitespace().all(|word| word.starts_with('`'));
+            all_code.then_some((group, packages))
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_every_package_the_suite_installs_as_the_install_script_does() {
+    let list = std::fs::read_to_string(repo().join("tests/tools/packages")).expect("packages");
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let groups = package_groups(&list);
+    assert!(groups.len() >= 10, "tests/tools/packages lost its groups");
+    let rows = readme_package_rows(&readme);
+    assert_eq!(
+        rows, groups,
+        "README.md's table of what the suite installs differs from tests/tools/packages"
+    );
+}
+
+#[test]
+fn the_package_table_reader_sees_a_changed_row() {
+    let list = "# comment\nnats: nats-server\nredis: redis-server\n";
+    let table = "| `nats` | `nats-server` | x |\n| `redis` | `redis-tools` | y |\n";
+    assert_ne!(readme_package_rows(table), package_groups(list));
+    let table = "| `nats` | `nats-server` | x |\n| `redis` | `redis-server` | y |\n";
+    assert_eq!(readme_package_rows(table), package_groups(list));
+}
+
 #[test]
 fn the_readme_says_where_its_figures_come_from_and_when() {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
