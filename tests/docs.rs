@@ -165,7 +165,9 @@ fn readme_package_rows(readme: &str) -> Vec<(String, Vec<String>)> {
                 .split_whitespace()
                 .map(|package| package.trim_matches('`').to_owned())
                 .collect();
-            let all_code = cells[2].split_whitespace().all(|word| word.starts_with('`'));
+            let all_code = cells[2]
+                .split_whitespace()
+                .all(|word| word.starts_with('`'));
             all_code.then_some((group, packages))
         })
         .collect()
