@@ -12,9 +12,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::tooling::{must, repo, skip_release_tests, target_dir};
+use common::tooling::{cargo_release_test, must, skip_release_tests};
 
 /// The test binaries whose promises depend on how fast tickd runs.
 const SPEED_DEPENDENT: [&str; 2] = ["disk_budget", "memory_budget"];
@@ -24,12 +22,7 @@ fn the_budget_tests_pass_against_the_release_build() {
     if skip_release_tests("the budget tests in the release build") {
         return;
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
-    command
-        .current_dir(repo())
-        .env("CARGO_TARGET_DIR", target_dir())
-        .args(["test", "--locked", "--release"]);
+    let mut command = cargo_release_test(&[]);
     for test in SPEED_DEPENDENT {
         command.args(["--test", test]);
     }

@@ -11,31 +11,21 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::tooling::{must, repo, skip_simulation, target_dir};
+use common::tooling::{cargo_release_test, must, skip_simulation};
 
 #[test]
 fn the_simulation_swarm_passes_in_a_release_build() {
     if skip_simulation("the simulation swarm") {
         return;
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
-    command
-        .current_dir(repo())
-        .env("CARGO_TARGET_DIR", target_dir())
-        .args([
-            "test",
-            "--locked",
-            "--release",
-            "--features",
-            "sim",
-            "--test",
-            "simulation",
-            "--",
-            "--nocapture",
-        ]);
+    let command = cargo_release_test(&[
+        "--features",
+        "sim",
+        "--test",
+        "simulation",
+        "--",
+        "--nocapture",
+    ]);
     let output = must(command);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let summary = stdout

@@ -52,6 +52,19 @@ pub(crate) fn skip_release_tests(what: &str) -> bool {
     skip_when_set("TICKD_SKIP_RELEASE_TESTS", what)
 }
 
+/// `cargo test --locked --release ARGS` in the repository, sharing the suite's `target/`:
+/// the release-build runs the suite makes (the simulation swarm, the budget tests).
+pub(crate) fn cargo_release_test(args: &[&str]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(repo())
+        .env("CARGO_TARGET_DIR", target_dir())
+        .args(["test", "--locked", "--release"])
+        .args(args);
+    command
+}
+
 fn skip_when_set(variable: &str, what: &str) -> bool {
     let skip = std::env::var_os(variable).is_some_and(|value| value == "1");
     if skip {
