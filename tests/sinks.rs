@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::daemon::{tickd_command, Daemon};
 use common::http_sink::{always, attempts_of, gaps, keys, unused_address, HttpSink, Push, Script};
 use common::metrics::{deliveries_settled, scrape_until};
+use common::poison;
 use common::*;
 use prost::Message;
 use tickd::proto::timers_client::TimersClient;
@@ -128,6 +129,27 @@ async fn a_sink_that_always_rejects_buries_after_max_attempts_and_redrive_sends_
     assert_eq!(pushes[3].attempt, 1, "its attempts counted afresh");
     let dead = pending_with_dead(&mut client, NAMESPACE).await;
     assert!(dead.dead_expirations.is_empty(), "{dead:?}");
+    server.stop().await;
+}
+
+/// A few expirations the sink fails whatever the attempt (see `common::poison`): the
+/// healthy ones among them are each pushed once and acknowledged, the failing ones go
+/// dead after `--max-attempts`, and nothing else is dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expirations_a_sink_always_fails_never_hold_up_the_healthy_ones() {
+    let sink = HttpSink::start(poison::script()).await;
+    let server =
+        TestServer::pushing_to(NAMESPACE, &sink.url("/t"), |config| config.max_attempts = 5).await;
+    let mut client = server.client().await;
+    let late = poison::run(&mut client, &sink, NAMESPACE, 5).await;
+    deliveries_settled(server.metrics_addr).await;
+    eprintln!(
+        "sink_failure_isolation backend=local healthy={} poison={} median_late_ms={} max_late_ms={}",
+        poison::HEALTHY,
+        poison::POISON,
+        late.median.as_millis(),
+        late.max.as_millis()
+    );
     server.stop().await;
 }
 

@@ -83,7 +83,29 @@ pub trait Expirations: Send + Sync + 'static {
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome>;
     /// Hands an unacknowledged delivery back, to be delivered again once `after` has
     /// passed, as if its ack deadline fell then: its attempt stays counted, so one out of
-    /// attempts goes dead instead. False if it is not awaiting an ack (acknowledged, taken
-    /// back already, or unknown). A push sink's back-off is this (see `crate::sink`).
-    fn retry_later(&self, namespace: String, delivery_id: u64, after: Duration) -> Answer<bool>;
+    /// attempts goes dead instead. `hold` says whether it keeps its place in its
+    /// subscriber's window meanwhile. False if it is not awaiting an ack (acknowledged,
+    /// taken back already, or unknown). A push sink's back-off is this, and its claim
+    /// renewals while it holds a push (see `crate::sink`).
+    fn retry_later(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+        after: Duration,
+        hold: Hold,
+    ) -> Answer<bool>;
+}
+
+/// What a delivery handed back with [`Expirations::retry_later`] does with its place in
+/// its subscriber's window (`max_unacked`) until `after` has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Kept: the subscriber still holds it (a push waiting for its sink renews its claim
+    /// so). An ack still settles it.
+    Kept,
+    /// Released: it waits for its retry in the backend, taking no place of the
+    /// subscriber's, so that expirations waiting for their retries never keep others
+    /// from being delivered. Whether an ack before then still settles it is the
+    /// backend's (the pusher sends none): it is meant to be delivered again.
+    Released,
 }

@@ -1,18 +1,34 @@
-//! A sink's circuit and back-off: after a run of failures the circuit opens and pushes
-//! wait instead of hammering a sink that is down; when it has been open long enough one
-//! push goes as a probe, and its outcome closes the circuit or keeps it open longer.
+//! A sink's circuit and back-off. The circuit judges the sink, not one expiration: it
+//! opens when pushes of [`DISTINCT_FAILURES_TO_OPEN`] different expirations failed (no
+//! connection, no answer in time, or an answer asking again) with no answer of the sink's
+//! among them, and then pushes wait instead of hammering a sink that is down. When it has
+//! been open long enough one push goes as a probe, and its outcome closes the circuit or
+//! keeps it open (longer, when the probe had not failed before).
+//!
+//! The probe is an expiration that has not failed, when one is waiting: the one due
+//! soonest. Probing with an expiration that failed before tells little about the sink (it
+//! may be that expiration the sink rejects, a handler raising on its payload), and probing
+//! with the same failing ones again and again is how bad data becomes an outage. For the
+//! same reason, a circuit opened by the failures of expirations that had all failed before
+//! lets an expiration that has not failed probe at once: the sink may be fine.
+//!
 //! Waits carry jitter, so that a sink coming back is not met by every retry at once.
 
-use std::hash::BuildHasher;
-use std::sync::Mutex;
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Failures in a row (from any push) that open a closed circuit.
-pub(crate) const FAILURES_TO_OPEN: u32 = 5;
-/// How long the circuit first stays open; each failed probe doubles it, up to the most.
+use crate::domain::Delivered;
+
+/// Distinct expirations whose pushes failed, with no answer among them, that open a
+/// closed circuit.
+pub(crate) const DISTINCT_FAILURES_TO_OPEN: usize = 5;
+/// How long the circuit first stays open; each failed probe of an expiration that had not
+/// failed before doubles it, up to the most.
 const FIRST_OPEN: Duration = Duration::from_millis(500);
 const LONGEST_OPEN: Duration = Duration::from_secs(30);
 /// The back-off of an expiration's retries: doubling from the first, up to the most.
@@ -28,59 +44,159 @@ pub(crate) enum Admission {
     Probe,
 }
 
+/// What the circuit is told of an expiration it admits or judges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Judged {
+    /// The expiration (a timer's firing), the same across its attempts.
+    expiration: u64,
+    /// Its deadline then its delivery: the order in which probes are chosen.
+    due: (u64, u64),
+    /// Whether a push of it failed before (an earlier attempt, or this one unreachable).
+    failed_before: bool,
+}
+
+impl Judged {
+    /// `failed_here`: a push of this delivery already failed in this pusher.
+    pub(crate) fn of(delivered: &Delivered, failed_here: bool) -> Self {
+        let expiration = &delivered.expiration;
+        let mut hasher = rustc_hash::FxHasher::default();
+        (expiration.id.0, expiration.fired_count).hash(&mut hasher);
+        Self {
+            expiration: hasher.finish(),
+            due: (expiration.deadline_unix, delivered.delivery_id),
+            failed_before: failed_here || delivered.attempt > 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Closed {
-        failures_in_a_row: u32,
+        /// The distinct expirations failed since the sink last answered (at most
+        /// [`DISTINCT_FAILURES_TO_OPEN`]), and whether one had not failed before.
+        failing: Vec<u64>,
+        a_fresh_one_failed: bool,
     },
     Open {
         until: Instant,
         opened_for: Duration,
+        /// Opened by (or kept open by the probe of) an expiration that had not failed
+        /// before: only then do fresh expirations wait out the window too.
+        by_a_fresh_one: bool,
     },
     /// One probe is out; everyone else waits for its outcome.
     HalfOpen {
         opened_for: Duration,
+        by_a_fresh_one: bool,
     },
 }
 
+impl State {
+    fn closed() -> Self {
+        State::Closed {
+            failing: Vec::new(),
+            a_fresh_one_failed: false,
+        }
+    }
+
+    fn open(opened_for: Duration, by_a_fresh_one: bool) -> Self {
+        State::Open {
+            until: Instant::now() + with_jitter(opened_for, opened_for.as_nanos() as u64),
+            opened_for,
+            by_a_fresh_one,
+        }
+    }
+}
+
+struct Inner {
+    state: State,
+    /// The expirations that have not failed waiting to be admitted, by [`Judged::due`]:
+    /// the first is the next probe.
+    fresh_waiting: BTreeSet<(u64, u64)>,
+}
+
 pub(crate) struct Circuit {
-    state: Mutex<State>,
+    inner: Mutex<Inner>,
     changed: Notify,
 }
 
 impl Default for Circuit {
     fn default() -> Self {
         Self {
-            state: Mutex::new(State::Closed {
-                failures_in_a_row: 0,
+            inner: Mutex::new(Inner {
+                state: State::closed(),
+                fresh_waiting: BTreeSet::new(),
             }),
             changed: Notify::new(),
         }
     }
 }
 
+/// Keeps a fresh expiration among the circuit's waiting ones while its `admit` runs (a
+/// cancelled wait leaves too, so that no one waits for a probe that is gone).
+struct FreshWaiting<'circuit> {
+    circuit: &'circuit Circuit,
+    due: (u64, u64),
+}
+
+impl Drop for FreshWaiting<'_> {
+    fn drop(&mut self) {
+        self.circuit.lock().fresh_waiting.remove(&self.due);
+        self.circuit.changed.notify_waiters();
+    }
+}
+
 impl Circuit {
-    /// Waits until a push may go: at once while closed; while open, until it has been
-    /// open long enough and this caller is the probe, or until another's probe closed it.
-    pub(crate) async fn admit(&self) -> Admission {
+    /// Waits until a push may go: at once while closed; while open, until this caller is
+    /// the probe, or until another's probe closed it.
+    pub(crate) async fn admit(&self, judged: Judged) -> Admission {
+        if matches!(self.lock().state, State::Closed { .. }) {
+            return Admission::Push;
+        }
+        let _waiting = (!judged.failed_before).then(|| {
+            self.lock().fresh_waiting.insert(judged.due);
+            FreshWaiting {
+                circuit: self,
+                due: judged.due,
+            }
+        });
         loop {
             // Registered before the state is read, so that a change in between is seen.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let open_until = {
-                let mut state = self.lock();
-                match *state {
+            let wake_at = {
+                let mut inner = self.lock();
+                let first_fresh = inner.fresh_waiting.first().copied();
+                match inner.state {
                     State::Closed { .. } => return Admission::Push,
-                    State::Open { until, opened_for } if Instant::now() >= until => {
-                        *state = State::HalfOpen { opened_for };
-                        return Admission::Probe;
-                    }
-                    State::Open { until, .. } => Some(until),
                     State::HalfOpen { .. } => None,
+                    State::Open {
+                        until,
+                        opened_for,
+                        by_a_fresh_one,
+                    } => {
+                        let my_turn = if judged.failed_before {
+                            // A fresh one probes in preference, whenever one waits.
+                            first_fresh.is_none() && Instant::now() >= until
+                        } else {
+                            first_fresh == Some(judged.due)
+                                && (!by_a_fresh_one || Instant::now() >= until)
+                        };
+                        if my_turn {
+                            inner.state = State::HalfOpen {
+                                opened_for,
+                                by_a_fresh_one,
+                            };
+                            return Admission::Probe;
+                        }
+                        let someone_else_probes =
+                            first_fresh.is_some_and(|first| first != judged.due);
+                        (!someone_else_probes).then_some(until)
+                    }
                 }
             };
-            match open_until {
+            match wake_at {
                 Some(until) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(until) => {}
@@ -94,53 +210,69 @@ impl Circuit {
 
     /// The sink answered (whatever it said): the circuit closes.
     pub(crate) fn sink_answered(&self) {
-        let mut state = self.lock();
-        if *state
-            != (State::Closed {
-                failures_in_a_row: 0,
-            })
-        {
-            *state = State::Closed {
-                failures_in_a_row: 0,
-            };
+        let mut inner = self.lock();
+        if inner.state != State::closed() {
+            inner.state = State::closed();
             self.changed.notify_waiters();
         }
     }
 
-    /// The sink failed a push (`probe`: the one probe): a run long enough, or a failed
-    /// probe, opens the circuit.
-    pub(crate) fn sink_failed(&self, admission: Admission) {
-        let mut state = self.lock();
-        let reopen = |opened_for: Duration| State::Open {
-            until: Instant::now() + with_jitter(opened_for, opened_for.as_nanos() as u64),
-            opened_for,
-        };
-        *state = match (*state, admission) {
-            (State::HalfOpen { opened_for }, Admission::Probe) => {
-                reopen((opened_for * 2).min(LONGEST_OPEN))
+    /// The sink failed a push of `judged` admitted as `admission`: failures of enough
+    /// distinct expirations, or a failed probe, open the circuit.
+    pub(crate) fn sink_failed(&self, admission: Admission, judged: Judged) {
+        let mut inner = self.lock();
+        let fresh = !judged.failed_before;
+        let next = match (&mut inner.state, admission) {
+            // A fresh probe failing is the sink's failure: open for longer. One that had
+            // failed before may be that expiration's own: open for as long again.
+            (
+                State::HalfOpen {
+                    opened_for,
+                    by_a_fresh_one,
+                },
+                Admission::Probe,
+            ) => Some(if fresh {
+                State::open((*opened_for * 2).min(LONGEST_OPEN), true)
+            } else {
+                State::open(*opened_for, *by_a_fresh_one)
+            }),
+            (
+                State::Closed {
+                    failing,
+                    a_fresh_one_failed,
+                },
+                _,
+            ) => {
+                if !failing.contains(&judged.expiration) {
+                    failing.push(judged.expiration);
+                }
+                *a_fresh_one_failed |= fresh;
+                debug_assert!(failing.len() <= DISTINCT_FAILURES_TO_OPEN);
+                (failing.len() >= DISTINCT_FAILURES_TO_OPEN)
+                    .then(|| State::open(FIRST_OPEN, *a_fresh_one_failed))
             }
-            (State::Closed { failures_in_a_row }, _)
-                if failures_in_a_row + 1 >= FAILURES_TO_OPEN =>
-            {
-                reopen(FIRST_OPEN)
-            }
-            (State::Closed { failures_in_a_row }, _) => State::Closed {
-                failures_in_a_row: failures_in_a_row + 1,
-            },
             // A push admitted before the circuit opened, failing late: already open.
-            (open, _) => open,
+            _ => None,
         };
-        self.changed.notify_waiters();
+        if let Some(next) = next {
+            inner.state = next;
+            self.changed.notify_waiters();
+        }
     }
 
     /// The probe admitted never went (its delivery was no longer this pusher's): another
     /// push may be the probe at once.
     pub(crate) fn probe_abandoned(&self) {
-        let mut state = self.lock();
-        if let State::HalfOpen { opened_for } = *state {
-            *state = State::Open {
+        let mut inner = self.lock();
+        if let State::HalfOpen {
+            opened_for,
+            by_a_fresh_one,
+        } = inner.state
+        {
+            inner.state = State::Open {
                 until: Instant::now(),
                 opened_for,
+                by_a_fresh_one,
             };
             self.changed.notify_waiters();
         }
@@ -148,18 +280,16 @@ impl Circuit {
 
     /// 0 closed, 1 open, 2 half open (`tickd_sink_circuit`).
     pub(crate) fn gauge_value(&self) -> i64 {
-        match *self.lock() {
+        match self.lock().state {
             State::Closed { .. } => 0,
             State::Open { .. } => 1,
             State::HalfOpen { .. } => 2,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // The state is one value, written whole: a panic elsewhere cannot leave it torn.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Each change is made whole under the lock: a panic elsewhere cannot leave it torn.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -184,83 +314,5 @@ fn with_jitter(wait: Duration, seed: u64) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_within_its_jitter_and_stops_at_its_longest() {
-        for attempt in 1..=20 {
-            let full = FIRST_BACKOFF
-                .saturating_mul(1 << (attempt - 1).min(16))
-                .min(LONGEST_BACKOFF);
-            for seed in 0..50 {
-                let wait = backoff(attempt, seed);
-                assert!(wait <= full && wait >= full / 2, "{attempt}: {wait:?}");
-            }
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_run_of_failures_opens_the_circuit_and_one_probe_decides() {
-        let circuit = Circuit::default();
-        for _ in 0..FAILURES_TO_OPEN - 1 {
-            assert_eq!(circuit.admit().await, Admission::Push);
-            circuit.sink_failed(Admission::Push);
-        }
-        assert_eq!(
-            circuit.gauge_value(),
-            0,
-            "closed until the run is long enough"
-        );
-        circuit.sink_failed(Admission::Push);
-        assert_eq!(circuit.gauge_value(), 1);
-        let opened = Instant::now();
-        // The first to be admitted is the probe, once the circuit has been open a while.
-        assert_eq!(circuit.admit().await, Admission::Probe);
-        assert!(opened.elapsed() >= FIRST_OPEN / 2);
-        assert_eq!(circuit.gauge_value(), 2);
-        // A failed probe opens it for longer.
-        circuit.sink_failed(Admission::Probe);
-        assert_eq!(circuit.gauge_value(), 1);
-        let reopened = Instant::now();
-        assert_eq!(circuit.admit().await, Admission::Probe);
-        assert!(reopened.elapsed() >= FIRST_OPEN);
-        circuit.sink_answered();
-        assert_eq!(circuit.gauge_value(), 0);
-        assert_eq!(circuit.admit().await, Admission::Push);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn pushes_waiting_behind_a_probe_go_once_it_succeeds() {
-        let circuit = std::sync::Arc::new(Circuit::default());
-        for _ in 0..FAILURES_TO_OPEN {
-            circuit.sink_failed(Admission::Push);
-        }
-        assert_eq!(circuit.admit().await, Admission::Probe);
-        let waiting = tokio::spawn({
-            let circuit = circuit.clone();
-            async move { circuit.admit().await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "one probe at a time");
-        circuit.sink_answered();
-        assert_eq!(waiting.await.unwrap(), Admission::Push);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_abandoned_probe_lets_another_push_probe() {
-        let circuit = std::sync::Arc::new(Circuit::default());
-        for _ in 0..FAILURES_TO_OPEN {
-            circuit.sink_failed(Admission::Push);
-        }
-        assert_eq!(circuit.admit().await, Admission::Probe);
-        let waiting = tokio::spawn({
-            let circuit = circuit.clone();
-            async move { circuit.admit().await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "one probe at a time");
-        circuit.probe_abandoned();
-        assert_eq!(waiting.await.unwrap(), Admission::Probe);
-    }
-}
+#[path = "circuit_tests.rs"]
+mod tests;

@@ -11,10 +11,12 @@
 //!   pushes it again after a back-off, so a sink that is down for a while loses nothing
 //!   and burns no attempts.
 //!
-//! Two bounds: at most `--sink-max-in-flight` pushes at once (`room`: held deliveries keep
-//! their place in it), and a subscription window twice that, so that deliveries pushed
-//! and awaiting their (batched, durable) ack, or waiting for room, never stall the pushes.
-//! A sink that is down holds at most the window while the rest wait in the backend.
+//! Two bounds: at most `--sink-max-in-flight` pushes at once (`room`: a place is taken
+//! for one push and given up as it is answered), and a subscription window twice that, so
+//! that deliveries pushed and awaiting their (batched, durable) ack, or waiting for room,
+//! never stall the pushes. A delivery handed back for a retry leaves the window too
+//! ([`Hold::Released`]): expirations that keep failing never keep the others from their
+//! pushes. A sink that is down holds at most the window while the rest wait in the backend.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -30,10 +32,10 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
 
-use super::circuit::{backoff, Admission, Circuit};
+use super::circuit::{backoff, Admission, Circuit, Judged};
 use super::client::SinkClient;
 use super::outcome::PushOutcome;
-use crate::domain::{Delivered, Expirations, SubscribeOptions};
+use crate::domain::{Delivered, Expirations, Hold, SubscribeOptions};
 use crate::metrics::sinks::SinkSeries;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -66,7 +68,7 @@ pub(crate) struct Pusher {
     pub(crate) timeout: Duration,
     pub(crate) max_in_flight: usize,
     pub(crate) series: SinkSeries,
-    /// `max_in_flight` permits: one per push under way or held.
+    /// `max_in_flight` permits: one per push under way.
     pub(crate) room: Semaphore,
     /// What the last push that did not deliver met (for `SinkStatus`).
     pub(crate) last_error: std::sync::Mutex<Option<String>>,
@@ -149,12 +151,9 @@ impl Pusher {
         // half the slack as spent already, so the claim is never thought longer than it is.
         let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK / 2;
         let mut unreached = 0;
-        // Taken once and kept while the delivery is held: released as it settles.
-        let mut permit = None;
         loop {
-            let Some(admission) = self
-                .admitted(&delivered, &mut claim_until, &mut permit)
-                .await
+            let judged = Judged::of(&delivered, unreached > 0);
+            let Some((admission, room)) = self.admitted(&delivered, judged, &mut claim_until).await
             else {
                 return;
             };
@@ -175,6 +174,9 @@ impl Pusher {
                 return;
             }
             let outcome = self.push(&delivered).await;
+            // Its place among the pushes is for the next push: waiting for a retry, or
+            // for an unreachable sink, never holds one.
+            drop(room);
             let after = match outcome {
                 PushOutcome::Delivered => {
                     self.circuit_answered();
@@ -189,14 +191,14 @@ impl Pusher {
                     backoff(delivered.attempt, delivered.delivery_id)
                 }
                 PushOutcome::Retry { after } => {
-                    self.circuit_failed(admission);
+                    self.circuit_failed(admission, judged);
                     // The sink's `Retry-After` may ask for longer than the back-off, never
                     // for less: a `Retry-After: 0` must not burn attempts back to back.
                     let floor = backoff(delivered.attempt, delivered.delivery_id);
                     after.map_or(floor, |after| after.max(floor))
                 }
                 PushOutcome::Unreachable { reason } => {
-                    self.circuit_failed(admission);
+                    self.circuit_failed(admission, judged);
                     unreached += 1;
                     let wait = backoff(unreached, delivered.delivery_id);
                     debug!(namespace = %self.namespace, reason, ?wait, "a sink is unreachable; holding the expiration");
@@ -211,11 +213,18 @@ impl Pusher {
                 }
             };
             // Handed back: the backend delivers it again after `after`, as the next
-            // attempt, or buries it if this was the last. If the hand-back fails, its
-            // claim still ends on its own and it comes back the same way, only sooner.
+            // attempt, or buries it if this was the last; meanwhile it takes no place in
+            // the subscription's window, so the expirations behind it keep flowing. If
+            // the hand-back fails, its claim still ends on its own and it comes back the
+            // same way, only sooner.
             if let Err(error) = self
                 .expirations
-                .retry_later(self.namespace.clone(), delivered.delivery_id, after)
+                .retry_later(
+                    self.namespace.clone(),
+                    delivered.delivery_id,
+                    after,
+                    Hold::Released,
+                )
                 .await
             {
                 debug!(namespace = %self.namespace, %error, "handing a push back for later failed; it comes back when its claim ends");
@@ -224,25 +233,33 @@ impl Pusher {
         }
     }
 
-    /// Waits for the circuit to let this push go, keeping the claim alive meanwhile.
-    /// None if the claim was lost (it was handed to another attempt).
-    async fn admitted<'pusher>(
-        &'pusher self,
+    /// Waits for the circuit to let this push go, then for a place among the pushes in
+    /// flight, keeping the claim alive meanwhile. None if the claim was lost (it was
+    /// handed to another attempt).
+    async fn admitted(
+        &self,
         delivered: &Delivered,
+        judged: Judged,
         claim_until: &mut Instant,
-        permit: &mut Option<SemaphorePermit<'pusher>>,
-    ) -> Option<Admission> {
+    ) -> Option<(Admission, SemaphorePermit<'_>)> {
+        // Kept across the claim's renewals: a probe once admitted stays the probe.
+        let mut admission = None;
         loop {
             let renew_at = claim_until
                 .checked_sub(self.claim_needed() + RENEW_AHEAD)
                 .unwrap_or_else(Instant::now);
             tokio::select! {
-                // Room and a closed circuit admit at once: no renewal, no round trip to
+                // A closed circuit and room admit at once: no renewal, no round trip to
                 // the backend.
                 biased;
-                admission = self.room_then_circuit(permit) => return Some(admission),
+                room = self.circuit_then_room(judged, &mut admission) => {
+                    return admission.map(|admission| (admission, room));
+                }
                 () = tokio::time::sleep_until(renew_at) => {
                     if !self.extend(delivered, claim_until, HOLD_STEP + self.push_budget() + CLAIM_SLACK).await {
+                        if admission == Some(Admission::Probe) {
+                            self.circuit.probe_abandoned();
+                        }
                         return None;
                     }
                 }
@@ -250,17 +267,21 @@ impl Pusher {
         }
     }
 
-    /// A place among the pushes in flight (kept in `permit` once had: this is cancelled
-    /// and called again while the claim is renewed), then the circuit's word.
-    async fn room_then_circuit<'pusher>(
-        &'pusher self,
-        permit: &mut Option<SemaphorePermit<'pusher>>,
-    ) -> Admission {
-        if permit.is_none() {
-            // The semaphore is never closed.
-            *permit = self.room.acquire().await.ok();
+    /// The circuit's word (kept in `admission` once had: this is cancelled and called
+    /// again while the claim is renewed), then a place among the pushes in flight. The
+    /// circuit first: a push waiting for the circuit holds no place another could use.
+    async fn circuit_then_room(
+        &self,
+        judged: Judged,
+        admission: &mut Option<Admission>,
+    ) -> SemaphorePermit<'_> {
+        if admission.is_none() {
+            *admission = Some(self.circuit.admit(judged).await);
         }
-        self.circuit.admit().await
+        self.room
+            .acquire()
+            .await
+            .expect("a sink's room is never closed")
     }
 
     /// The claim a push needs left as it starts: the push itself, then its ack.
@@ -276,7 +297,12 @@ impl Pusher {
             let asked_at = Instant::now();
             let extended = self
                 .expirations
-                .retry_later(self.namespace.clone(), delivered.delivery_id, by)
+                .retry_later(
+                    self.namespace.clone(),
+                    delivered.delivery_id,
+                    by,
+                    Hold::Kept,
+                )
                 .await;
             match extended {
                 Ok(true) => {
@@ -324,9 +350,9 @@ impl Pusher {
         self.show_circuit();
     }
 
-    fn circuit_failed(&self, admission: Admission) {
+    fn circuit_failed(&self, admission: Admission, judged: Judged) {
         let was = self.circuit.gauge_value();
-        self.circuit.sink_failed(admission);
+        self.circuit.sink_failed(admission, judged);
         if was == 0 && self.circuit.gauge_value() != 0 {
             warn!(namespace = %self.namespace, sink = %self.shown_as, "a sink keeps failing: pushes paused, probing it");
         }

@@ -8,6 +8,8 @@
 //! - [`http_sink`]: an HTTP server that records what tickd pushes and answers as scripted
 //!   (over TLS too);
 //! - [`grpc_sink`]: a `tickd.v1.Sink` server that does the same for gRPC pushes;
+//! - [`poison`]: a push sink's failure isolation: expirations it always fails among
+//!   healthy ones, one node or replicas alike;
 //! - [`postgres`]: a throwaway PostgreSQL server, for the replica tests;
 //! - [`brokers`]: a throwaway NATS (JetStream) or Redis server, for the broker sinks;
 //! - [`replica_set`]: a few `tickd` replicas on one such server: started, killed, paused,
@@ -39,6 +41,7 @@ pub(crate) mod http_sink;
 pub(crate) mod metrics;
 pub(crate) mod pg_proxy;
 pub(crate) mod pki;
+pub(crate) mod poison;
 pub(crate) mod postgres;
 pub(crate) mod proc_status;
 pub(crate) mod raw_codec;

@@ -20,8 +20,8 @@ use crate::cluster::notifications::Wakeups;
 use crate::cluster::shared::Shared;
 use crate::domain::DeliveryConfig;
 use crate::domain::{
-    AckOutcome, Answer, DeadList, DeliveryStream, Expirations, RedriveOutcome, SubscribeOptions,
-    TimerError,
+    AckOutcome, Answer, DeadList, DeliveryStream, Expirations, Hold, RedriveOutcome,
+    SubscribeOptions, TimerError,
 };
 use crate::metrics::Metrics;
 
@@ -160,39 +160,74 @@ impl ClusterDeliveries {
 impl ClusterDeliveries {
     /// Moves the claim of one live attempt to end `after` from now, whichever replica
     /// delivered it: it is then claimed again (its attempt counted) as any claim whose
-    /// deadline passed. The window of the subscriber here that holds it counts it until
-    /// then too (a later deadline only, never an earlier one).
+    /// deadline passed. Kept, the window of the subscriber here that holds it counts it
+    /// until then too (a later deadline only, never an earlier one); released, the claim
+    /// is no subscriber's meanwhile, so it leaves that window at once (and its subscriber
+    /// is woken to fill the place).
     pub(crate) async fn retry_later(
         &self,
         namespace: String,
         delivery_id: u64,
         after: Duration,
+        hold: Hold,
     ) -> Result<bool, TimerError> {
         let (seq, attempts) = split_delivery_id(delivery_id);
         let after_micros = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
+        let statement = match hold {
+            Hold::Kept => RETRY_LATER_KEPT,
+            Hold::Released => RETRY_LATER_RELEASED,
+        };
         let moved = self
             .connections
             .client()
             .await?
-            .execute(RETRY_LATER, &[&namespace, &seq, &attempts, &after_micros])
+            .execute(statement, &[&namespace, &seq, &attempts, &after_micros])
             .await
             .map_err(ClusterError::query("moving a claim's deadline"))?;
         if moved == 1 {
-            // Stamped after the database's clock moved it: never earlier than its claim.
-            let until = std::time::Instant::now() + after;
-            self.local.extended(&namespace, delivery_id, until);
+            match hold {
+                Hold::Kept => {
+                    // Stamped after the database's clock moved it: never earlier than its claim.
+                    let until = std::time::Instant::now() + after;
+                    self.local.extended(&namespace, delivery_id, until);
+                }
+                Hold::Released => {
+                    if self.local.acknowledged(&namespace, &[delivery_id]) {
+                        self.wakeups.wake(&namespace);
+                    }
+                }
+            }
         }
         Ok(moved == 1)
     }
 }
 
-/// Moves the live claim of attempt `$3` of expiration `$2` (namespace `$1`) to end `$4`
-/// microseconds from now; the conditions are an ack's (see `acks::ACK`).
-const RETRY_LATER: &str = "
-UPDATE tickd_expirations
-SET claim_until = clock_timestamp() + $4::INT8 * INTERVAL '1 microsecond'
-WHERE namespace = $1 AND seq = $2 AND attempts = $3
-  AND acked_at IS NULL AND claimed_by IS NOT NULL AND claim_until > clock_timestamp()";
+/// Which claim a retry moves: the live claim of attempt `$3` of expiration `$2`
+/// (namespace `$1`); the conditions are an ack's (see `acks::ACK`).
+macro_rules! retry_later_conditions {
+    () => {
+        "
+     WHERE namespace = $1 AND seq = $2 AND attempts = $3
+       AND acked_at IS NULL AND claimed_by IS NOT NULL AND claim_until > clock_timestamp()"
+    };
+}
+
+/// Moves the claim (see `retry_later_conditions`) to end `$4` microseconds from now.
+const RETRY_LATER_KEPT: &str = concat!(
+    "UPDATE tickd_expirations
+     SET claim_until = clock_timestamp() + $4::INT8 * INTERVAL '1 microsecond'",
+    retry_later_conditions!()
+);
+
+/// As [`RETRY_LATER_KEPT`], and the claim is no subscriber's meanwhile: a subscriber's
+/// window counts the rows stamped with its name (see `subscriber::CLAIMABLE`), and the
+/// claim's end alone keeps the row from being claimed before then.
+const RETRY_LATER_RELEASED: &str = concat!(
+    "UPDATE tickd_expirations
+     SET claim_until = clock_timestamp() + $4::INT8 * INTERVAL '1 microsecond',
+         claimed_by = NULL",
+    retry_later_conditions!()
+);
 
 /// The replicated backend's expirations, seen as the API's [`Expirations`].
 impl Expirations for ClusterDeliveries {
@@ -213,10 +248,16 @@ impl Expirations for ClusterDeliveries {
         Answer::work(async move { ClusterDeliveries::dead(&deliveries, namespace).await })
     }
 
-    fn retry_later(&self, namespace: String, delivery_id: u64, after: Duration) -> Answer<bool> {
+    fn retry_later(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+        after: Duration,
+        hold: Hold,
+    ) -> Answer<bool> {
         let deliveries = self.clone();
         Answer::work(async move {
-            ClusterDeliveries::retry_later(&deliveries, namespace, delivery_id, after).await
+            ClusterDeliveries::retry_later(&deliveries, namespace, delivery_id, after, hold).await
         })
     }
 

@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryConfig, DeliveryStream, Expiration,
-    Expirations, Handoff, RedriveOutcome, SubscribeOptions, TimerError,
+    Expirations, Handoff, Hold, RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::local::live_namespaces::LiveNamespaces;
 use crate::local::store::StoreHandle;
@@ -287,12 +287,19 @@ impl Expirations for DeliveryHandle {
         Answer::work(async move { Ok(DeliveryHandle::dead(&delivery, namespace).await?) })
     }
 
-    fn retry_later(&self, namespace: String, delivery_id: u64, after: Duration) -> Answer<bool> {
+    fn retry_later(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+        after: Duration,
+        hold: Hold,
+    ) -> Answer<bool> {
         let (reply, answer) = oneshot::channel();
         let sent = self.sender.send(Request::RetryLater {
             namespace,
             delivery_id,
             after,
+            hold,
             reply,
         });
         Answer::work(async move {

@@ -32,7 +32,9 @@ pub(super) struct Waiting {
 
 pub(super) struct InFlight {
     pub(crate) waiting: Waiting,
-    pub(crate) subscriber: u64,
+    /// The subscriber whose window it takes a place in; None once handed back to wait for
+    /// its retry ([`crate::domain::Hold::Released`]), when it is no subscriber's.
+    pub(crate) subscriber: Option<u64>,
     pub(crate) ack_deadline: Handle,
     /// Set once the delivery has left for its subscriber, when it waits for its attempt to
     /// be written first (None: it left at once). An ack deadline that passes before it has

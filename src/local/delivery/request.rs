@@ -38,6 +38,7 @@ pub(super) enum Request {
         namespace: String,
         delivery_id: u64,
         after: std::time::Duration,
+        hold: crate::domain::Hold,
         reply: oneshot::Sender<bool>,
     },
     Dead {

@@ -79,9 +79,10 @@ impl Delivery {
                 namespace,
                 delivery_id,
                 after,
+                hold,
                 reply,
             } => {
-                let _ = reply.send(self.retry_later(&namespace, delivery_id, after));
+                let _ = reply.send(self.retry_later(&namespace, delivery_id, after, hold));
             }
             Request::Dead { namespace, reply } => {
                 let _ = reply.send(self.dead(namespace.as_deref()));

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use super::dead::OUT_OF_ATTEMPTS;
 use super::state::Delivery;
-use crate::domain::{AckOutcome, Dead};
+use crate::domain::{AckOutcome, Dead, Hold};
 use crate::local::delivery::queue::Waiting;
 
 impl Delivery {
@@ -53,20 +53,22 @@ impl Delivery {
         let in_flight = queue.in_flight.remove(&delivery_id)?;
         self.metrics.delivery_unacked.dec();
         self.ack_deadlines.cancel(in_flight.ack_deadline);
-        if let Some(subscriber) = queue.subscriber_mut(in_flight.subscriber) {
+        if let Some(subscriber) = in_flight.subscriber.and_then(|id| queue.subscriber_mut(id)) {
             subscriber.unacked -= 1;
         }
         Some(in_flight.waiting)
     }
 
     /// Moves an in-flight delivery's ack deadline to `after` from now, when it is taken
-    /// back (or buried) as any other whose deadline passed. Nothing is logged: the
-    /// attempt was when it left, and a restart brings the delivery back anyway.
+    /// back (or buried) as any other whose deadline passed; released, it leaves its
+    /// subscriber's window at once, and another delivery may take its place. Nothing is
+    /// logged: the attempt was when it left, and a restart brings the delivery back anyway.
     pub(super) fn retry_later(
         &mut self,
         namespace: &str,
         delivery_id: u64,
         after: Duration,
+        hold: Hold,
     ) -> bool {
         let now = self.now();
         let Some(queue) = self.namespaces.get_mut(namespace) else {
@@ -81,6 +83,16 @@ impl Delivery {
             .ack_deadlines
             .insert(deadline, (Arc::from(namespace), delivery_id))
             .expect("the ack deadline wheel has no limit");
+        if hold == Hold::Kept {
+            return true;
+        }
+        if let Some(subscriber) = in_flight.subscriber.take() {
+            if let Some(subscriber) = queue.subscriber_mut(subscriber) {
+                subscriber.unacked -= 1;
+            }
+        }
+        let namespace: Arc<str> = Arc::from(namespace);
+        self.dispatch(&namespace);
         true
     }
 
@@ -142,9 +154,9 @@ impl Delivery {
         if in_flight.has_left() {
             return false;
         }
-        let subscriber = in_flight.subscriber;
-        let Some(ack_timeout) = queue
-            .subscriber_mut(subscriber)
+        let Some(ack_timeout) = in_flight
+            .subscriber
+            .and_then(|subscriber| queue.subscriber_mut(subscriber))
             .map(|subscriber| subscriber.ack_timeout)
         else {
             return false;

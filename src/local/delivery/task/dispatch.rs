@@ -74,7 +74,7 @@ impl Delivery {
                     expiration: waiting.expiration,
                     attempts: waiting.attempts + 1,
                 },
-                subscriber: subscriber.id,
+                subscriber: Some(subscriber.id),
                 ack_deadline,
                 left,
             };

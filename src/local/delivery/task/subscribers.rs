@@ -48,7 +48,7 @@ impl Delivery {
         let orphaned: Vec<u64> = queue
             .in_flight
             .iter()
-            .filter(|(_, in_flight)| in_flight.subscriber == id)
+            .filter(|(_, in_flight)| in_flight.subscriber == Some(id))
             .map(|(&delivery_id, _)| delivery_id)
             .collect();
         // Planted bug: a lost subscriber's deliveries wait for their ack timeouts.
