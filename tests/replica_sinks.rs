@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use common::http_sink::{always, HttpSink, Push, Script};
 use common::metrics::scrape;
+use common::poison;
 use common::postgres::explain;
 use common::replica_set::clients::{Background, Registrar};
 use common::replica_set::ledger::{assert_all_registered, registered_at_least, SharedLedger};
@@ -60,8 +61,9 @@ fn not_pushed(registered: &BTreeSet<String>, pushes: &[Push]) -> usize {
 }
 
 /// Waits until [`NAMESPACE`] has no timer left to fire and no expiration unacknowledged
-/// in the database. (An acknowledged expiration's row goes at once when nobody observes
-/// the namespace, as here, so the rows cannot tell its attempts afterwards.)
+/// in the database but the dead. (An acknowledged expiration's row goes at once when
+/// nobody observes the namespace, as here, so the rows cannot tell its attempts
+/// afterwards.)
 async fn all_acknowledged(set: &ReplicaSet) {
     set.eventually("every timer fired and every push acknowledged", || async {
         let row = set
@@ -69,7 +71,7 @@ async fn all_acknowledged(set: &ReplicaSet) {
             .query_one(
                 "SELECT (SELECT count(*) FROM tickd_timers WHERE namespace = $1),
                         (SELECT count(*) FROM tickd_expirations
-                         WHERE namespace = $1 AND acked_at IS NULL)",
+                         WHERE namespace = $1 AND acked_at IS NULL AND NOT dead)",
                 &[&NAMESPACE],
             )
             .await
@@ -273,6 +275,39 @@ async fn pushes_survive_losing_a_replica(signal: &str) {
     );
     let dead = pending_with_dead(&mut set.client(SURVIVOR), NAMESPACE).await;
     assert_eq!(dead.dead_count, 0, "{dead:?}");
+}
+
+/// A few expirations the sink fails whatever the attempt, among healthy ones, on two
+/// replicas (see `common::poison`): each healthy one is pushed once and acknowledged,
+/// each failing one goes dead after `--max-attempts`, whichever replica pushed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_push_healthy_expirations_among_ones_a_sink_always_fails() {
+    if skip_postgres("replicas_push_healthy_expirations_among_ones_a_sink_always_fails") {
+        return;
+    }
+    const IDS: [&str; 2] = ["r1", "r2"];
+    let sink = HttpSink::start(poison::script()).await;
+    let sink_flag = sink_argument(&sink);
+    let set = ReplicaSet::start(&IDS, &["--sink", &sink_flag, "--max-attempts", "5"]).await;
+    set.eventually("both replicas own partitions", || {
+        set.each_owns_a_partition(&IDS)
+    })
+    .await;
+    let late = poison::run(&mut set.client(IDS[0]), &sink, NAMESPACE, 5).await;
+    all_acknowledged(&set).await;
+    let delivered = pushes_counted(&set, &IDS, "delivered").await;
+    assert_eq!(
+        delivered,
+        poison::HEALTHY as f64,
+        "pushes delivered, both replicas"
+    );
+    eprintln!(
+        "sink_failure_isolation backend=replicas healthy={} poison={} median_late_ms={} max_late_ms={}",
+        poison::HEALTHY,
+        poison::POISON,
+        late.median.as_millis(),
+        late.max.as_millis()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,6 +153,58 @@ async fn expirations_a_sink_always_fails_never_hold_up_the_healthy_ones() {
     server.stop().await;
 }
 
+/// The same across a restart between the failures and the healthy registrations: tickd
+/// killed (SIGKILL) or stopped (SIGTERM) while the failing expirations wait for their
+/// retries, started again on its data directory, called by a client that outlives it.
+async fn failure_isolation_survives_a_restart(signal: &str) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let sink = HttpSink::start(poison::script()).await;
+    let start = || {
+        let mut command = tickd_command();
+        command
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .args(["--sink", &format!("{NAMESPACE}={}", sink.url("/t"))])
+            .args(["--max-attempts", "5", "--metrics-listen", "127.0.0.1:0"]);
+        Daemon::start(command)
+    };
+    let mut daemon = start();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .connect_lazy();
+    let mut client = TimersClient::new(channel);
+    let poison = poison::fail_poison(&mut client, &sink, NAMESPACE).await;
+    daemon.stop_with(signal);
+    let daemon = start();
+    // The client outlives the restart; the new process listens elsewhere.
+    let mut client = TimersClient::connect(format!("http://{}", daemon.addr))
+        .await
+        .unwrap();
+    let late = poison::healthy_among_poison(
+        &mut client,
+        &sink,
+        NAMESPACE,
+        &poison,
+        poison::PoisonPushes::AtMost(5),
+    )
+    .await;
+    eprintln!(
+        "sink_failure_isolation backend=local restart={signal} median_late_ms={} max_late_ms={}",
+        late.median.as_millis(),
+        late.max.as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_isolation_survives_sigkill() {
+    failure_isolation_survives_a_restart("KILL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_isolation_survives_sigterm() {
+    failure_isolation_survives_a_restart("TERM").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_of_one_second_is_waited_out() {
     let script: Script = Arc::new(|_, before| match before {
@@ -300,17 +352,7 @@ async fn pushes_survive_a_restart(signal: &str) {
     .await;
     sink.wait_for("pushes under way", |pushes| pushes.len() >= 50)
         .await;
-    match signal {
-        "KILL" => daemon.kill(),
-        _ => {
-            daemon.signal("TERM");
-            assert!(
-                daemon.wait_for_exit(PATIENCE).success(),
-                "{}",
-                daemon.log_text()
-            );
-        }
-    }
+    daemon.stop_with(signal);
     let _daemon = start();
     let ids: BTreeSet<String> = ledger.into_iter().collect();
     let delivered = |pushes: &[Push]| {

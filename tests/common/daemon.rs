@@ -112,6 +112,19 @@ impl Daemon {
         self.child.wait().expect("wait");
     }
 
+    /// Ends the process by `signal`: "KILL" (gone at once), or "TERM", when it must exit
+    /// cleanly (the test fails with its log otherwise).
+    pub(crate) fn stop_with(&mut self, signal: &str) {
+        match signal {
+            "KILL" => self.kill(),
+            _ => {
+                self.signal(signal);
+                let status = self.wait_for_exit(super::rpc::PATIENCE);
+                assert!(status.success(), "{status}: {}", self.log_text());
+            }
+        }
+    }
+
     /// Sends a signal by name ("TERM", "STOP", "CONT", ...).
     pub(crate) fn signal(&self, name: &str) {
         send_signal(self.pid(), name);
