@@ -17,7 +17,7 @@ use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::domain::DeliveryConfig;
 use crate::domain::SubscriberDefaults;
 use crate::metrics::Metrics;
-use crate::sink::{SinkConfig, SinkSpecs};
+use crate::sink::{SecretFileFlag, SinkConfig, SinkSpecs};
 use crate::worker::WorkerConfig;
 pub use sync_mode::SyncMode;
 
@@ -209,6 +209,12 @@ pub struct Config {
     /// second of the file changing.
     #[arg(long, env = "TICKD_SINK_TOKEN_FILE")]
     pub sink_token_file: Option<PathBuf>,
+    /// The namespace's pushes are signed by the Standard Webhooks spec with the secrets of
+    /// the file (`whsec_<base64>`, one per line; two sign with both, for a
+    /// rotation without a gap); read at start-up, and again within a second of the file
+    /// changing. Repeat the flag for more namespaces.
+    #[arg(long, value_name = "NAMESPACE=PATH")]
+    pub sink_secret_file: Vec<SecretFileFlag>,
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
@@ -353,6 +359,11 @@ impl Config {
             client_cert: self.sink_client_cert.clone(),
             client_key: self.sink_client_key.clone(),
             token_file: self.sink_token_file.clone(),
+            secret_files: self
+                .sink_secret_file
+                .iter()
+                .map(|secret| (secret.namespace.clone(), secret.path.clone()))
+                .collect(),
         }
     }
 

@@ -1,12 +1,13 @@
 //! What a push carries whatever its transport: the expiration written in the sink's body
 //! format, and the values a receiver deduplicates and reports by (the idempotency key,
 //! the same for every attempt at one expiration; the delivery id and attempt of one
-//! push; the namespace). One place, so that an HTTP POST, a JetStream message and a
-//! Redis stream entry say the same thing.
+//! push; the namespace; the signature, if the namespace's pushes are signed). One place,
+//! so that an HTTP POST, a JetStream message and a Redis stream entry say the same thing.
 
 use bytes::Bytes;
 use prost::Message;
 
+use super::signing::{Signature, Signing};
 use crate::domain::Delivered;
 
 /// How an expiration is written in a push's body: chosen by the URL's fragment (`#json`,
@@ -54,8 +55,13 @@ pub(crate) struct PushBody {
 }
 
 impl PushBody {
-    /// `tickd.v1.Expiration` for `delivered`, in proto3 JSON or encoded.
-    pub(crate) fn of(delivered: &Delivered, format: BodyFormat) -> PushBody {
+    /// `tickd.v1.Expiration` for `delivered`, in proto3 JSON or encoded; signed over
+    /// these bytes when the namespace has secrets.
+    pub(crate) fn of(
+        delivered: &Delivered,
+        format: BodyFormat,
+        signing: Option<&Signing>,
+    ) -> PushBody {
         let message = crate::convert::expiration(
             delivered.delivery_id,
             &delivered.expiration,
@@ -71,10 +77,12 @@ impl PushBody {
                 Bytes::from(message.encode_to_vec()),
             ),
         };
+        let mut labels = PushLabels::of(delivered, message.delivery_id);
+        labels.sign(signing, &bytes);
         PushBody {
             content_type,
             bytes,
-            labels: PushLabels::of(delivered, message.delivery_id),
+            labels,
         }
     }
 }
@@ -89,6 +97,8 @@ pub(crate) struct PushLabels {
     pub(crate) delivery_id: String,
     /// The namespace, escaped as a header value holds it.
     pub(crate) namespace: String,
+    /// The Standard Webhooks headers, when the namespace's pushes are signed.
+    pub(crate) signature: Option<Signature>,
 }
 
 impl PushLabels {
@@ -103,7 +113,13 @@ impl PushLabels {
             ),
             delivery_id,
             namespace,
+            signature: None,
         }
+    }
+
+    /// Signs `body` (the bytes the receiver gets) under the idempotency key, if `signing`.
+    pub(crate) fn sign(&mut self, signing: Option<&Signing>, body: &[u8]) {
+        self.signature = signing.map(|signing| signing.sign(&self.idempotency_key, body));
     }
 }
 

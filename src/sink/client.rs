@@ -12,6 +12,7 @@ use super::http::HttpSink;
 use super::nats::NatsSink;
 use super::outcome::PushOutcome;
 use super::redis::RedisSink;
+use super::signing::Signing;
 use super::spec::SinkTarget;
 use super::tls::SinkSecurity;
 use crate::domain::Delivered;
@@ -51,13 +52,18 @@ impl SinkClient {
         })
     }
 
-    /// Pushes one delivery and reads what the sink made of it.
-    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
+    /// Pushes one delivery, signed with `signing` if given, and reads what the sink made
+    /// of it.
+    pub(crate) async fn push(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> PushOutcome {
         match self {
-            SinkClient::Http(sink) => sink.push(delivered).await,
-            SinkClient::Grpc(sink) => sink.push(delivered).await,
-            SinkClient::Nats(sink) => sink.push(delivered).await,
-            SinkClient::Redis(sink) => sink.push(delivered).await,
+            SinkClient::Http(sink) => sink.push(delivered, signing).await,
+            SinkClient::Grpc(sink) => sink.push(delivered, signing).await,
+            SinkClient::Nats(sink) => sink.push(delivered, signing).await,
+            SinkClient::Redis(sink) => sink.push(delivered, signing).await,
         }
     }
 

@@ -19,6 +19,7 @@ use super::allow::SinkAllow;
 use super::body::PushLabels;
 use super::connect::{sink_refusal, CONNECT_TIMEOUT};
 use super::outcome::{retry_after, PushOutcome};
+use super::signing::Signing;
 use super::spec::GrpcTarget;
 use super::tls::{SinkConnector, SinkSecurity};
 use crate::domain::{with_causes, Delivered};
@@ -69,8 +70,12 @@ impl GrpcSink {
     }
 
     /// Calls Deliver once and reads what the sink made of it.
-    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
-        let request = match self.request(delivered) {
+    pub(crate) async fn push(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> PushOutcome {
+        let request = match self.request(delivered, signing) {
             Ok(request) => request,
             Err(reason) => return PushOutcome::Unreachable { reason },
         };
@@ -85,13 +90,21 @@ impl GrpcSink {
         }
     }
 
-    fn request(&self, delivered: &Delivered) -> Result<Request<DeliverRequest>, String> {
+    fn request(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> Result<Request<DeliverRequest>, String> {
         let expiration = crate::convert::expiration(
             delivered.delivery_id,
             &delivered.expiration,
             delivered.attempt,
         );
-        let labels = PushLabels::of(delivered, expiration.delivery_id.clone());
+        let mut labels = PushLabels::of(delivered, expiration.delivery_id.clone());
+        // Signed over the `expiration` field as encoded: what a receiver re-encodes.
+        if signing.is_some() {
+            labels.sign(signing, &prost::Message::encode_to_vec(&expiration));
+        }
         let mut metadata = MetadataMap::new();
         let ascii = |value: String| {
             AsciiMetadataValue::try_from(value).map_err(|error| format!("metadata: {error}"))
@@ -100,6 +113,11 @@ impl GrpcSink {
         metadata.insert("tickd-delivery-id", ascii(labels.delivery_id)?);
         metadata.insert("tickd-attempt", AsciiMetadataValue::from(delivered.attempt));
         metadata.insert("tickd-namespace", ascii(labels.namespace)?);
+        if let Some(signature) = labels.signature {
+            metadata.insert("webhook-id", ascii(signature.id)?);
+            metadata.insert("webhook-timestamp", ascii(signature.timestamp)?);
+            metadata.insert("webhook-signature", ascii(signature.signatures)?);
+        }
         if let Some(authorization) = self.security.authorization() {
             let authorization = AsciiMetadataValue::try_from(authorization.as_bytes())
                 .map_err(|error| format!("metadata: {error}"))?;

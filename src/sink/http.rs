@@ -26,6 +26,7 @@ use super::allow::SinkAllow;
 use super::body::PushBody;
 use super::connect::{sink_refusal, CONNECT_TIMEOUT};
 use super::outcome::PushOutcome;
+use super::signing::Signing;
 use super::spec::HttpTarget;
 use super::tls::{SinkConnector, SinkSecurity};
 use crate::domain::{with_causes, Delivered};
@@ -77,8 +78,12 @@ impl HttpSink {
     }
 
     /// Pushes one delivery and reads what the sink made of it.
-    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
-        let request = match self.request(delivered) {
+    pub(crate) async fn push(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> PushOutcome {
+        let request = match self.request(delivered, signing) {
             Ok(request) => request,
             Err(error) => {
                 return PushOutcome::Unreachable {
@@ -123,8 +128,12 @@ impl HttpSink {
         }
     }
 
-    fn request(&self, delivered: &Delivered) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
-        let body = PushBody::of(delivered, self.target.body);
+    fn request(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+        let body = PushBody::of(delivered, self.target.body, signing);
         let labels = body.labels;
         let mut request = Request::builder()
             .method(Method::POST)
@@ -134,6 +143,12 @@ impl HttpSink {
             .header("tickd-delivery-id", once(labels.delivery_id)?)
             .header("tickd-attempt", delivered.attempt)
             .header("tickd-namespace", labels.namespace);
+        if let Some(signature) = labels.signature {
+            request = request
+                .header("webhook-id", once(signature.id)?)
+                .header("webhook-timestamp", signature.timestamp)
+                .header("webhook-signature", once(signature.signatures)?);
+        }
         // The URL's own credentials first, then --sink-token-file's.
         if let Some(authorization) = &self.target.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());

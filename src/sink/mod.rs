@@ -36,8 +36,10 @@ mod outcome;
 mod pusher;
 mod redis;
 mod registry;
+mod signing;
 mod spec;
 mod tls;
+mod watched_file;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +51,7 @@ use crate::domain::{Expirations, SinkStore};
 use crate::metrics::Metrics;
 use allow::SinkAllow;
 pub(crate) use registry::{Origin, SinkState, SinkView, Sinks};
+pub use signing::SecretFileFlag;
 pub use spec::{SinkSpec, SinkSpecs};
 
 /// The sinks of the configuration, with what every sink shares.
@@ -68,6 +71,9 @@ pub struct SinkConfig {
     pub client_key: Option<PathBuf>,
     /// `--sink-token-file`: sent as `Authorization: Bearer <token>` to every sink.
     pub token_file: Option<PathBuf>,
+    /// `--sink-secret-file NAMESPACE=PATH`: the secrets a namespace's pushes are signed
+    /// with (see `signing`).
+    pub secret_files: Vec<(String, PathBuf)>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,7 @@ use super::broker_url::BrokerUrl;
 use super::connect::{each_allowed_address, CONNECT_TIMEOUT};
 use super::kept::{kept_connection_budget, InUse, KeptConnection};
 use super::outcome::PushOutcome;
+use super::signing::Signing;
 use crate::domain::{with_causes, Delivered};
 
 const EXAMPLE: &str = "nats://127.0.0.1:4222/tickd.expirations";
@@ -96,7 +97,11 @@ impl NatsSink {
     }
 
     /// Publishes one delivery and reads its PubAck.
-    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
+    pub(crate) async fn push(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> PushOutcome {
         let connected = self
             .connection
             .get(
@@ -119,13 +124,18 @@ impl NatsSink {
                 reason: format!("not connected to {}", self.target.broker),
             };
         }
-        let body = PushBody::of(delivered, self.target.broker.body);
+        let body = PushBody::of(delivered, self.target.broker.body, signing);
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", body.labels.idempotency_key.as_str());
         headers.insert("Content-Type", body.content_type);
         headers.insert("Tickd-Delivery-Id", body.labels.delivery_id.as_str());
         headers.insert("Tickd-Attempt", delivered.attempt.to_string().as_str());
         headers.insert("Tickd-Namespace", body.labels.namespace.as_str());
+        if let Some(signature) = &body.labels.signature {
+            headers.insert("webhook-id", signature.id.as_str());
+            headers.insert("webhook-timestamp", signature.timestamp.as_str());
+            headers.insert("webhook-signature", signature.signatures.as_str());
+        }
         let published = tokio::time::timeout(self.timeout, async {
             let acknowledgement = connection
                 .jetstream

@@ -35,6 +35,7 @@ use tracing::{debug, error, info, warn};
 use super::circuit::{backoff, Admission, Circuit, Judged};
 use super::client::SinkClient;
 use super::outcome::PushOutcome;
+use super::signing::Signing;
 use crate::domain::{Delivered, Expirations, Hold, SubscribeOptions};
 use crate::metrics::sinks::SinkSeries;
 use prometheus_client::metrics::gauge::Gauge;
@@ -70,6 +71,8 @@ pub(crate) struct Pusher {
     pub(crate) series: SinkSeries,
     /// `max_in_flight` permits: one per push under way.
     pub(crate) room: Semaphore,
+    /// The namespace's secrets (`--sink-secret-file`): each push is signed with them.
+    pub(crate) signing: Option<Arc<Signing>>,
     /// What the last push that did not deliver met (for `SinkStatus`).
     pub(crate) last_error: std::sync::Mutex<Option<String>>,
 }
@@ -326,7 +329,7 @@ impl Pusher {
     async fn push(&self, delivered: &Delivered) -> PushOutcome {
         let in_flight = CountedInFlight::start(&self.series.in_flight);
         let started = Instant::now();
-        let outcome = self.sink.push(delivered).await;
+        let outcome = self.sink.push(delivered, self.signing.as_deref()).await;
         drop(in_flight);
         self.series
             .push_seconds

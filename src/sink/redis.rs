@@ -30,6 +30,7 @@ use super::broker_url::BrokerUrl;
 use super::connect::each_allowed_address;
 use super::kept::{kept_connection_budget, InUse, KeptConnection};
 use super::outcome::PushOutcome;
+use super::signing::Signing;
 use crate::domain::{with_causes, Delivered};
 
 const EXAMPLE: &str = "redis://127.0.0.1:6379/tickd-expirations";
@@ -78,7 +79,11 @@ impl RedisSink {
     }
 
     /// Adds one delivery to the stream.
-    pub(crate) async fn push(&self, delivered: &Delivered) -> PushOutcome {
+    pub(crate) async fn push(
+        &self,
+        delivered: &Delivered,
+        signing: Option<&Signing>,
+    ) -> PushOutcome {
         let InUse {
             mut connection,
             generation,
@@ -90,7 +95,7 @@ impl RedisSink {
             Ok(in_use) => in_use,
             Err(reason) => return PushOutcome::Unreachable { reason },
         };
-        let body = PushBody::of(delivered, self.target.broker.body);
+        let body = PushBody::of(delivered, self.target.broker.body, signing);
         let mut command = redis::cmd("XADD");
         command
             .arg(&self.target.broker.name)
@@ -107,6 +112,15 @@ impl RedisSink {
             .arg(&body.labels.namespace)
             .arg("timer_id")
             .arg(delivered.expiration.id.to_string());
+        if let Some(signature) = &body.labels.signature {
+            command
+                .arg("webhook_id")
+                .arg(&signature.id)
+                .arg("webhook_timestamp")
+                .arg(&signature.timestamp)
+                .arg("webhook_signature")
+                .arg(&signature.signatures);
+        }
         let added =
             tokio::time::timeout(self.timeout, command.query_async::<String>(&mut connection))
                 .await;

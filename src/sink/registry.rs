@@ -420,6 +420,7 @@ impl Common {
             .as_deref()
             .map_or_else(|| shown_as.clone(), masked);
         let (stop, stopping) = watch::channel(false);
+        let signing = self.security.signing_for(&namespace);
         let pusher = Arc::new(Pusher {
             shown_as,
             sink: client,
@@ -430,6 +431,7 @@ impl Common {
             max_in_flight: self.max_in_flight,
             series,
             room: tokio::sync::Semaphore::new(self.max_in_flight),
+            signing,
             last_error: Mutex::default(),
         });
         let task = tokio::spawn(pusher.clone().run(stopping));

@@ -6,20 +6,18 @@
 //! name is the URL's host (SNI and the check alike). `--sink-client-cert` and
 //! `--sink-client-key` give tickd a certificate to present to sinks that ask for one.
 //! `--sink-token-file` holds a token sent as `Authorization: Bearer <token>`, read at
-//! start-up, and again when the file's modification time moves: looked at before a push,
-//! at most once a second, so that a rotated token applies within a second and a push
-//! costs no file system call.
+//! start-up and again within a second of the file changing (a [`WatchedFile`]).
 //!
 //! The handshake is made in [`SinkConnector`], over [`AllowedConnector`]: the address is
 //! checked against `--sink-allow` first, on the resolved address, whatever the scheme.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
 
 use hyper::header::HeaderValue;
 use hyper::Uri;
@@ -36,24 +34,29 @@ use tracing::warn;
 
 use super::allow::SinkAllow;
 use super::connect::{AllowedConnector, CONNECT_TIMEOUT};
+use super::signing::Signing;
+use super::watched_file::WatchedFile;
 use super::{SinkConfig, SinkError};
 use crate::pem::{roots_from_pem, RootsError};
 
-/// The TLS configuration and the token every sink shares, loaded at start-up.
+/// The TLS configuration and the token every sink shares, and the secrets each
+/// namespace's pushes are signed with, loaded at start-up.
 pub(crate) struct SinkSecurity {
     /// Without ALPN; each transport adds its own ([`SinkSecurity::tls_for`]).
     tls: Option<Arc<ClientConfig>>,
     token: Option<TokenFile>,
+    /// `--sink-secret-file`, by namespace.
+    signing: BTreeMap<String, Arc<Signing>>,
 }
 
 impl SinkSecurity {
-    /// Reads `--sink-ca`, the client certificate and key, and the token file, refusing any
-    /// that cannot be read or used, the message naming its flag. TLS is set up only when a
-    /// sink uses it or a TLS flag is given.
+    /// Reads `--sink-ca`, the client certificate and key, the token file and the secret
+    /// files, refusing any that cannot be read or used, the message naming its flag. TLS
+    /// is set up only when a sink uses it or a TLS flag is given.
     pub(crate) fn load(config: &SinkConfig) -> Result<SinkSecurity, SinkError> {
         let refuse = SinkError::Configuration;
         let token = match &config.token_file {
-            Some(path) => Some(TokenFile::read(path).map_err(refuse)?),
+            Some(path) => Some(read_token_file(path).map_err(refuse)?),
             None => None,
         };
         let wanted = config.sinks.iter().any(|sink| sink.target.uses_tls())
@@ -64,7 +67,26 @@ impl SinkSecurity {
         } else {
             None
         };
-        Ok(SinkSecurity { tls, token })
+        let mut signing = BTreeMap::new();
+        for (namespace, path) in &config.secret_files {
+            let read = Arc::new(Signing::read(path).map_err(refuse)?);
+            if signing.insert(namespace.clone(), read).is_some() {
+                return Err(refuse(format!(
+                    "--sink-secret-file: namespace {namespace:?} is given two secret files; \
+                     give both secrets in one file (one per line) to sign with both"
+                )));
+            }
+        }
+        Ok(SinkSecurity {
+            tls,
+            token,
+            signing,
+        })
+    }
+
+    /// What `namespace`'s pushes are signed with, if `--sink-secret-file` gives it.
+    pub(crate) fn signing_for(&self, namespace: &str) -> Option<Arc<Signing>> {
+        self.signing.get(namespace).cloned()
     }
 
     /// The TLS configuration for a transport offering `alpn` (`h2`, `http/1.1`), in its
@@ -78,72 +100,29 @@ impl SinkSecurity {
     }
 
     /// `Bearer <token>`, as the token file held it when last looked at (at most
-    /// [`TOKEN_LOOKED_AT_EVERY`] ago); marked sensitive, never indexed by HPACK.
+    /// `watched_file::LOOKED_AT_EVERY` ago); marked sensitive, never indexed by HPACK.
     pub(crate) fn authorization(&self) -> Option<HeaderValue> {
-        self.token.as_ref().map(TokenFile::current)
+        self.token
+            .as_ref()
+            .map(|token| HeaderValue::clone(&token.current()))
     }
 }
 
-/// How often the token file's modification time is looked at, at most: a push is
-/// thousands of times more frequent than a rotation.
-const TOKEN_LOOKED_AT_EVERY: Duration = Duration::from_secs(1);
+/// `--sink-token-file`: its trimmed contents as `Bearer <token>`, read again when the file
+/// changes (see [`WatchedFile`]).
+type TokenFile = WatchedFile<HeaderValue>;
 
-/// `--sink-token-file`: its trimmed contents, read again when its modification time moves
-/// (a rotated token applies to pushes a second later at most). A file that cannot be read
-/// later keeps the last token, with a warning.
-struct TokenFile {
-    path: PathBuf,
-    read: Mutex<ReadToken>,
+const TOKEN_FLAG: &str = "--sink-token-file";
+
+fn read_token_file(path: &Path) -> Result<TokenFile, String> {
+    WatchedFile::read(TOKEN_FLAG, path, parse_token)
 }
 
-/// The token file as last read, and when it was last looked at.
-struct ReadToken {
-    modified: Option<SystemTime>,
-    authorization: HeaderValue,
-    looked_at: Instant,
-}
-
-impl TokenFile {
-    fn read(path: &Path) -> Result<TokenFile, String> {
-        Ok(TokenFile {
-            path: path.to_owned(),
-            read: Mutex::new(read_token(path)?),
-        })
-    }
-
-    fn current(&self) -> HeaderValue {
-        self.current_at(Instant::now())
-    }
-
-    /// The token at `now`, the file looked at if it was not within the last second.
-    fn current_at(&self, now: Instant) -> HeaderValue {
-        let mut read = self
-            .read
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if now.saturating_duration_since(read.looked_at) >= TOKEN_LOOKED_AT_EVERY {
-            read.looked_at = now;
-            let modified = std::fs::metadata(&self.path)
-                .and_then(|metadata| metadata.modified())
-                .ok();
-            if modified.is_some() && modified != read.modified {
-                match read_token(&self.path) {
-                    Ok(fresh) => *read = fresh,
-                    Err(error) => warn!(%error, "keeping the sinks' last token"),
-                }
-            }
-        }
-        read.authorization.clone()
-    }
-}
-
-fn read_token(path: &Path) -> Result<ReadToken, String> {
+fn parse_token(flag: &str, path: &Path, contents: &str) -> Result<HeaderValue, String> {
     let shown = path.display();
-    let contents = std::fs::read_to_string(path)
-        .map_err(|error| format!("--sink-token-file {shown}: {error}"))?;
     let token = contents.trim();
     if token.is_empty() {
-        return Err(format!("--sink-token-file {shown}: the file is empty"));
+        return Err(format!("{flag} {shown}: the file is empty"));
     }
     let printable = |c: char| c.is_ascii() && !c.is_ascii_control();
     let Some(mut authorization) = token
@@ -153,18 +132,11 @@ fn read_token(path: &Path) -> Result<ReadToken, String> {
         .flatten()
     else {
         return Err(format!(
-            "--sink-token-file {shown}: a token is one line of printable ASCII"
+            "{flag} {shown}: a token is one line of printable ASCII"
         ));
     };
     authorization.set_sensitive(true);
-    let modified = std::fs::metadata(path)
-        .and_then(|metadata| metadata.modified())
-        .ok();
-    Ok(ReadToken {
-        modified,
-        authorization,
-        looked_at: Instant::now(),
-    })
+    Ok(authorization)
 }
 
 /// The roots (the system's and `--sink-ca`'s) and the client certificate, if any.
@@ -384,33 +356,35 @@ impl AsyncWrite for SinkStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::watched_file::LOOKED_AT_EVERY;
+    use std::time::{Duration, SystemTime};
 
     #[test]
     fn the_token_is_read_again_when_its_file_changes_and_kept_when_it_goes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "first\n").unwrap();
-        let token = TokenFile::read(&path).unwrap();
-        let read_at = token.read.lock().unwrap().looked_at;
-        assert_eq!(token.current_at(read_at), "Bearer first");
+        let token = read_token_file(&path).unwrap();
+        let read_at = token.looked_at();
+        assert_eq!(*token.current_at(read_at), "Bearer first");
         assert!(token.current_at(read_at).is_sensitive());
         std::fs::write(&path, "  second \n").unwrap();
         // A later modification time, whatever the file system's clock granularity.
         let file = std::fs::File::options().write(true).open(&path).unwrap();
         file.set_modified(SystemTime::now() + Duration::from_secs(10))
             .unwrap();
-        let almost = read_at + TOKEN_LOOKED_AT_EVERY - Duration::from_millis(1);
+        let almost = read_at + LOOKED_AT_EVERY - Duration::from_millis(1);
         assert_eq!(
-            token.current_at(almost),
+            *token.current_at(almost),
             "Bearer first",
             "not looked at again within a second"
         );
-        let next = read_at + TOKEN_LOOKED_AT_EVERY;
-        assert_eq!(token.current_at(next), "Bearer second");
+        let next = read_at + LOOKED_AT_EVERY;
+        assert_eq!(*token.current_at(next), "Bearer second");
         std::fs::remove_file(&path).unwrap();
-        let later = next + TOKEN_LOOKED_AT_EVERY;
+        let later = next + LOOKED_AT_EVERY;
         assert_eq!(
-            token.current_at(later),
+            *token.current_at(later),
             "Bearer second",
             "the last token is kept"
         );
@@ -424,7 +398,7 @@ mod tests {
         let two_lines = dir.path().join("two-lines");
         std::fs::write(&two_lines, "a\nb\n").unwrap();
         for path in [dir.path().join("missing"), empty, two_lines] {
-            let error = TokenFile::read(&path).err().expect("refused");
+            let error = read_token_file(&path).err().expect("refused");
             assert!(error.starts_with("--sink-token-file "), "{error}");
             assert!(error.contains(&path.display().to_string()), "{error}");
         }

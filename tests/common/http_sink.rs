@@ -42,6 +42,9 @@ pub(crate) struct Push {
     /// Over TLS, the client's certificate (DER), if it presented one.
     pub client_certificate: Option<Vec<u8>>,
     pub version: Version,
+    /// The Standard Webhooks headers (`webhook-id`, `webhook-timestamp`,
+    /// `webhook-signature`), each if sent.
+    pub webhook: [Option<String>; 3],
     pub body: Bytes,
     pub at: Instant,
 }
@@ -370,6 +373,7 @@ async fn answer(
         authorization: header("authorization"),
         client_certificate,
         version: request.version(),
+        webhook: ["webhook-id", "webhook-timestamp", "webhook-signature"].map(header),
         body: Bytes::new(),
         at: Instant::now(),
     };
