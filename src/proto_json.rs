@@ -39,6 +39,8 @@ proto_messages! {
     crate::proto::SetSinkResponse => "tickd.v1.SetSinkResponse",
     crate::proto::GetSinkResponse => "tickd.v1.GetSinkResponse",
     crate::proto::RemoveSinkResponse => "tickd.v1.RemoveSinkResponse",
+    crate::proto::PauseSinkResponse => "tickd.v1.PauseSinkResponse",
+    crate::proto::ResumeSinkResponse => "tickd.v1.ResumeSinkResponse",
     crate::proto::SinkStatusResponse => "tickd.v1.SinkStatusResponse",
     tonic_health::pb::HealthCheckResponse => "grpc.health.v1.HealthCheckResponse",
 }

@@ -1,5 +1,5 @@
-//! The `tickd.v1.Sinks` service: a namespace's push sink set, read and removed while
-//! tickd runs, and how each sink is doing. Each call names a namespace its token must
+//! The `tickd.v1.Sinks` service: a namespace's push sink set, read, paused, resumed and
+//! removed while tickd runs, and how each sink is doing. Each call names a namespace its token must
 //! allow, like the Timers calls; the work is [`crate::sink::Sinks`]'s, which keeps the
 //! sinks in the backend's store and starts and stops their pushers. A URL is never
 //! answered with its credentials: `user:password@` comes back as `***@`.
@@ -73,6 +73,32 @@ impl proto::sinks_server::Sinks for SinksService {
         Ok(Response::new(proto::RemoveSinkResponse {}))
     }
 
+    #[instrument(level = "debug", name = "PauseSink", skip_all)]
+    async fn pause_sink(
+        &self,
+        request: Request<proto::PauseSinkRequest>,
+    ) -> Result<Response<proto::PauseSinkResponse>, Status> {
+        let namespace = self.namespace(&request, &request.get_ref().namespace)?;
+        let (sink, changed) = self.sinks.set_paused(&namespace, true).await?;
+        Ok(Response::new(proto::PauseSinkResponse {
+            sink: Some(sink_message(sink)),
+            changed,
+        }))
+    }
+
+    #[instrument(level = "debug", name = "ResumeSink", skip_all)]
+    async fn resume_sink(
+        &self,
+        request: Request<proto::ResumeSinkRequest>,
+    ) -> Result<Response<proto::ResumeSinkResponse>, Status> {
+        let namespace = self.namespace(&request, &request.get_ref().namespace)?;
+        let (sink, changed) = self.sinks.set_paused(&namespace, false).await?;
+        Ok(Response::new(proto::ResumeSinkResponse {
+            sink: Some(sink_message(sink)),
+            changed,
+        }))
+    }
+
     #[instrument(level = "debug", name = "SinkStatus", skip_all)]
     async fn sink_status(
         &self,
@@ -112,6 +138,7 @@ fn sink_message(sink: SinkView) -> proto::SinkView {
             Origin::Flag => proto::SinkOrigin::Flag,
             Origin::Api => proto::SinkOrigin::Api,
         } as i32,
+        paused: sink.paused,
     }
 }
 

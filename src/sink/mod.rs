@@ -38,6 +38,7 @@ mod redis;
 mod registry;
 mod signing;
 mod spec;
+mod stored;
 mod tls;
 mod watched_file;
 

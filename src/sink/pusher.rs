@@ -73,11 +73,43 @@ pub(crate) struct Pusher {
     pub(crate) room: Semaphore,
     /// The namespace's secrets (`--sink-secret-file`): each push is signed with them.
     pub(crate) signing: Option<Arc<Signing>>,
+    /// True while the sink is paused (PauseSink): the pusher lets the pushes under way end
+    /// and holds no subscription, so no expiration leaves the backend for it.
+    pub(crate) paused: watch::Sender<bool>,
+    /// True while the pusher holds a subscription: what a pause waits to see false.
+    pub(crate) pulling: watch::Sender<bool>,
     /// What the last push that did not deliver met (for `SinkStatus`).
     pub(crate) last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Pusher {
+    /// Pauses or resumes the sink; when pausing, waits until the pusher holds no
+    /// subscription (the pushes under way ended, the rest handed back). True if it changed.
+    pub(crate) async fn set_paused(&self, paused: bool) -> bool {
+        let changed = self.mark_paused(paused);
+        if paused {
+            let mut pulling = self.pulling.subscribe();
+            let ended = self.push_budget() + CLAIM_SLACK + STOP_GRACE;
+            if tokio::time::timeout(ended, pulling.wait_for(|pulling| !*pulling))
+                .await
+                .is_err()
+            {
+                warn!(namespace = %self.namespace, "a paused sink's pushes did not end in time; they come back when their claims end");
+            }
+        }
+        changed
+    }
+
+    /// Pauses or resumes the sink without waiting for the pushes under way (the follower
+    /// of a shared store applies another replica's change so). True if it changed.
+    pub(crate) fn mark_paused(&self, paused: bool) -> bool {
+        self.paused.send_replace(paused) != paused
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
     /// The longest one push takes: its connection, then the answer.
     fn push_budget(&self) -> Duration {
         self.timeout + self.sink.connect_budget()
@@ -105,37 +137,65 @@ impl Pusher {
             delivered_ids,
         ));
         info!(namespace = %self.namespace, sink = %self.shown_as, "pushing expirations to a sink");
+        let mut paused = self.paused.subscribe();
         loop {
+            let is_paused = *paused.borrow_and_update();
+            if is_paused {
+                tokio::select! {
+                    () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
+                    () = paused_is(&mut paused, false) => {}
+                }
+                info!(namespace = %self.namespace, "a sink resumed: pushing");
+                continue;
+            }
             match self.expirations.subscribe(self.subscription()) {
-                Ok(mut deliveries) => loop {
-                    tokio::select! {
-                        () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
-                        Some(ended) = pushes.next(), if !pushes.is_empty() => {
-                            // A push that panicked is one delivery's loss of a moment
-                            // (its claim ends and it comes back), not the sink's.
-                            if Result::is_err(&ended) {
-                                error!(namespace = %self.namespace, "a push panicked; its expiration is delivered again when its claim ends");
+                Ok(mut deliveries) => {
+                    self.pulling.send_replace(true);
+                    let paused_now = loop {
+                        tokio::select! {
+                            () = stopped(&mut stop) => {
+                                drop(deliveries);
+                                self.pulling.send_replace(false);
+                                return finish(pushes, acks, acker).await;
                             }
+                            () = paused_is(&mut paused, true) => break true,
+                            Some(ended) = pushes.next(), if !pushes.is_empty() => {
+                                // A push that panicked is one delivery's loss of a moment
+                                // (its claim ends and it comes back), not the sink's.
+                                if Result::is_err(&ended) {
+                                    error!(namespace = %self.namespace, "a push panicked; its expiration is delivered again when its claim ends");
+                                }
+                            }
+                            next = deliveries.next() => match next {
+                                Some(delivered) => {
+                                    let push = self.clone().deliver(delivered, acks.clone());
+                                    pushes.push(AssertUnwindSafe(push).catch_unwind());
+                                }
+                                // The backend ended the subscription (it is stopping, or a
+                                // replica lost its partition): what it gave comes back as
+                                // redeliveries, which pushes still held here would race.
+                                None => break false,
+                            },
                         }
-                        next = deliveries.next() => match next {
-                            Some(delivered) => {
-                                let push = self.clone().deliver(delivered, acks.clone());
-                                pushes.push(AssertUnwindSafe(push).catch_unwind());
-                            }
-                            None => {
-                                // The backend ended the subscription (it is stopping,
-                                // or a replica lost its partition): what it gave comes
-                                // back as redeliveries, which pushes still held here
-                                // would race. Those under way may finish.
-                                finish_pushes(&mut pushes).await;
-                                // No push is left: a probe among those dropped never
-                                // answered, and the circuit must not wait for it.
-                                self.circuit.probe_abandoned();
-                                break;
-                            }
-                        },
+                    };
+                    // Those under way may finish (a pause waits for any push already
+                    // sent); the rest come back from the backend.
+                    let grace = if paused_now {
+                        self.push_budget() + CLAIM_SLACK
+                    } else {
+                        STOP_GRACE
+                    };
+                    finish_pushes(&mut pushes, grace).await;
+                    drop(deliveries);
+                    self.pulling.send_replace(false);
+                    // No push is left: a probe among those dropped never answered, and
+                    // the circuit must not wait for it.
+                    self.circuit.probe_abandoned();
+                    if paused_now {
+                        info!(namespace = %self.namespace, "a sink is paused: no push leaves until it is resumed");
+                        continue;
                     }
-                },
+                }
                 Err(error) => {
                     warn!(namespace = %self.namespace, %error, "a sink could not subscribe; trying again");
                 }
@@ -384,6 +444,13 @@ impl Drop for CountedInFlight<'_> {
     }
 }
 
+/// Resolves once the sink's pause is `wanted` (never, if its sender is gone).
+async fn paused_is(paused: &mut watch::Receiver<bool>, wanted: bool) {
+    if paused.wait_for(|paused| *paused == wanted).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Resolves once `stop` says true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
@@ -396,15 +463,14 @@ async fn finish(
     acks: mpsc::UnboundedSender<u64>,
     acker: tokio::task::JoinHandle<()>,
 ) {
-    finish_pushes(&mut pushes).await;
+    finish_pushes(&mut pushes, STOP_GRACE).await;
     drop(acks);
     let _ = tokio::time::timeout(STOP_GRACE, acker).await;
 }
 
-/// Lets the pushes in flight finish for at most [`STOP_GRACE`], then drops the rest.
-async fn finish_pushes(pushes: &mut FuturesUnordered<impl Future>) {
-    let _ =
-        tokio::time::timeout(STOP_GRACE, async { while pushes.next().await.is_some() {} }).await;
+/// Lets the pushes in flight finish for at most `grace`, then drops the rest.
+async fn finish_pushes(pushes: &mut FuturesUnordered<impl Future>, grace: Duration) {
+    let _ = tokio::time::timeout(grace, async { while pushes.next().await.is_some() {} }).await;
     pushes.clear();
 }
 

@@ -23,10 +23,13 @@ use super::circuit::Circuit;
 use super::client::SinkClient;
 use super::pusher::Pusher;
 use super::spec::{masked, SinkSpec, SinkTarget};
+use super::stored::StoredLine;
 use super::tls::SinkSecurity;
-use crate::domain::{Expirations, SinkStore, StoredSinks, TimerError};
+use crate::domain::{Expirations, SinkStore, TimerError};
 use crate::metrics::sinks::{OutcomeLabels, SinkLabels, OUTCOMES};
 use crate::metrics::Metrics;
+
+mod follow;
 
 /// How often a registry over a shared store reads it again.
 pub(crate) const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -46,6 +49,8 @@ pub(crate) struct SinkView {
     pub(crate) namespace: String,
     pub(crate) url: String,
     pub(crate) origin: Origin,
+    /// Paused (PauseSink): no push leaves until it is resumed.
+    pub(crate) paused: bool,
 }
 
 /// How a running sink is doing. The counts are this process's pushes to the namespace's
@@ -92,6 +97,7 @@ impl Running {
             namespace: self.pusher.namespace.clone(),
             url: self.shown.clone(),
             origin: self.origin,
+            paused: self.pusher.is_paused(),
         }
     }
 
@@ -137,7 +143,8 @@ impl Sinks {
         for (SinkSpec { namespace, target }, client) in flagged_sinks {
             flagged.insert(namespace.clone());
             let shown = target.to_string();
-            let pusher = common.start(namespace.clone(), client, shown, Origin::Flag, None);
+            // Paused until the store is read: it may say the sink was paused.
+            let pusher = common.start(namespace.clone(), client, shown, Origin::Flag, None, true);
             running.insert(namespace, pusher);
         }
         let registry = Arc::new(Registry {
@@ -195,17 +202,32 @@ impl Sinks {
         if registry.stopped.load(Ordering::Acquire) {
             return Err(TimerError::stopped());
         }
+        // A paused sink given a new URL stays paused.
+        let paused = running
+            .get(&namespace)
+            .is_some_and(|current| current.pusher.is_paused());
+        let line = StoredLine {
+            url: Some(url.clone()),
+            paused,
+        };
         // Written even when unchanged here: another replica may have removed it since.
-        registry.store.put(namespace.clone(), url.clone()).await?;
+        registry
+            .store
+            .put(namespace.clone(), line.line().unwrap_or_default())
+            .await?;
         if let Some(current) = running.get(&namespace) {
             if current.stored_url.as_deref() == Some(url.as_str()) {
                 return Ok((current.view(), false));
             }
         }
-        let started =
-            registry
-                .common
-                .start(namespace.clone(), client, shown_as, Origin::Api, Some(url));
+        let started = registry.common.start(
+            namespace.clone(),
+            client,
+            shown_as,
+            Origin::Api,
+            Some(url),
+            paused,
+        );
         let view = started.view();
         let replaced = running.insert(namespace, started);
         // Stopped outside the lock (its pushes in flight may take seconds to finish), so
@@ -226,12 +248,52 @@ impl Sinks {
             }
         }
         let stored = registry.store.load().await?;
-        let url = stored.get(namespace).ok_or_else(|| no_sink(namespace))?;
+        let line = stored
+            .get(namespace)
+            .and_then(|line| StoredLine::parse(line).ok())
+            .filter(|line| line.url.is_some())
+            .ok_or_else(|| no_sink(namespace))?;
         Ok(SinkView {
             namespace: namespace.to_owned(),
-            url: masked(url),
+            url: masked(line.url.as_deref().unwrap_or_default()),
             origin: Origin::Api,
+            paused: line.paused,
         })
+    }
+
+    /// Pauses (or resumes) `namespace`'s sink, one of `--sink` too: kept in the store
+    /// first, so that it holds across restarts (and on every replica), then applied to
+    /// the pusher; a pause is answered once no push of it is under way here. NOT_FOUND if
+    /// the namespace has no sink running here. True if it changed.
+    pub(crate) async fn set_paused(
+        &self,
+        namespace: &str,
+        paused: bool,
+    ) -> Result<(SinkView, bool), TimerError> {
+        let registry = &self.registry;
+        let running = registry.running.lock().await;
+        if registry.stopped.load(Ordering::Acquire) {
+            return Err(TimerError::stopped());
+        }
+        let current = running.get(namespace).ok_or_else(|| no_sink(namespace))?;
+        let line = StoredLine {
+            url: current.stored_url.clone(),
+            paused,
+        };
+        match line.line() {
+            Some(line) => registry.store.put(namespace.to_owned(), line).await?,
+            None => {
+                registry.store.remove(namespace.to_owned()).await?;
+            }
+        }
+        let pusher = current.pusher.clone();
+        let mut view = current.view();
+        // Applied outside the lock: a pause waits for the pushes under way to end.
+        drop(running);
+        let changed = pusher.set_paused(paused).await;
+        view.paused = paused;
+        info!(%namespace, paused, "a sink's pause changed");
+        Ok((view, changed))
     }
 
     /// Removes `namespace`'s sink set through the API and stops its pusher. NOT_FOUND if
@@ -303,93 +365,6 @@ impl Registry {
         }
         Ok(())
     }
-
-    /// Reads the store and makes the pushers match it. The store is read under the lock
-    /// that every change holds across its write: a snapshot read before a change that was
-    /// answered can never be applied after it (and undo it).
-    async fn read_and_follow(&self) {
-        let mut running = self.running.lock().await;
-        let stopping = match self.store.load().await {
-            Ok(stored) => self.follow(&mut running, stored),
-            Err(error) => {
-                warn!(%error, "reading the sinks set at run time failed; trying again");
-                Vec::new()
-            }
-        };
-        drop(running);
-        for pusher in stopping {
-            pusher.stop().await;
-        }
-    }
-
-    /// Makes the pushers of sinks set through the API match `stored`: starts the new,
-    /// replaces those whose URL changed, and answers those no longer kept or replaced, to
-    /// be stopped once the lock is let go.
-    fn follow(&self, running: &mut BTreeMap<String, Running>, stored: StoredSinks) -> Vec<Running> {
-        let mut stopping = Vec::new();
-        if self.stopped.load(Ordering::Acquire) {
-            return stopping;
-        }
-        let gone: Vec<String> = running
-            .iter()
-            .filter(|(namespace, running)| {
-                running.origin == Origin::Api && !stored.contains_key(namespace.as_str())
-            })
-            .map(|(namespace, _)| namespace.clone())
-            .collect();
-        for namespace in gone {
-            if let Some(stopped) = running.remove(&namespace) {
-                info!(%namespace, "a sink was removed: its pusher stops");
-                self.common.forget(&namespace);
-                stopping.push(stopped);
-            }
-        }
-        for (namespace, url) in stored {
-            if self.flagged.contains(&namespace) {
-                // `--sink` wins; the kept sink comes back if the flag is dropped.
-                continue;
-            }
-            if running
-                .get(&namespace)
-                .is_some_and(|running| running.stored_url.as_deref() == Some(url.as_str()))
-            {
-                continue;
-            }
-            let target = match SinkTarget::parse(&url) {
-                Ok(target) => target,
-                Err(why) => {
-                    warn!(%namespace, why, "a sink kept in the store does not parse: not started");
-                    continue;
-                }
-            };
-            let shown_as = target.to_string();
-            let client = match self.common.client(target) {
-                Ok(client) => client,
-                Err(why) => {
-                    warn!(%namespace, why, "a sink kept in the store cannot be made: not started");
-                    continue;
-                }
-            };
-            let started =
-                self.common
-                    .start(namespace.clone(), client, shown_as, Origin::Api, Some(url));
-            stopping.extend(running.insert(namespace, started));
-        }
-        stopping
-    }
-
-    /// Reads the shared store every [`FOLLOW_EVERY`] until stopped.
-    async fn keep_following(self: Arc<Self>, mut stopping: watch::Receiver<bool>) {
-        let mut every = tokio::time::interval(FOLLOW_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stopping.wait_for(|stop| *stop) => return,
-                _ = every.tick() => {}
-            }
-            self.read_and_follow().await;
-        }
-    }
 }
 
 impl Common {
@@ -412,6 +387,7 @@ impl Common {
         shown_as: String,
         origin: Origin,
         stored_url: Option<String>,
+        paused: bool,
     ) -> Running {
         let series = self.metrics.sinks.announce(&namespace);
         // A URL given whole (through the API) is shown as given, its credentials
@@ -432,6 +408,8 @@ impl Common {
             series,
             room: tokio::sync::Semaphore::new(self.max_in_flight),
             signing,
+            paused: watch::Sender::new(paused),
+            pulling: watch::Sender::new(false),
             last_error: Mutex::default(),
         });
         let task = tokio::spawn(pusher.clone().run(stopping));

@@ -42,6 +42,10 @@ pub(crate) enum SinkTarget {
 impl SinkTarget {
     /// Reads a sink's URL, dispatching on its scheme.
     pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        // A URL holds no raw whitespace (RFC 3986); the store keeps settings after one.
+        if url.contains(char::is_whitespace) {
+            return Err("a URL holds no whitespace: percent-encode it (%20)".into());
+        }
         let Some((scheme, _)) = url.split_once("://") else {
             return Err("give the scheme, as in http://127.0.0.1:8080/timers".into());
         };
@@ -361,6 +365,20 @@ mod tests {
         assert_eq!(spec.target.port(), 80);
         assert_eq!(spec.target.to_string(), "http://localhost/hook#protobuf");
         assert!(!http(&spec).h2c);
+    }
+
+    #[test]
+    fn a_url_with_whitespace_is_refused_by_every_scheme() {
+        for url in [
+            "http://127.0.0.1/a b",
+            "grpc://127.0.0.1:9 paused",
+            "nats://127.0.0.1/s\tx",
+        ] {
+            let Err(refused) = SinkTarget::parse(url) else {
+                panic!("{url} was taken");
+            };
+            assert!(refused.contains("whitespace"), "{url}: {refused}");
+        }
     }
 
     #[test]

@@ -19,11 +19,17 @@ async fn sink_set_get_status_and_remove() {
     let shown = format!("http://***@{}/timers", sink.addr);
 
     let set = stdout(&endpoint, &["sink", "set", "hooks", &url]).await;
-    assert_eq!(set, format!("set namespace=hooks url={shown} from=api\n"));
+    assert_eq!(
+        set,
+        format!("set namespace=hooks url={shown} from=api paused=false\n")
+    );
     let again = stdout(&endpoint, &["sink", "set", "hooks", &url]).await;
     assert!(again.starts_with("unchanged "), "{again}");
     let got = stdout(&endpoint, &["sink", "get", "hooks"]).await;
-    assert_eq!(got, format!("namespace=hooks url={shown} from=api\n"));
+    assert_eq!(
+        got,
+        format!("namespace=hooks url={shown} from=api paused=false\n")
+    );
     let got = json(&endpoint, &["sink", "get", "hooks", "-o", "json"]).await;
     assert_eq!(got["sink"]["url"], shown.as_str());
     assert_eq!(got["sink"]["origin"], "SINK_ORIGIN_API");

@@ -1,10 +1,13 @@
-//! `tickctl sink`: a namespace's push sink, set, shown and removed while tickd runs
+//! `tickctl sink`: a namespace's push sink, set, shown, paused, resumed and removed while
+//! tickd runs
 //! (the `tickd.v1.Sinks` service), and how the sinks are doing. URLs come back with their
 //! credentials masked (`***@`), as tickd answers them.
 //!
 //! ```text
 //! tickctl sink set orders 'http://user:secret@10.0.0.7:8080/timers'
 //! tickctl sink get orders
+//! tickctl sink pause orders      # no push leaves; expirations wait in the buffer
+//! tickctl sink resume orders
 //! tickctl sink status            # every sink the token allows, as a table
 //! tickctl sink remove orders
 //! ```
@@ -17,11 +20,12 @@ use crate::failure::Failure;
 use crate::output;
 use crate::session::Session;
 use tickd::proto::{
-    GetSinkRequest, RemoveSinkRequest, SetSinkRequest, SinkCircuit, SinkOrigin, SinkState,
-    SinkStatusRequest, SinkView as SinkMessage,
+    GetSinkRequest, PauseSinkRequest, RemoveSinkRequest, ResumeSinkRequest, SetSinkRequest,
+    SinkCircuit, SinkOrigin, SinkState, SinkStatusRequest, SinkView as SinkMessage,
 };
 
-/// Set, show or remove a namespace's push sink, or show how the sinks are doing.
+/// Set, show, pause, resume or remove a namespace's push sink, or show how the sinks are
+/// doing.
 #[derive(Debug, Args)]
 pub(crate) struct Sink {
     #[command(subcommand)]
@@ -40,6 +44,20 @@ enum Action {
     },
     /// Show a namespace's sink, its credentials masked.
     Get {
+        /// The sink's namespace.
+        #[arg(value_name = "NAMESPACE")]
+        of: String,
+    },
+    /// Pause a namespace's sink (one given by --sink too), across restarts: no push leaves
+    /// and no attempt is spent; its expirations wait in the namespace's buffer. Answered
+    /// once the pushes under way have ended.
+    Pause {
+        /// The sink's namespace.
+        #[arg(value_name = "NAMESPACE")]
+        of: String,
+    },
+    /// Resume a paused sink: what waited is pushed.
+    Resume {
         /// The sink's namespace.
         #[arg(value_name = "NAMESPACE")]
         of: String,
@@ -85,6 +103,34 @@ impl Sink {
                     output::print_line(sink_line(&sink_of(answer.sink)?));
                 }
             }
+            Action::Pause { of: namespace } => {
+                let request = session.request(PauseSinkRequest { namespace });
+                let answer = session.unary(api.clone().pause_sink(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    let what = if answer.changed {
+                        "paused"
+                    } else {
+                        "paused already"
+                    };
+                    output::print_line(format!("{what} {}", sink_line(&sink_of(answer.sink)?)));
+                }
+            }
+            Action::Resume { of: namespace } => {
+                let request = session.request(ResumeSinkRequest { namespace });
+                let answer = session.unary(api.clone().resume_sink(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    let what = if answer.changed {
+                        "resumed"
+                    } else {
+                        "not paused"
+                    };
+                    output::print_line(format!("{what} {}", sink_line(&sink_of(answer.sink)?)));
+                }
+            }
             Action::Remove { of: namespace } => {
                 let request = session.request(RemoveSinkRequest {
                     namespace: namespace.clone(),
@@ -111,6 +157,7 @@ impl Sink {
                             "NAMESPACE",
                             "URL",
                             "FROM",
+                            "PAUSED",
                             "CIRCUIT",
                             "IN FLIGHT",
                             "DELIVERED",
@@ -149,13 +196,14 @@ fn origin(sink: &SinkMessage) -> &'static str {
     }
 }
 
-/// `namespace=orders url=http://***@10.0.0.7:8080/timers from=api`.
+/// `namespace=orders url=http://***@10.0.0.7:8080/timers from=api paused=false`.
 fn sink_line(sink: &SinkMessage) -> String {
     format!(
-        "namespace={} url={} from={}",
+        "namespace={} url={} from={} paused={}",
         shown(&sink.namespace),
         sink.url,
-        origin(sink)
+        origin(sink),
+        sink.paused
     )
 }
 
@@ -171,6 +219,7 @@ fn status_row(state: &SinkState) -> Vec<String> {
         shown(&sink.namespace).to_owned(),
         sink.url.clone(),
         origin(&sink).to_owned(),
+        if sink.paused { "yes" } else { "no" }.to_owned(),
         circuit.to_owned(),
         state.in_flight.to_string(),
         state.delivered.to_string(),

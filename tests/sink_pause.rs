@@ -1,0 +1,217 @@
+//! A paused sink (PauseSink, `tickctl sink pause`), against a real tickd and real HTTP
+//! sinks: while paused no push leaves, its expirations wait in the namespace's buffer and
+//! spend no attempt, whatever the healthy sink beside it does; the pause holds across a
+//! SIGKILL or SIGTERM, for a sink set through the API and for one of `--sink`; resumed,
+//! every expiration is pushed as its first attempt and acknowledged. A pause of a namespace
+//! with no sink is NOT_FOUND and changes nothing.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use common::daemon::{tickd_command, Daemon};
+use common::http_sink::{always, keys, HttpSink};
+use common::metrics::{deliveries_settled, scrape_until};
+use common::*;
+use tickd::proto::sinks_client::SinksClient;
+use tickd::proto::timers_client::TimersClient;
+use tickd::proto::{
+    PauseSinkRequest, ResumeSinkRequest, SetSinkRequest, SinkStatusRequest, SinkView,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+/// Given its sink by `--sink`.
+const FLAGGED: &str = "flagged";
+/// Given its sink through SetSink.
+const SET: &str = "set";
+/// Never paused: its pushes show that time passed and the pushers ran.
+const CONTROL: &str = "control";
+/// Expirations in each paused namespace.
+const PAUSED_EXPIRATIONS: usize = 300;
+/// Expirations in the control namespace, per round.
+const CONTROL_EXPIRATIONS: usize = 100;
+
+fn lazy(addr: SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_lazy()
+}
+
+fn start(data_dir: &Path, flagged: &HttpSink, control: &HttpSink) -> Daemon {
+    let mut command = tickd_command();
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--sink", &format!("{FLAGGED}={}", flagged.url("/f"))])
+        .args(["--sink", &format!("{CONTROL}={}", control.url("/c"))])
+        .args(["--metrics-listen", "127.0.0.1:0"]);
+    Daemon::start(command)
+}
+
+async fn pause(sinks: &mut SinksClient<Channel>, namespace: &str) -> (SinkView, bool) {
+    let answer = sinks
+        .pause_sink(PauseSinkRequest {
+            namespace: namespace.into(),
+        })
+        .await
+        .expect("PauseSink")
+        .into_inner();
+    (answer.sink.expect("a sink"), answer.changed)
+}
+
+async fn resume(sinks: &mut SinksClient<Channel>, namespace: &str) -> (SinkView, bool) {
+    let answer = sinks
+        .resume_sink(ResumeSinkRequest {
+            namespace: namespace.into(),
+        })
+        .await
+        .expect("ResumeSink")
+        .into_inner();
+    (answer.sink.expect("a sink"), answer.changed)
+}
+
+/// Each namespace's `paused`, as SinkStatus shows it.
+async fn paused_in_status(sinks: &mut SinksClient<Channel>) -> Vec<(String, bool)> {
+    let answer = sinks
+        .sink_status(SinkStatusRequest {
+            namespace: String::new(),
+            all: true,
+        })
+        .await
+        .expect("SinkStatus")
+        .into_inner();
+    answer
+        .sinks
+        .into_iter()
+        .map(|state| {
+            let sink = state.sink.expect("a sink");
+            (sink.namespace, sink.paused)
+        })
+        .collect()
+}
+
+fn expected_status() -> Vec<(String, bool)> {
+    vec![
+        (CONTROL.to_owned(), false),
+        (FLAGGED.to_owned(), true),
+        (SET.to_owned(), true),
+    ]
+}
+
+/// Registers a round of control timers due after everything registered before, and waits
+/// until the control sink has them all (`seen_before` + this round): the event that shows
+/// the paused ones' deadlines passed while the pushers ran.
+async fn control_round(
+    client: &mut TimersClient<Channel>,
+    control: &HttpSink,
+    seen_before: usize,
+    delay_ms: u64,
+) {
+    register_all(client, specs(CONTROL, CONTROL_EXPIRATIONS, delay_ms)).await;
+    let wanted = seen_before + CONTROL_EXPIRATIONS;
+    control
+        .wait_for("the control namespace's expirations", |pushes| {
+            keys(pushes).len() == wanted
+        })
+        .await;
+}
+
+async fn a_pause_holds_across_a_restart(signal: &str) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let flagged = HttpSink::start(always(200)).await;
+    let set_sink = HttpSink::start(always(200)).await;
+    let control = HttpSink::start(always(200)).await;
+    let mut daemon = start(data_dir.path(), &flagged, &control);
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    let mut client = TimersClient::new(lazy(daemon.addr));
+    sinks
+        .set_sink(SetSinkRequest {
+            namespace: SET.into(),
+            url: set_sink.url("/s"),
+        })
+        .await
+        .expect("SetSink");
+
+    // Refused, and nothing changes: no sink, no pause kept.
+    let refused = sinks
+        .pause_sink(PauseSinkRequest {
+            namespace: "nowhere".into(),
+        })
+        .await
+        .expect_err("a namespace with no sink");
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+    assert!(refused.message().contains("nowhere"), "{refused:?}");
+
+    for namespace in [FLAGGED, SET] {
+        let (sink, changed) = pause(&mut sinks, namespace).await;
+        assert!(sink.paused && changed, "{sink:?}");
+        let (sink, changed) = pause(&mut sinks, namespace).await;
+        assert!(sink.paused && !changed, "paused already: {sink:?}");
+    }
+    assert_eq!(paused_in_status(&mut sinks).await, expected_status());
+
+    for namespace in [FLAGGED, SET] {
+        register_all(&mut client, specs(namespace, PAUSED_EXPIRATIONS, 100)).await;
+    }
+    control_round(&mut client, &control, 0, 600).await;
+    let waiting = scrape_until(daemon.metrics_addr(), |scrape| {
+        scrape.value("tickd_delivery_buffered") == (2 * PAUSED_EXPIRATIONS) as f64
+    })
+    .await;
+    assert_eq!(
+        waiting.value("tickd_delivery_buffered"),
+        (2 * PAUSED_EXPIRATIONS) as f64,
+        "every paused expiration waits in its buffer"
+    );
+    assert!(flagged.pushes().is_empty() && set_sink.pushes().is_empty());
+
+    daemon.stop_with(signal);
+    let daemon = start(data_dir.path(), &flagged, &control);
+    // The clients outlive the restart; the new process listens elsewhere.
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    let mut client = TimersClient::new(lazy(daemon.addr));
+    assert_eq!(paused_in_status(&mut sinks).await, expected_status());
+    control_round(&mut client, &control, CONTROL_EXPIRATIONS, 100).await;
+    assert!(
+        flagged.pushes().is_empty() && set_sink.pushes().is_empty(),
+        "a push left a paused sink after the restart"
+    );
+
+    for (namespace, sink) in [(FLAGGED, &flagged), (SET, &set_sink)] {
+        let (view, changed) = resume(&mut sinks, namespace).await;
+        assert!(!view.paused && changed, "{view:?}");
+        let (view, changed) = resume(&mut sinks, namespace).await;
+        assert!(!view.paused && !changed, "not paused: {view:?}");
+        sink.wait_for("every paused expiration, once resumed", |pushes| {
+            keys(pushes).len() == PAUSED_EXPIRATIONS
+        })
+        .await;
+    }
+    deliveries_settled(daemon.metrics_addr()).await;
+    for sink in [&flagged, &set_sink] {
+        let pushes = sink.pushes();
+        assert_eq!(keys(&pushes).len(), PAUSED_EXPIRATIONS);
+        // Waiting spent no attempt: each was pushed once, as its first.
+        assert_eq!(pushes.len(), PAUSED_EXPIRATIONS, "pushed again");
+        assert!(
+            pushes.iter().all(|push| push.attempt == 1),
+            "an attempt was spent while paused"
+        );
+    }
+    assert!(paused_in_status(&mut sinks)
+        .await
+        .iter()
+        .all(|(_, paused)| !paused));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_across_sigkill() {
+    a_pause_holds_across_a_restart("KILL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_across_sigterm() {
+    a_pause_holds_across_a_restart("TERM").await;
+}
