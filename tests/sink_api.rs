@@ -49,6 +49,7 @@ async fn set(
         .set_sink(SetSinkRequest {
             namespace: namespace.into(),
             url: url.into(),
+            ..Default::default()
         })
         .await
         .map(|answer| answer.into_inner().sink.expect("a sink"))
@@ -170,6 +171,7 @@ async fn a_sink_set_through_the_api_pushes_shows_no_credentials_and_counts() {
         .set_sink(SetSinkRequest {
             namespace: NAMESPACE.into(),
             url: url.clone(),
+            ..Default::default()
         })
         .await
         .expect("set again")
@@ -461,6 +463,7 @@ async fn a_token_manages_the_sinks_of_its_namespaces_only() {
             SetSinkRequest {
                 namespace: namespace.into(),
                 url: sink.url("/"),
+                ..Default::default()
             },
             token,
         )

@@ -130,6 +130,7 @@ async fn a_pause_holds_across_a_restart(signal: &str) {
         .set_sink(SetSinkRequest {
             namespace: SET.into(),
             url: set_sink.url("/s"),
+            ..Default::default()
         })
         .await
         .expect("SetSink");

@@ -10,7 +10,7 @@ use tracing::instrument;
 use super::auth::grant_of;
 use crate::convert::Limits;
 use crate::proto;
-use crate::sink::{Origin, SinkState, SinkView, Sinks};
+use crate::sink::{Origin, SinkRate, SinkState, SinkView, Sinks};
 
 /// The service, over the running sinks.
 #[derive(Clone)]
@@ -40,11 +40,18 @@ impl proto::sinks_server::Sinks for SinksService {
         request: Request<proto::SetSinkRequest>,
     ) -> Result<Response<proto::SetSinkResponse>, Status> {
         let namespace = self.namespace(&request, &request.get_ref().namespace)?;
-        let url = request.into_inner().url;
+        let proto::SetSinkRequest { url, rate, .. } = request.into_inner();
         if url.is_empty() {
             return Err(Status::invalid_argument("url: give the sink's URL"));
         }
-        let (sink, changed) = self.sinks.set(namespace, url).await?;
+        let rate = match rate.as_str() {
+            "" => None,
+            rate => Some(
+                rate.parse::<SinkRate>()
+                    .map_err(|why| Status::invalid_argument(format!("rate: {why}")))?,
+            ),
+        };
+        let (sink, changed) = self.sinks.set(namespace, url, rate).await?;
         Ok(Response::new(proto::SetSinkResponse {
             sink: Some(sink_message(sink)),
             changed,
@@ -139,6 +146,7 @@ fn sink_message(sink: SinkView) -> proto::SinkView {
             Origin::Api => proto::SinkOrigin::Api,
         } as i32,
         paused: sink.paused,
+        rate: sink.rate.map(|rate| rate.to_string()).unwrap_or_default(),
     }
 }
 
@@ -156,5 +164,7 @@ fn state_message(state: SinkState) -> proto::SinkState {
         rejected: state.rejected,
         unreachable: state.unreachable,
         last_error: state.last_error.unwrap_or_default(),
+        slowed: state.slowed_pushes,
+        slowed_to: state.slowed.unwrap_or_default(),
     }
 }

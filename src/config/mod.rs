@@ -17,7 +17,7 @@ use crate::cluster::{ClusterConfig, ClusterError, Database, StoreUrl};
 use crate::domain::DeliveryConfig;
 use crate::domain::SubscriberDefaults;
 use crate::metrics::Metrics;
-use crate::sink::{SecretFileFlag, SinkConfig, SinkSpecs};
+use crate::sink::{SecretFileFlag, SinkConfig, SinkRateFlag, SinkSpecs};
 use crate::worker::WorkerConfig;
 pub use sync_mode::SyncMode;
 
@@ -215,6 +215,11 @@ pub struct Config {
     /// changing. Repeat the flag for more namespaces.
     #[arg(long, value_name = "NAMESPACE=PATH")]
     pub sink_secret_file: Vec<SecretFileFlag>,
+    /// The rate the namespace's `--sink` is pushed at, at most: `50/s`, or `50/s,burst=10`
+    /// (a token bucket; the default burst is a tenth of a second's pushes). A sink set
+    /// through the API takes its rate in SetSink. Repeat the flag for more namespaces.
+    #[arg(long, value_name = "NAMESPACE=RATE")]
+    pub sink_rate: Vec<SinkRateFlag>,
     /// gRPC calls in progress at once; beyond it calls fail at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "TICKD_MAX_CONCURRENT_CALLS", default_value_t = 4_096)]
     pub max_concurrent_calls: usize,
@@ -364,6 +369,7 @@ impl Config {
                 .iter()
                 .map(|secret| (secret.namespace.clone(), secret.path.clone()))
                 .collect(),
+            rates: self.sink_rate.clone(),
         }
     }
 

@@ -17,13 +17,14 @@ pub(crate) struct SinkLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct OutcomeLabels {
     pub(crate) namespace: String,
-    /// `delivered` (2xx), `retry` (408, 429, 5xx or no answer in time), `rejected` (any
-    /// other answer) or `unreachable` (never reached the sink).
+    /// `delivered` (2xx), `retry` (408, 5xx or no answer in time), `slowed` (429, or 503
+    /// with Retry-After: the sink slows down, no attempt spent), `rejected` (any other
+    /// answer) or `unreachable` (never reached the sink).
     pub(crate) outcome: &'static str,
 }
 
 /// Every outcome a push has, shown from the start at 0 for each sink.
-pub(crate) const OUTCOMES: [&str; 4] = ["delivered", "retry", "rejected", "unreachable"];
+pub(crate) const OUTCOMES: [&str; 5] = ["delivered", "retry", "slowed", "rejected", "unreachable"];
 
 fn latency_buckets() -> Histogram {
     // 0.5 ms to about 16 s: a loopback sidecar answers in well under a millisecond, a

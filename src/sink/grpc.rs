@@ -143,9 +143,14 @@ pub(crate) fn outcome_of_status(status: &Status, now: SystemTime) -> PushOutcome
     }
     match status.code() {
         Code::Ok | Code::AlreadyExists => PushOutcome::Delivered,
-        Code::Unavailable
-        | Code::ResourceExhausted
-        | Code::Aborted
+        Code::ResourceExhausted => PushOutcome::SlowDown {
+            after: retry_after(&status.metadata().clone().into_headers(), now),
+        },
+        Code::Unavailable => match retry_after(&status.metadata().clone().into_headers(), now) {
+            Some(after) => PushOutcome::SlowDown { after: Some(after) },
+            None => PushOutcome::Retry { after: None },
+        },
+        Code::Aborted
         | Code::DeadlineExceeded
         | Code::Internal
         | Code::Unknown
@@ -185,9 +190,13 @@ mod tests {
     #[test]
     fn statuses_settle_an_attempt() {
         assert_eq!(outcome(Code::AlreadyExists), PushOutcome::Delivered);
+        assert_eq!(
+            outcome(Code::ResourceExhausted),
+            PushOutcome::SlowDown { after: None },
+            "the sink's load: no attempt"
+        );
         for code in [
             Code::Unavailable,
-            Code::ResourceExhausted,
             Code::Aborted,
             Code::DeadlineExceeded,
             Code::Internal,
@@ -219,7 +228,7 @@ mod tests {
             .insert("retry-after", AsciiMetadataValue::from_static("2"));
         assert_eq!(
             outcome_of_status(&status, SystemTime::now()),
-            PushOutcome::Retry {
+            PushOutcome::SlowDown {
                 after: Some(Duration::from_secs(2))
             }
         );

@@ -33,6 +33,7 @@ mod http;
 mod kept;
 mod nats;
 mod outcome;
+mod pace;
 mod pusher;
 mod redis;
 mod registry;
@@ -51,6 +52,7 @@ use tracing::warn;
 use crate::domain::{Expirations, SinkStore};
 use crate::metrics::Metrics;
 use allow::SinkAllow;
+pub use pace::{SinkRate, SinkRateFlag};
 pub(crate) use registry::{Origin, SinkState, SinkView, Sinks};
 pub use signing::SecretFileFlag;
 pub use spec::{SinkSpec, SinkSpecs};
@@ -75,6 +77,8 @@ pub struct SinkConfig {
     /// `--sink-secret-file NAMESPACE=PATH`: the secrets a namespace's pushes are signed
     /// with (see `signing`).
     pub secret_files: Vec<(String, PathBuf)>,
+    /// `--sink-rate NAMESPACE=RATE`: the rate of a `--sink` sink (see `pace`).
+    pub rates: Vec<SinkRateFlag>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +129,23 @@ impl CheckedSinks {
                 }
             }
         }
+        for (index, rate) in config.rates.iter().enumerate() {
+            let namespace = &rate.namespace;
+            if !config.sinks.iter().any(|sink| &sink.namespace == namespace) {
+                return Err(SinkError::Configuration(format!(
+                    "--sink-rate names namespace {namespace:?}, which --sink gives no sink \
+                     (a sink set through the API takes its rate in SetSink)"
+                )));
+            }
+            if config.rates[..index]
+                .iter()
+                .any(|earlier| &earlier.namespace == namespace)
+            {
+                return Err(SinkError::Configuration(format!(
+                    "--sink-rate: namespace {namespace:?} is given two rates"
+                )));
+            }
+        }
         let clients = config
             .sinks
             .iter()
@@ -167,7 +188,20 @@ impl CheckedSinks {
             expirations,
             metrics: metrics.clone(),
         };
-        let flagged = self.config.sinks.into_iter().zip(self.clients).collect();
+        let rates = self.config.rates;
+        let flagged = self
+            .config
+            .sinks
+            .into_iter()
+            .zip(self.clients)
+            .map(|(sink, client)| {
+                let rate = rates
+                    .iter()
+                    .find(|rate| rate.namespace == sink.namespace)
+                    .map(|rate| rate.rate);
+                (sink, client, rate)
+            })
+            .collect();
         Sinks::start(common, flagged, store).await
     }
 }

@@ -17,6 +17,11 @@ pub(crate) enum PushOutcome {
     /// The sink was reached and wants it again later: 408, 429, 5xx, or no answer within
     /// the push timeout. The attempt counts; `after` is its `Retry-After`, if it gave one.
     Retry { after: Option<Duration> },
+    /// The sink says it is sent too much: 429, a 503 with `Retry-After`, gRPC
+    /// RESOURCE_EXHAUSTED or UNAVAILABLE with `retry-after`. Not this expiration's fault:
+    /// no attempt is counted; the whole sink slows down (see [`super::pace`]) and the push
+    /// goes again once the sink's pace lets it.
+    SlowDown { after: Option<Duration> },
     /// Any other answer (4xx, 3xx, 1xx): the sink refuses this expiration. The attempt
     /// counts and it is retried with back-off until out of attempts, then dead; the sink
     /// itself is up, so this never opens its circuit.
@@ -37,8 +42,13 @@ impl PushOutcome {
             || status == StatusCode::TOO_MANY_REQUESTS
             || status.is_server_error();
         if asks_again {
-            Self::Retry {
-                after: retry_after(headers, SystemTime::now()),
+            let after = retry_after(headers, SystemTime::now());
+            let overloaded = status == StatusCode::TOO_MANY_REQUESTS
+                || (status == StatusCode::SERVICE_UNAVAILABLE && after.is_some());
+            if overloaded {
+                Self::SlowDown { after }
+            } else {
+                Self::Retry { after }
             }
         } else {
             Self::Rejected {
@@ -58,6 +68,10 @@ impl PushOutcome {
                 "the sink asked to be sent it again (408, 429 or 5xx), or did not answer in time"
                     .to_owned(),
             ),
+            Self::SlowDown { after } => Some(format!(
+                "the sink asked to be sent less (429, or 503 with Retry-After{}): the sink slows down",
+                after.map(|after| format!(" {after:?}")).unwrap_or_default()
+            )),
             Self::Rejected { status } => Some(format!("the sink rejected it with HTTP {status}")),
             Self::Unreachable { reason } => Some(format!("the sink was unreachable: {reason}")),
         }
@@ -68,6 +82,7 @@ impl PushOutcome {
         match self {
             Self::Delivered => "delivered",
             Self::Retry { .. } => "retry",
+            Self::SlowDown { .. } => "slowed",
             Self::Rejected { .. } => "rejected",
             Self::Unreachable { .. } => "unreachable",
         }
@@ -106,9 +121,10 @@ mod tests {
         for status in [200, 201, 202, 204] {
             assert_eq!(answer(status, None), PushOutcome::Delivered);
         }
-        for status in [408, 429, 500, 502, 503, 504] {
+        for status in [408, 500, 502, 503, 504] {
             assert_eq!(answer(status, None), PushOutcome::Retry { after: None });
         }
+        assert_eq!(answer(429, None), PushOutcome::SlowDown { after: None });
         for status in [301, 400, 401, 403, 404, 410, 422] {
             assert_eq!(answer(status, None), PushOutcome::Rejected { status });
         }
@@ -118,19 +134,26 @@ mod tests {
     fn retry_after_is_honoured_in_seconds_or_as_a_date_within_a_bound() {
         assert_eq!(
             answer(429, Some("1")),
-            PushOutcome::Retry {
+            PushOutcome::SlowDown {
                 after: Some(Duration::from_secs(1))
             }
         );
         assert_eq!(
             answer(503, Some("86400")),
-            PushOutcome::Retry {
+            PushOutcome::SlowDown {
                 after: Some(MAX_RETRY_AFTER)
             }
         );
         assert_eq!(
             answer(503, Some("soon")),
             PushOutcome::Retry { after: None }
+        );
+        assert_eq!(
+            answer(500, Some("1")),
+            PushOutcome::Retry {
+                after: Some(Duration::from_secs(1))
+            },
+            "only 429 and 503 speak of load"
         );
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
         let mut headers = HeaderMap::new();

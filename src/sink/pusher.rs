@@ -35,6 +35,7 @@ use tracing::{debug, error, info, warn};
 use super::circuit::{backoff, Admission, Circuit, Judged};
 use super::client::SinkClient;
 use super::outcome::PushOutcome;
+use super::pace::Pace;
 use super::signing::Signing;
 use crate::domain::{Delivered, Expirations, Hold, SubscribeOptions};
 use crate::metrics::sinks::SinkSeries;
@@ -78,6 +79,8 @@ pub(crate) struct Pusher {
     pub(crate) paused: watch::Sender<bool>,
     /// True while the pusher holds a subscription: what a pause waits to see false.
     pub(crate) pulling: watch::Sender<bool>,
+    /// How fast pushes may leave: the rate set, and the sink's own slow-downs.
+    pub(crate) pace: Pace,
     /// What the last push that did not deliver met (for `SinkStatus`).
     pub(crate) last_error: std::sync::Mutex<Option<String>>,
 }
@@ -237,6 +240,11 @@ impl Pusher {
                 return;
             }
             let outcome = self.push(&delivered).await;
+            // The sink slows down before this push's place is given up: no push may take
+            // it and leave before the pace knows.
+            if let PushOutcome::SlowDown { after } = &outcome {
+                self.pace.slow_down(*after);
+            }
             // Its place among the pushes is for the next push: waiting for a retry, or
             // for an unreachable sink, never holds one.
             drop(room);
@@ -259,6 +267,14 @@ impl Pusher {
                     // for less: a `Retry-After: 0` must not burn attempts back to back.
                     let floor = backoff(delivered.attempt, delivered.delivery_id);
                     after.map_or(floor, |after| after.max(floor))
+                }
+                PushOutcome::SlowDown { after } => {
+                    // The sink is up and overloaded: the whole sink slows down, and this
+                    // push goes again when the pace lets it, as the same attempt (its
+                    // claim renewed while it waits).
+                    self.circuit_answered();
+                    debug!(namespace = %self.namespace, ?after, "a sink asked to be sent less; slowing down");
+                    continue;
                 }
                 PushOutcome::Unreachable { reason } => {
                     self.circuit_failed(admission, judged);
@@ -331,8 +347,9 @@ impl Pusher {
     }
 
     /// The circuit's word (kept in `admission` once had: this is cancelled and called
-    /// again while the claim is renewed), then a place among the pushes in flight. The
-    /// circuit first: a push waiting for the circuit holds no place another could use.
+    /// again while the claim is renewed), then a place among the pushes in flight, then
+    /// the sink's pace. The circuit first: a push waiting for the circuit holds no place
+    /// another could use.
     async fn circuit_then_room(
         &self,
         judged: Judged,
@@ -341,10 +358,13 @@ impl Pusher {
         if admission.is_none() {
             *admission = Some(self.circuit.admit(judged).await);
         }
-        self.room
+        let room = self
+            .room
             .acquire()
             .await
-            .expect("a sink's room is never closed")
+            .expect("a sink's room is never closed");
+        self.pace.ready().await;
+        room
     }
 
     /// The claim a push needs left as it starts: the push itself, then its ack.

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use super::allow::SinkAllow;
 use super::circuit::Circuit;
 use super::client::SinkClient;
+use super::pace::{Pace, SinkRate};
 use super::pusher::Pusher;
 use super::spec::{masked, SinkSpec, SinkTarget};
 use super::stored::StoredLine;
@@ -44,13 +45,15 @@ pub(crate) enum Origin {
 }
 
 /// A sink as it may be shown: its URL without credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SinkView {
     pub(crate) namespace: String,
     pub(crate) url: String,
     pub(crate) origin: Origin,
     /// Paused (PauseSink): no push leaves until it is resumed.
     pub(crate) paused: bool,
+    /// The rate set (`--sink-rate` or SetSink); None if unlimited.
+    pub(crate) rate: Option<SinkRate>,
 }
 
 /// How a running sink is doing. The counts are this process's pushes to the namespace's
@@ -60,11 +63,14 @@ pub(crate) struct SinkState {
     pub(crate) sink: SinkView,
     /// 0 closed, 1 open, 2 half open.
     pub(crate) circuit: i64,
+    /// The pace the sink's own slow-downs (429) hold it to now; None if not slowed.
+    pub(crate) slowed: Option<f64>,
     pub(crate) in_flight: u64,
     pub(crate) delivered: u64,
     pub(crate) retry: u64,
     pub(crate) rejected: u64,
     pub(crate) unreachable: u64,
+    pub(crate) slowed_pushes: u64,
     pub(crate) last_error: Option<String>,
 }
 
@@ -98,6 +104,7 @@ impl Running {
             url: self.shown.clone(),
             origin: self.origin,
             paused: self.pusher.is_paused(),
+            rate: self.pusher.pace.rate(),
         }
     }
 
@@ -135,16 +142,21 @@ impl Sinks {
     /// was checked), and for each kept in `store`; follows the store if it is shared.
     pub(crate) async fn start(
         common: Common,
-        flagged_sinks: Vec<(SinkSpec, SinkClient)>,
+        flagged_sinks: Vec<(SinkSpec, SinkClient, Option<SinkRate>)>,
         store: Arc<dyn SinkStore>,
     ) -> Sinks {
         let mut running = BTreeMap::new();
         let mut flagged = BTreeSet::new();
-        for (SinkSpec { namespace, target }, client) in flagged_sinks {
+        for (SinkSpec { namespace, target }, client, rate) in flagged_sinks {
             flagged.insert(namespace.clone());
             let shown = target.to_string();
             // Paused until the store is read: it may say the sink was paused.
-            let pusher = common.start(namespace.clone(), client, shown, Origin::Flag, None, true);
+            let settings = StoredLine {
+                url: None,
+                paused: true,
+                rate,
+            };
+            let pusher = common.start(namespace.clone(), client, shown, settings);
             running.insert(namespace, pusher);
         }
         let registry = Arc::new(Registry {
@@ -168,13 +180,15 @@ impl Sinks {
         }
     }
 
-    /// Sets `namespace`'s sink to `url` (a new one, or a new URL for it): refused, and
-    /// nothing kept, for a URL that does not parse or that `--sink-allow` refuses, for a
-    /// namespace `--sink` gives a sink, and past the most sinks. True if it changed.
+    /// Sets `namespace`'s sink to `url` at `rate` (a new one, or a new URL or rate for
+    /// it): refused, and nothing kept, for a URL that does not parse or that
+    /// `--sink-allow` refuses, for a namespace `--sink` gives a sink, and past the most
+    /// sinks. A new rate alone applies to the running pusher at once. True if it changed.
     pub(crate) async fn set(
         &self,
         namespace: String,
         url: String,
+        rate: Option<SinkRate>,
     ) -> Result<(SinkView, bool), TimerError> {
         let registry = &self.registry;
         let target = SinkTarget::parse(&url).map_err(|why| TimerError::invalid("url", why))?;
@@ -209,6 +223,7 @@ impl Sinks {
         let line = StoredLine {
             url: Some(url.clone()),
             paused,
+            rate,
         };
         // Written even when unchanged here: another replica may have removed it since.
         registry
@@ -217,17 +232,14 @@ impl Sinks {
             .await?;
         if let Some(current) = running.get(&namespace) {
             if current.stored_url.as_deref() == Some(url.as_str()) {
-                return Ok((current.view(), false));
+                let changed = current.pusher.pace.rate() != rate;
+                current.pusher.pace.set_rate(rate);
+                return Ok((current.view(), changed));
             }
         }
-        let started = registry.common.start(
-            namespace.clone(),
-            client,
-            shown_as,
-            Origin::Api,
-            Some(url),
-            paused,
-        );
+        let started = registry
+            .common
+            .start(namespace.clone(), client, shown_as, line);
         let view = started.view();
         let replaced = running.insert(namespace, started);
         // Stopped outside the lock (its pushes in flight may take seconds to finish), so
@@ -258,6 +270,7 @@ impl Sinks {
             url: masked(line.url.as_deref().unwrap_or_default()),
             origin: Origin::Api,
             paused: line.paused,
+            rate: line.rate,
         })
     }
 
@@ -276,9 +289,12 @@ impl Sinks {
             return Err(TimerError::stopped());
         }
         let current = running.get(namespace).ok_or_else(|| no_sink(namespace))?;
+        // A `--sink` sink's rate is its flag's, never kept.
+        let rate = current.stored_url.as_ref().and(current.pusher.pace.rate());
         let line = StoredLine {
             url: current.stored_url.clone(),
             paused,
+            rate,
         };
         match line.line() {
             Some(line) => registry.store.put(namespace.to_owned(), line).await?,
@@ -379,16 +395,25 @@ impl Common {
     }
 
     /// Starts a pusher for `namespace` over `client`, shown in logs as `shown_as` (its
-    /// target, no credentials).
+    /// target, no credentials), with `settings`: a sink set through the API has its URL
+    /// there, one of `--sink` none.
     fn start(
         &self,
         namespace: String,
         client: SinkClient,
         shown_as: String,
-        origin: Origin,
-        stored_url: Option<String>,
-        paused: bool,
+        settings: StoredLine,
     ) -> Running {
+        let StoredLine {
+            url: stored_url,
+            paused,
+            rate,
+        } = settings;
+        let origin = if stored_url.is_some() {
+            Origin::Api
+        } else {
+            Origin::Flag
+        };
         let series = self.metrics.sinks.announce(&namespace);
         // A URL given whole (through the API) is shown as given, its credentials
         // masked; `--sink`'s as its target shows it.
@@ -409,6 +434,7 @@ impl Common {
             room: tokio::sync::Semaphore::new(self.max_in_flight),
             signing,
             paused: watch::Sender::new(paused),
+            pace: Pace::new(rate),
             pulling: watch::Sender::new(false),
             last_error: Mutex::default(),
         });
@@ -462,11 +488,13 @@ impl Common {
         SinkState {
             sink: running.view(),
             circuit: running.pusher.circuit.gauge_value(),
+            slowed: running.pusher.pace.slowed(),
             in_flight: u64::try_from(in_flight).unwrap_or(0),
             delivered: count("delivered"),
             retry: count("retry"),
             rejected: count("rejected"),
             unreachable: count("unreachable"),
+            slowed_pushes: count("slowed"),
             last_error: running
                 .pusher
                 .last_error

@@ -1,5 +1,6 @@
 //! How a sink's entry reads in the backend's [`crate::domain::SinkStore`]: its URL, then
-//! its settings, space-separated (a URL holds no unescaped space): `URL` or `URL paused`.
+//! its settings, space-separated (a URL holds no unescaped space): `URL`, `URL paused`,
+//! `URL rate=50/s,burst=5 paused`.
 //! A sink given by `--sink` has its URL on the command line; its entry, kept only while it
 //! has a setting to keep, is `--sink paused`. One string per namespace, so that both
 //! backends keep settings with no change to their store; a tickd that predates a setting
@@ -9,14 +10,19 @@
 /// Where a `--sink` entry's URL would be.
 const FLAG_SINK: &str = "--sink";
 const PAUSED: &str = "paused";
+const RATE: &str = "rate=";
+
+use super::pace::SinkRate;
 
 /// A sink's entry in the store, read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredLine {
     /// The URL kept, credentials and all; None for a `--sink` sink's settings.
     pub(crate) url: Option<String>,
     /// Paused (PauseSink): no push leaves until resumed.
     pub(crate) paused: bool,
+    /// The rate set with SetSink (a `--sink` sink's is its flag's, never kept here).
+    pub(crate) rate: Option<SinkRate>,
 }
 
 impl StoredLine {
@@ -28,15 +34,18 @@ impl StoredLine {
             Some(url) => Some(url.to_owned()),
             None => return Err("an empty entry".into()),
         };
-        let mut paused = false;
+        let (mut paused, mut rate) = (false, None);
         for setting in words {
             match setting {
                 PAUSED if !paused => paused = true,
+                setting if setting.starts_with(RATE) && rate.is_none() && url.is_some() => {
+                    rate = Some(setting[RATE.len()..].parse()?);
+                }
                 // Not echoed whole: an entry holds credentials.
                 _ => return Err("a setting this tickd does not know".into()),
             }
         }
-        Ok(StoredLine { url, paused })
+        Ok(StoredLine { url, paused, rate })
     }
 
     /// The entry to keep; None for a `--sink` sink with nothing to keep.
@@ -46,6 +55,11 @@ impl StoredLine {
             None if !self.paused => return None,
             None => FLAG_SINK.to_owned(),
         };
+        if let (Some(rate), Some(_)) = (self.rate, &self.url) {
+            line.push(' ');
+            line.push_str(RATE);
+            line.push_str(&rate.to_string());
+        }
         if self.paused {
             line.push(' ');
             line.push_str(PAUSED);
@@ -60,14 +74,18 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_as_it_was_kept() {
-        for (url, paused) in [
-            (Some("http://u:p@127.0.0.1/x#protobuf,h2c"), false),
-            (Some("grpc://127.0.0.1:9"), true),
-            (None, true),
+        let rate = "7.5/s,burst=3".parse().ok();
+        for (url, paused, rate) in [
+            (Some("http://u:p@127.0.0.1/x#protobuf,h2c"), false, None),
+            (Some("grpc://127.0.0.1:9"), true, None),
+            (Some("http://127.0.0.1/r"), true, rate),
+            (Some("http://127.0.0.1/r"), false, rate),
+            (None, true, None),
         ] {
             let kept = StoredLine {
                 url: url.map(str::to_owned),
                 paused,
+                rate,
             };
             let line = kept.line().expect("an entry");
             assert_eq!(StoredLine::parse(&line), Ok(kept), "{line}");
@@ -75,6 +93,7 @@ mod tests {
         let nothing = StoredLine {
             url: None,
             paused: false,
+            rate: None,
         };
         assert_eq!(
             nothing.line(),
@@ -85,7 +104,14 @@ mod tests {
 
     #[test]
     fn an_entry_a_tickd_does_not_know_is_refused_without_echoing_it() {
-        for line in ["", "http://u:secret@h/ fast", "http://h/ paused paused"] {
+        for line in [
+            "",
+            "http://u:secret@h/ fast",
+            "http://h/ paused paused",
+            "http://h/ rate=1/s rate=2/s",
+            "http://h/ rate=fast",
+            "--sink rate=1/s",
+        ] {
             let error = StoredLine::parse(line).expect_err("refused");
             assert!(!error.contains("secret"), "{error}");
         }

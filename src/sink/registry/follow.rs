@@ -34,8 +34,8 @@ impl Registry {
     }
 
     /// Makes the pushers match `stored`: starts the sinks set through the API that are
-    /// new, replaces those whose URL changed, pauses or resumes every sink (`--sink`'s
-    /// too) as its entry says, and answers those no longer kept or replaced, to be
+    /// new, replaces those whose URL changed, sets their rates, pauses or resumes every
+    /// sink (`--sink`'s too) as its entry says, and answers those no longer kept or replaced, to be
     /// stopped once the lock is let go.
     fn follow(&self, running: &mut BTreeMap<String, Running>, stored: StoredSinks) -> Vec<Running> {
         let mut stopping = Vec::new();
@@ -78,7 +78,9 @@ impl Registry {
             }
         }
         for (namespace, entry) in entries {
-            let Some(url) = entry.url else { continue };
+            let Some(url) = entry.url.clone() else {
+                continue;
+            };
             if self.flagged.contains(&namespace) {
                 // `--sink` wins; the kept sink comes back if the flag is dropped.
                 continue;
@@ -86,6 +88,9 @@ impl Registry {
             if let Some(current) = running.get(&namespace) {
                 if current.stored_url.as_deref() == Some(url.as_str()) {
                     current.pusher.mark_paused(entry.paused);
+                    if current.pusher.pace.rate() != entry.rate {
+                        current.pusher.pace.set_rate(entry.rate);
+                    }
                     continue;
                 }
             }
@@ -104,14 +109,9 @@ impl Registry {
                     continue;
                 }
             };
-            let started = self.common.start(
-                namespace.clone(),
-                client,
-                shown_as,
-                Origin::Api,
-                Some(url),
-                entry.paused,
-            );
+            let started = self
+                .common
+                .start(namespace.clone(), client, shown_as, entry);
             stopping.extend(running.insert(namespace, started));
         }
         stopping

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! tickctl sink set orders 'http://user:secret@10.0.0.7:8080/timers'
+//! tickctl sink set orders 'http://user:secret@10.0.0.7:8080/timers' --rate 50/s
 //! tickctl sink get orders
 //! tickctl sink pause orders      # no push leaves; expirations wait in the buffer
 //! tickctl sink resume orders
@@ -41,6 +42,10 @@ enum Action {
         of: String,
         /// Where they go, as --sink takes it: http://[user:password@]host[:port]/path[#json|#protobuf][,h2c].
         url: String,
+        /// The most pushes a second: 50/s, or 50/s,burst=10 (none: no limit). Set again
+        /// with the same URL, only the rate changes.
+        #[arg(long)]
+        rate: Option<String>,
     },
     /// Show a namespace's sink, its credentials masked.
     Get {
@@ -83,8 +88,16 @@ impl Sink {
     pub(crate) async fn run(self, session: &Session) -> Result<ExitCode, Failure> {
         let api = session.sinks_api();
         match self.action {
-            Action::Set { of: namespace, url } => {
-                let request = session.request(SetSinkRequest { namespace, url });
+            Action::Set {
+                of: namespace,
+                url,
+                rate,
+            } => {
+                let request = session.request(SetSinkRequest {
+                    namespace,
+                    url,
+                    rate: rate.unwrap_or_default(),
+                });
                 let answer = session.unary(api.clone().set_sink(request)).await?;
                 if session.wants_json() {
                     output::print_message(&answer);
@@ -158,10 +171,13 @@ impl Sink {
                             "URL",
                             "FROM",
                             "PAUSED",
+                            "RATE",
+                            "SLOWED TO",
                             "CIRCUIT",
                             "IN FLIGHT",
                             "DELIVERED",
                             "RETRY",
+                            "SLOWED",
                             "REJECTED",
                             "UNREACHABLE",
                             "LAST ERROR",
@@ -196,15 +212,29 @@ fn origin(sink: &SinkMessage) -> &'static str {
     }
 }
 
-/// `namespace=orders url=http://***@10.0.0.7:8080/timers from=api paused=false`.
+/// `namespace=orders url=http://***@10.0.0.7:8080/timers from=api paused=false`, and
+/// ` rate=50/s,burst=5` when it has one.
 fn sink_line(sink: &SinkMessage) -> String {
+    let rate = if sink.rate.is_empty() {
+        String::new()
+    } else {
+        format!(" rate={}", sink.rate)
+    };
     format!(
-        "namespace={} url={} from={} paused={}",
+        "namespace={} url={} from={} paused={}{rate}",
         shown(&sink.namespace),
         sink.url,
         origin(sink),
         sink.paused
     )
+}
+
+fn or_dash(text: &str) -> String {
+    if text.is_empty() {
+        "-".to_owned()
+    } else {
+        text.to_owned()
+    }
 }
 
 fn status_row(state: &SinkState) -> Vec<String> {
@@ -220,16 +250,19 @@ fn status_row(state: &SinkState) -> Vec<String> {
         sink.url.clone(),
         origin(&sink).to_owned(),
         if sink.paused { "yes" } else { "no" }.to_owned(),
+        or_dash(&sink.rate),
+        if state.slowed_to > 0.0 {
+            format!("{:.1}/s", state.slowed_to)
+        } else {
+            "-".to_owned()
+        },
         circuit.to_owned(),
         state.in_flight.to_string(),
         state.delivered.to_string(),
         state.retry.to_string(),
+        state.slowed.to_string(),
         state.rejected.to_string(),
         state.unreachable.to_string(),
-        if state.last_error.is_empty() {
-            "-".to_owned()
-        } else {
-            state.last_error.clone()
-        },
+        or_dash(&state.last_error),
     ]
 }
