@@ -3,7 +3,8 @@
 //! spend no attempt, whatever the healthy sink beside it does; the pause holds across a
 //! SIGKILL or SIGTERM, for a sink set through the API and for one of `--sink`; resumed,
 //! every expiration is pushed as its first attempt and acknowledged. A pause of a namespace
-//! with no sink is NOT_FOUND and changes nothing.
+//! with no sink is NOT_FOUND and changes nothing. On two replicas of one database, a
+//! pause through one holds on both, and a resume through the other frees both.
 
 mod common;
 
@@ -13,6 +14,8 @@ use std::path::Path;
 use common::daemon::{tickd_command, Daemon};
 use common::http_sink::{always, keys, HttpSink};
 use common::metrics::{deliveries_settled, scrape_until};
+use common::replica_set::ReplicaSet;
+use common::tooling::skip_postgres;
 use common::*;
 use tickd::proto::sinks_client::SinksClient;
 use tickd::proto::timers_client::TimersClient;
@@ -215,4 +218,109 @@ async fn a_pause_holds_across_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_holds_across_sigterm() {
     a_pause_holds_across_a_restart("TERM").await;
+}
+
+/// Whether replica `id`'s SinkStatus shows `namespace` paused as `paused`, with `rate`.
+async fn replica_shows_paused(
+    set: &ReplicaSet,
+    id: &str,
+    namespace: &str,
+    paused: bool,
+    rate: &str,
+) -> Result<(), String> {
+    let mut sinks = SinksClient::new(lazy(set.daemon(id).addr));
+    let shown: Vec<(String, bool)> = paused_in_status(&mut sinks).await;
+    let view = sinks
+        .get_sink(tickd::proto::GetSinkRequest {
+            namespace: namespace.into(),
+        })
+        .await
+        .map_err(|status| status.to_string())?
+        .into_inner()
+        .sink
+        .unwrap_or_default();
+    if shown.contains(&(namespace.to_owned(), paused)) && view.rate == rate {
+        Ok(())
+    } else {
+        Err(format!("{id} shows {shown:?}, rate {:?}", view.rate))
+    }
+}
+
+/// Two replicas of one database: a sink paused through one is paused on both (none of its
+/// expirations, registered through either, is pushed while a healthy sink beside it
+/// pushes); resumed through the other, every one arrives as its first attempt. Its rate,
+/// set through one, shows on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_pause_and_resume_a_sink_together() {
+    if skip_postgres("replicas_pause_and_resume_a_sink_together") {
+        return;
+    }
+    const IDS: [&str; 2] = ["a", "b"];
+    const PER_REPLICA: usize = 100;
+    let paused_sink = HttpSink::start(always(200)).await;
+    let control = HttpSink::start(always(200)).await;
+    let set_of = ReplicaSet::start(&IDS, &[]).await;
+    set_of
+        .eventually("both replicas own partitions", || {
+            set_of.each_owns_a_partition(&IDS)
+        })
+        .await;
+    let mut through_a = SinksClient::new(lazy(set_of.daemon("a").addr));
+    for (namespace, url, rate) in [
+        (SET, paused_sink.url("/s"), "1000/s"),
+        (CONTROL, control.url("/c"), ""),
+    ] {
+        through_a
+            .set_sink(SetSinkRequest {
+                namespace: namespace.into(),
+                url,
+                rate: rate.into(),
+            })
+            .await
+            .expect("SetSink through a");
+    }
+    let (view, changed) = pause(&mut through_a, SET).await;
+    assert!(view.paused && changed);
+    set_of
+        .eventually("b pauses the sink paused through a", || {
+            replica_shows_paused(&set_of, "b", SET, true, "1000/s,burst=100")
+        })
+        .await;
+    for id in IDS {
+        register_all(&mut set_of.client(id), specs(SET, PER_REPLICA, 100)).await;
+    }
+    for (index, id) in IDS.into_iter().enumerate() {
+        register_all(
+            &mut set_of.client(id),
+            specs(CONTROL, CONTROL_EXPIRATIONS, 800),
+        )
+        .await;
+        control
+            .wait_for("the control expirations", |pushes| {
+                keys(pushes).len() == (index + 1) * CONTROL_EXPIRATIONS
+            })
+            .await;
+    }
+    assert!(
+        paused_sink.pushes().is_empty(),
+        "a replica pushed to a paused sink"
+    );
+
+    let mut through_b = SinksClient::new(lazy(set_of.daemon("b").addr));
+    let (view, changed) = resume(&mut through_b, SET).await;
+    assert!(!view.paused && changed);
+    paused_sink
+        .wait_for("every expiration, once resumed", |pushes| {
+            keys(pushes).len() == 2 * PER_REPLICA
+        })
+        .await;
+    assert!(
+        paused_sink.pushes().iter().all(|push| push.attempt == 1),
+        "an attempt was spent while paused"
+    );
+    set_of
+        .eventually("a resumes the sink resumed through b", || {
+            replica_shows_paused(&set_of, "a", SET, false, "1000/s,burst=100")
+        })
+        .await;
 }
