@@ -216,6 +216,7 @@ async fn a_rate_set_through_the_api_changes_at_run_time_and_is_kept_across_sigki
         namespace: NAMESPACE.into(),
         url: url.clone(),
         rate: rate.into(),
+        ..Default::default()
     };
     let first = sinks.set_sink(set("20/s")).await.unwrap().into_inner();
     assert!(first.changed);

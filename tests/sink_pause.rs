@@ -275,6 +275,7 @@ async fn replicas_pause_and_resume_a_sink_together() {
                 namespace: namespace.into(),
                 url,
                 rate: rate.into(),
+                ..Default::default()
             })
             .await
             .expect("SetSink through a");

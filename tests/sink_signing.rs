@@ -20,7 +20,7 @@ use common::tooling::{python_venv, repo, run_with_stdin, skip_polyglot};
 use common::*;
 use tickd::proto::sinks_client::SinksClient;
 use tickd::proto::timers_client::TimersClient;
-use tickd::proto::{GetSinkRequest, SinkStatusRequest};
+use tickd::proto::{GetSinkRequest, SetSinkRequest, SinkStatusRequest};
 use tonic::transport::Channel;
 
 const NAMESPACE: &str = "signed";
@@ -257,4 +257,136 @@ fn an_unusable_secret_file_refuses_the_start_without_echoing_it() {
         "{log}"
     );
     assert!(!log.contains("hunter2"), "{log}");
+}
+
+/// Secrets given in SetSink rather than a file: every push verifies under them, a rotation
+/// is a SetSink with both then the new one, they are kept across SIGKILL, a secret tickd
+/// cannot use is INVALID_ARGUMENT naming `secrets` (never echoing it) and changes nothing,
+/// and none shows in the log, `/metrics`, SinkStatus or GetSink (which says `signed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_given_in_set_sink_sign_every_push_across_a_rotation_and_a_restart() {
+    if skip_polyglot("sink_signing (the standardwebhooks library from PyPI)") {
+        return;
+    }
+    let python = python_venv(
+        "signing-venv",
+        &repo().join("tests/sink_signing/requirements.txt"),
+    )
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    let (old, new) = (secret(0xc3), secret(0xd4));
+    let dir = tempfile::tempdir().unwrap();
+    let sink = HttpSink::start(always(200)).await;
+    let start = || {
+        let mut command = tickd_command();
+        command
+            .args(["--metrics-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("TICKD_LOG", "debug");
+        Daemon::start(command)
+    };
+    let mut daemon = start();
+    let connect = |daemon: &Daemon| {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
+            .unwrap()
+            .connect_lazy();
+        (
+            SinksClient::new(channel.clone()),
+            TimersClient::new(channel),
+        )
+    };
+    let (mut sinks, mut client) = connect(&daemon);
+    let set = |secrets: &[&str]| SetSinkRequest {
+        namespace: NAMESPACE.into(),
+        url: sink.url("/api"),
+        secrets: secrets.iter().map(|secret| (*secret).to_owned()).collect(),
+        ..Default::default()
+    };
+    let answer = sinks.set_sink(set(&[&old])).await.unwrap().into_inner();
+    assert!(answer.sink.unwrap().signed);
+
+    let mut checks = Vec::new();
+    let mut expected = Vec::new();
+    let mut expect = |push: &Push, secret: &str, tampered: bool, verified: bool| {
+        checks.push(check(push, secret, tampered));
+        expected.push(verified);
+    };
+    for push in round(&mut client, &sink, 100).await {
+        expect(&push, &old, false, true);
+        expect(&push, &old, true, false);
+    }
+    // Refused, and nothing changes: still signed with the old secret alone.
+    let short = format!("whsec_{}", STANDARD.encode([7u8; 8]));
+    for unusable in [
+        vec!["not-a-secret".to_owned()],
+        vec![short.clone()],
+        vec![old.clone(); 5],
+    ] {
+        let request = SetSinkRequest {
+            secrets: unusable.clone(),
+            ..set(&[])
+        };
+        let refused = sinks.set_sink(request).await.expect_err("unusable");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(refused.message().contains("secrets"), "{refused:?}");
+        assert!(
+            !refused.message().contains(&short[6..]),
+            "echoed: {refused:?}"
+        );
+    }
+    // A rotation: both, then the new one; each answered before any push of the next round.
+    let both = sinks
+        .set_sink(set(&[&old, &new]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(both.changed);
+    for push in round(&mut client, &sink, 100).await {
+        assert_eq!(signatures(&push), 2, "{push:?}");
+        expect(&push, &old, false, true);
+        expect(&push, &new, false, true);
+    }
+    sinks.set_sink(set(&[&new])).await.unwrap();
+    daemon.kill();
+    let daemon = start();
+    let (mut sinks, mut client) = connect(&daemon);
+    for push in round(&mut client, &sink, 100).await {
+        assert_eq!(signatures(&push), 1, "{push:?}");
+        expect(&push, &new, false, true);
+        expect(&push, &old, false, false);
+        expect(&push, &new, true, false);
+    }
+    let verdicts = verdicts(&python, &checks);
+    for (index, (verdict, verified)) in verdicts.iter().zip(&expected).enumerate() {
+        assert_eq!(verdict == "ok", *verified, "check {index}: {verdict}");
+    }
+
+    let status = sinks
+        .sink_status(SinkStatusRequest {
+            namespace: String::new(),
+            all: true,
+        })
+        .await
+        .expect("sink status")
+        .into_inner();
+    let got = sinks
+        .get_sink(GetSinkRequest {
+            namespace: NAMESPACE.into(),
+        })
+        .await
+        .expect("get sink")
+        .into_inner();
+    assert!(got.sink.as_ref().is_some_and(|sink| sink.signed), "{got:?}");
+    let metrics = fetch_metrics(daemon.metrics_addr(), None).await.body;
+    let shown = [
+        ("the log", daemon.log_text()),
+        ("/metrics", metrics),
+        ("SinkStatus", format!("{status:?}")),
+        ("GetSink", format!("{got:?}")),
+    ];
+    for secret in [&old, &new] {
+        let encoded = secret.trim_start_matches("whsec_");
+        for (where_shown, text) in &shown {
+            assert!(!text.contains(encoded), "a secret in {where_shown}");
+        }
+    }
 }

@@ -40,7 +40,9 @@ impl proto::sinks_server::Sinks for SinksService {
         request: Request<proto::SetSinkRequest>,
     ) -> Result<Response<proto::SetSinkResponse>, Status> {
         let namespace = self.namespace(&request, &request.get_ref().namespace)?;
-        let proto::SetSinkRequest { url, rate, .. } = request.into_inner();
+        let proto::SetSinkRequest {
+            url, rate, secrets, ..
+        } = request.into_inner();
         if url.is_empty() {
             return Err(Status::invalid_argument("url: give the sink's URL"));
         }
@@ -51,7 +53,7 @@ impl proto::sinks_server::Sinks for SinksService {
                     .map_err(|why| Status::invalid_argument(format!("rate: {why}")))?,
             ),
         };
-        let (sink, changed) = self.sinks.set(namespace, url, rate).await?;
+        let (sink, changed) = self.sinks.set(namespace, url, rate, secrets).await?;
         Ok(Response::new(proto::SetSinkResponse {
             sink: Some(sink_message(sink)),
             changed,
@@ -147,6 +149,7 @@ fn sink_message(sink: SinkView) -> proto::SinkView {
         } as i32,
         paused: sink.paused,
         rate: sink.rate.map(|rate| rate.to_string()).unwrap_or_default(),
+        signed: sink.signed,
     }
 }
 

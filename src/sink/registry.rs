@@ -23,6 +23,7 @@ use super::circuit::Circuit;
 use super::client::SinkClient;
 use super::pace::{Pace, SinkRate};
 use super::pusher::Pusher;
+use super::signing::Signing;
 use super::spec::{masked, SinkSpec, SinkTarget};
 use super::stored::StoredLine;
 use super::tls::SinkSecurity;
@@ -54,6 +55,8 @@ pub(crate) struct SinkView {
     pub(crate) paused: bool,
     /// The rate set (`--sink-rate` or SetSink); None if unlimited.
     pub(crate) rate: Option<SinkRate>,
+    /// Its pushes are signed (`--sink-secret-file`, or secrets given in SetSink).
+    pub(crate) signed: bool,
 }
 
 /// How a running sink is doing. The counts are this process's pushes to the namespace's
@@ -90,6 +93,8 @@ struct Running {
     /// The URL as kept in the store (credentials and all), for a sink set through the
     /// API: a URL read again unchanged leaves its pusher alone.
     stored_url: Option<String>,
+    /// The signing secrets SetSink gave with it (never shown).
+    stored_secrets: Vec<String>,
     /// The URL as it may be shown: its credentials as `***@`.
     shown: String,
     pusher: Arc<Pusher>,
@@ -105,6 +110,7 @@ impl Running {
             origin: self.origin,
             paused: self.pusher.is_paused(),
             rate: self.pusher.pace.rate(),
+            signed: self.pusher.signing.is_some(),
         }
     }
 
@@ -155,6 +161,7 @@ impl Sinks {
                 url: None,
                 paused: true,
                 rate,
+                secrets: Vec::new(),
             };
             let pusher = common.start(namespace.clone(), client, shown, settings);
             running.insert(namespace, pusher);
@@ -189,9 +196,13 @@ impl Sinks {
         namespace: String,
         url: String,
         rate: Option<SinkRate>,
+        secrets: Vec<String>,
     ) -> Result<(SinkView, bool), TimerError> {
         let registry = &self.registry;
         let target = SinkTarget::parse(&url).map_err(|why| TimerError::invalid("url", why))?;
+        if !secrets.is_empty() {
+            Signing::given(&secrets).map_err(|why| TimerError::invalid("secrets", why))?;
+        }
         registry.refuse_flagged(&namespace)?;
         match registry
             .common
@@ -224,6 +235,7 @@ impl Sinks {
             url: Some(url.clone()),
             paused,
             rate,
+            secrets,
         };
         // Written even when unchanged here: another replica may have removed it since.
         registry
@@ -231,7 +243,10 @@ impl Sinks {
             .put(namespace.clone(), line.line().unwrap_or_default())
             .await?;
         if let Some(current) = running.get(&namespace) {
-            if current.stored_url.as_deref() == Some(url.as_str()) {
+            // New secrets make a new pusher, as a new URL does; a new rate alone does not.
+            if current.stored_url.as_deref() == Some(url.as_str())
+                && current.stored_secrets == line.secrets
+            {
                 let changed = current.pusher.pace.rate() != rate;
                 current.pusher.pace.set_rate(rate);
                 return Ok((current.view(), changed));
@@ -271,6 +286,8 @@ impl Sinks {
             origin: Origin::Api,
             paused: line.paused,
             rate: line.rate,
+            signed: !line.secrets.is_empty()
+                || registry.common.security.signing_for(namespace).is_some(),
         })
     }
 
@@ -295,6 +312,7 @@ impl Sinks {
             url: current.stored_url.clone(),
             paused,
             rate,
+            secrets: current.stored_secrets.clone(),
         };
         match line.line() {
             Some(line) => registry.store.put(namespace.to_owned(), line).await?,
@@ -408,6 +426,7 @@ impl Common {
             url: stored_url,
             paused,
             rate,
+            secrets: stored_secrets,
         } = settings;
         let origin = if stored_url.is_some() {
             Origin::Api
@@ -421,7 +440,12 @@ impl Common {
             .as_deref()
             .map_or_else(|| shown_as.clone(), masked);
         let (stop, stopping) = watch::channel(false);
-        let signing = self.security.signing_for(&namespace);
+        // Secrets given in SetSink (checked before they were kept) win over the file's.
+        let signing = if stored_secrets.is_empty() {
+            self.security.signing_for(&namespace)
+        } else {
+            Signing::given(&stored_secrets).ok().map(Arc::new)
+        };
         let pusher = Arc::new(Pusher {
             shown_as,
             sink: client,
@@ -442,6 +466,7 @@ impl Common {
         Running {
             origin,
             stored_url,
+            stored_secrets,
             shown,
             pusher,
             stop,

@@ -9,8 +9,10 @@
 //! The file holds one secret per line in the spec's `whsec_<base64>` form; with two lines
 //! every push is signed with both, so that a secret is rotated without a gap (add the new
 //! one, move receivers to it, remove the old). It is read again within a second of
-//! changing (a [`WatchedFile`]). A secret is never shown: not in a log line, an error, a
-//! metric or an answer of the API; errors name the flag, the file and the line.
+//! changing (a [`WatchedFile`]). A sink set through the API may be given its secrets in
+//! `SetSink` instead (kept with the sink, as its URL's credentials are). A secret is never
+//! shown: not in a log line, an error, a metric or an answer of the API; errors name the
+//! flag, the file and the line, or the field and the secret's position.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -55,13 +57,46 @@ impl std::str::FromStr for SecretFileFlag {
     }
 }
 
-/// One namespace's secrets, as its file holds them.
-pub(crate) struct Signing {
-    file: WatchedFile<Secrets>,
+/// One namespace's secrets, as its file holds them or as `SetSink` gave them.
+pub(crate) enum Signing {
+    File(WatchedFile<Secrets>),
+    Given(Secrets),
 }
 
 /// The keys of a file's secrets, in its order.
-struct Secrets(Vec<hmac::Key>);
+pub(crate) struct Secrets(Vec<hmac::Key>);
+
+/// Why a secret cannot be used (never what it holds).
+enum Unusable {
+    NotInForm,
+    Size(usize),
+}
+
+/// A secret's key, from its `whsec_<base64>` form.
+fn key_of(secret: &str) -> Result<hmac::Key, Unusable> {
+    let decoded = secret
+        .strip_prefix(SECRET_PREFIX)
+        .and_then(|encoded| STANDARD.decode(encoded).ok())
+        .ok_or(Unusable::NotInForm)?;
+    if !SECRET_BYTES.contains(&decoded.len()) {
+        return Err(Unusable::Size(decoded.len()));
+    }
+    Ok(hmac::Key::new(hmac::HMAC_SHA256, &decoded))
+}
+
+impl Unusable {
+    /// The refusal, `what` naming the secret (a file's line, a field's position).
+    fn refusal(&self, what: &str) -> String {
+        match self {
+            Unusable::NotInForm => format!("{what} is not a secret in the form whsec_<base64>"),
+            Unusable::Size(bytes) => format!(
+                "{what} is {bytes} bytes; a secret is {} to {} bytes (before base64)",
+                SECRET_BYTES.start(),
+                SECRET_BYTES.end()
+            ),
+        }
+    }
+}
 
 /// What a signed push carries beside its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,9 +113,28 @@ impl Signing {
     /// Reads the secret file of `--sink-secret-file`, refusing one that cannot be read or
     /// holds no usable secret (the message names the flag, the file and the line).
     pub(crate) fn read(path: &Path) -> Result<Signing, String> {
-        Ok(Signing {
-            file: WatchedFile::read(FLAG, path, parse_secrets)?,
-        })
+        Ok(Signing::File(WatchedFile::read(FLAG, path, parse_secrets)?))
+    }
+
+    /// The secrets `SetSink` gave (1 to 4, each `whsec_<base64>`); refused naming the
+    /// field and the position, never the secret.
+    pub(crate) fn given(secrets: &[String]) -> Result<Signing, String> {
+        if secrets.is_empty() || secrets.len() > MOST_SECRETS {
+            return Err(format!(
+                "{} given; give 1 to {MOST_SECRETS} (two while rotating)",
+                secrets.len()
+            ));
+        }
+        let keys = secrets
+            .iter()
+            .enumerate()
+            .map(|(index, secret)| {
+                key_of(secret).map_err(|unusable| {
+                    unusable.refusal(&format!("the secret at position {}", index + 1))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Signing::Given(Secrets(keys)))
     }
 
     /// The signature of a push of `body` whose idempotency key is `id`, made now.
@@ -89,7 +143,10 @@ impl Signing {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs())
             .to_string();
-        sign_with(&self.file.current().0, id, timestamp, body)
+        match self {
+            Signing::File(file) => sign_with(&file.current().0, id, timestamp, body),
+            Signing::Given(secrets) => sign_with(&secrets.0, id, timestamp, body),
+        }
     }
 }
 
@@ -124,22 +181,13 @@ fn parse_secrets(flag: &str, path: &Path, contents: &str) -> Result<Secrets, Str
         }
         let number = index + 1;
         // Neither the line nor any part of it is echoed: it is a secret.
-        let decoded = line
-            .strip_prefix(SECRET_PREFIX)
-            .and_then(|encoded| STANDARD.decode(encoded).ok())
-            .ok_or_else(|| {
-                format!("{flag} {shown}: line {number} is not a secret in the form whsec_<base64>")
-            })?;
-        if !SECRET_BYTES.contains(&decoded.len()) {
-            return Err(format!(
-                "{flag} {shown}: the secret of line {number} is {} bytes; a secret is {} to {} \
-                 bytes (before base64)",
-                decoded.len(),
-                SECRET_BYTES.start(),
-                SECRET_BYTES.end()
-            ));
-        }
-        keys.push(hmac::Key::new(hmac::HMAC_SHA256, &decoded));
+        let key = key_of(line).map_err(|unusable| match unusable {
+            Unusable::NotInForm => unusable.refusal(&format!("{flag} {shown}: line {number}")),
+            Unusable::Size(_) => {
+                unusable.refusal(&format!("{flag} {shown}: the secret of line {number}"))
+            }
+        })?;
+        keys.push(key);
     }
     if keys.is_empty() {
         return Err(format!("{flag} {shown}: the file holds no secret"));
@@ -177,6 +225,35 @@ mod tests {
             signature.signatures,
             "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
         );
+    }
+
+    #[test]
+    fn secrets_given_sign_as_the_file_s_and_unusable_ones_are_refused_by_position() {
+        let one = format!("whsec_{}", STANDARD.encode([1u8; 32]));
+        let file = parse_secrets(FLAG, Path::new("x"), &one).unwrap();
+        let Ok(Signing::Given(given)) = Signing::given(std::slice::from_ref(&one)) else {
+            panic!("refused a usable secret");
+        };
+        assert_eq!(
+            sign_with(&given.0, "id", "1".into(), b"body"),
+            sign_with(&file.0, "id", "1".into(), b"body")
+        );
+        let short = format!("whsec_{}", STANDARD.encode([1u8; 8]));
+        for (secrets, says) in [
+            (vec![], "0 given"),
+            (vec![one.clone(); 5], "5 given"),
+            (
+                vec![one.clone(), "whsec_???".into()],
+                "position 2 is not a secret",
+            ),
+            (vec![short.clone()], "position 1 is 8 bytes"),
+        ] {
+            let Err(why) = Signing::given(&secrets) else {
+                panic!("took {secrets:?}");
+            };
+            assert!(why.contains(says), "{why}");
+            assert!(!why.contains(&short[6..]), "echoed: {why}");
+        }
     }
 
     #[test]

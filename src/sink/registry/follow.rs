@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::{Origin, Registry, Running, FOLLOW_EVERY};
 use crate::domain::StoredSinks;
+use crate::sink::signing::Signing;
 use crate::sink::spec::SinkTarget;
 use crate::sink::stored::StoredLine;
 
@@ -86,11 +87,19 @@ impl Registry {
                 continue;
             }
             if let Some(current) = running.get(&namespace) {
-                if current.stored_url.as_deref() == Some(url.as_str()) {
+                if current.stored_url.as_deref() == Some(url.as_str())
+                    && current.stored_secrets == entry.secrets
+                {
                     current.pusher.mark_paused(entry.paused);
                     if current.pusher.pace.rate() != entry.rate {
                         current.pusher.pace.set_rate(entry.rate);
                     }
+                    continue;
+                }
+            }
+            if !entry.secrets.is_empty() {
+                if let Err(why) = Signing::given(&entry.secrets) {
+                    warn!(%namespace, why, "a sink kept in the store has secrets it cannot sign with: not started");
                     continue;
                 }
             }

@@ -46,6 +46,10 @@ enum Action {
         /// with the same URL, only the rate changes.
         #[arg(long)]
         rate: Option<String>,
+        /// A file of secrets to sign every push with (Standard Webhooks, `whsec_<base64>`
+        /// one per line; two sign with both). Sent once, kept with the sink, never shown.
+        #[arg(long, value_name = "PATH")]
+        secret_file: Option<std::path::PathBuf>,
     },
     /// Show a namespace's sink, its credentials masked.
     Get {
@@ -92,11 +96,17 @@ impl Sink {
                 of: namespace,
                 url,
                 rate,
+                secret_file,
             } => {
+                let secrets = match secret_file {
+                    Some(path) => read_secrets(&path)?,
+                    None => Vec::new(),
+                };
                 let request = session.request(SetSinkRequest {
                     namespace,
                     url,
                     rate: rate.unwrap_or_default(),
+                    secrets,
                 });
                 let answer = session.unary(api.clone().set_sink(request)).await?;
                 if session.wants_json() {
@@ -191,6 +201,19 @@ impl Sink {
     }
 }
 
+/// The secrets of `--secret-file`: its lines that are not blank. What a line holds is
+/// never echoed; tickd checks each.
+fn read_secrets(path: &std::path::Path) -> Result<Vec<String>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Failure::Other(format!("--secret-file {}: {error}", path.display())))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
 /// The sink a successful answer must carry: without one the server broke the API.
 fn sink_of(sink: Option<SinkMessage>) -> Result<SinkMessage, Failure> {
     sink.ok_or_else(|| Failure::Other("the server answered without a sink".into()))
@@ -220,8 +243,9 @@ fn sink_line(sink: &SinkMessage) -> String {
     } else {
         format!(" rate={}", sink.rate)
     };
+    let signed = if sink.signed { " signed=true" } else { "" };
     format!(
-        "namespace={} url={} from={} paused={}{rate}",
+        "namespace={} url={} from={} paused={}{rate}{signed}",
         shown(&sink.namespace),
         sink.url,
         origin(sink),
