@@ -156,6 +156,10 @@ impl Pusher {
                     self.pulling.send_replace(true);
                     let paused_now = loop {
                         tokio::select! {
+                            // Stop and pause first: a pause marked while this subscribed
+                            // (PauseSink saw no subscription, and answered) is seen here
+                            // before any delivery is taken.
+                            biased;
                             () = stopped(&mut stop) => {
                                 drop(deliveries);
                                 self.pulling.send_replace(false);
