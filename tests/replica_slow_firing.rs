@@ -232,14 +232,17 @@ async fn a_backlog_due_at_one_instant_drains_without_losing_a_lease() {
     consumers.stop().await;
     let losses = lost_lease_log(set.daemon(ID));
     let not_ready = not_ready_log(set.daemon(ID));
+    // What the replica warned of: where a delivery that never arrived went.
+    let warnings = set.daemon(ID).lines_with(&["WARN"]);
     let summary = ledger.lock().unwrap().summary();
     eprintln!(
         "{summary}\n{BACKLOG} timers due at one instant: all fired {:?} and all \
          acknowledged {settled_after:?} after the replica was started; lease losses logged: \
-         {}, NOT_SERVING turns logged: {}",
+         {}, NOT_SERVING turns logged: {}; warnings:\n{}",
         fired_after.lock().unwrap(),
         losses.len(),
-        not_ready.len()
+        not_ready.len(),
+        warnings.join("\n")
     );
     if let Err(state) = settled {
         panic!("the backlog did not drain: {state}\n{}", set.report().await);

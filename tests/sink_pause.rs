@@ -3,8 +3,11 @@
 //! spend no attempt, whatever the healthy sink beside it does; the pause holds across a
 //! SIGKILL or SIGTERM, for a sink set through the API and for one of `--sink`; resumed,
 //! every expiration is pushed as its first attempt and acknowledged. A pause of a namespace
-//! with no sink is NOT_FOUND and changes nothing. On two replicas of one database, a
-//! pause through one holds on both, and a resume through the other frees both.
+//! with no sink is NOT_FOUND and changes nothing. A pause that lands while pushes wait for
+//! the sink's pace spends no attempt on them, even with a SIGKILL right after its answer.
+//! On two replicas of one database, a pause through one holds on both, and a resume
+//! through the other frees both; a pause through one right after a new rate through the
+//! other keeps the rate.
 
 mod common;
 
@@ -220,6 +223,182 @@ async fn a_pause_holds_across_sigterm() {
     a_pause_holds_across_a_restart("TERM").await;
 }
 
+/// A sink held to 10 pushes a second, with a window of 128 deliveries taken for it (the
+/// default 64 in flight, twice): a pause lands while most of them wait for the pace, longer
+/// than a push's budget. Answered, nothing more is pushed; SIGKILLed at once and started
+/// again, the sink is still paused; resumed, every expiration arrives, and none as an
+/// attempt after one that was never pushed: a delivery the pause caught unsent was given
+/// back unspent, durably before the pause answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_among_paced_pushes_spends_no_attempt_across_sigkill() {
+    const EXPIRATIONS: usize = 250;
+    let data_dir = tempfile::tempdir().unwrap();
+    let sink = HttpSink::start(always(200)).await;
+    let start_paced = || {
+        let mut command = tickd_command();
+        command
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .args(["--sink", &format!("{FLAGGED}={}", sink.url("/f"))])
+            .args(["--sink-rate", &format!("{FLAGGED}=10/s,burst=1")])
+            .args(["--sink-timeout", "1s", "--max-attempts", "2"])
+            .args(["--metrics-listen", "127.0.0.1:0"]);
+        Daemon::start(command)
+    };
+    let mut daemon = start_paced();
+    let mut client = TimersClient::new(lazy(daemon.addr));
+    register_all(&mut client, specs(FLAGGED, EXPIRATIONS, 100)).await;
+    sink.wait_for("the first pushes", |pushes| pushes.len() >= 20)
+        .await;
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    let (view, changed) = pause(&mut sinks, FLAGGED).await;
+    assert!(view.paused && changed, "{view:?}");
+    let pushed_before_the_answer = sink.pushes().len();
+    assert!(
+        pushed_before_the_answer < EXPIRATIONS,
+        "the pause came too late to catch a push: {pushed_before_the_answer}"
+    );
+    daemon.stop_with("KILL");
+
+    let daemon = start_paced();
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    assert_eq!(
+        paused_in_status(&mut sinks).await,
+        [(FLAGGED.to_owned(), true)]
+    );
+    // Its expirations wait in the buffer, none pushed (nothing else runs to wait for:
+    // the buffer holding every one not yet pushed is the event).
+    let not_pushed = EXPIRATIONS - keys(&sink.pushes()).len();
+    scrape_until(daemon.metrics_addr(), |scrape| {
+        scrape.value("tickd_delivery_buffered") >= not_pushed as f64
+    })
+    .await;
+    assert_eq!(
+        sink.pushes().len(),
+        pushed_before_the_answer,
+        "a push left after the pause was answered"
+    );
+    let (view, changed) = resume(&mut sinks, FLAGGED).await;
+    assert!(!view.paused && changed, "{view:?}");
+    sink.wait_for("every expiration, once resumed", |pushes| {
+        keys(pushes).len() == EXPIRATIONS
+    })
+    .await;
+    deliveries_settled(daemon.metrics_addr()).await;
+    let mut attempts: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for push in sink.pushes() {
+        attempts.entry(push.key).or_default().push(push.attempt);
+    }
+    // An attempt is a push that was sent: each key's attempts are 1, then (if the
+    // SIGKILL lost the ack of a push delivered just before) 2.
+    let spent_unsent: Vec<_> = attempts
+        .iter()
+        .filter(|(_, seen)| seen[0] != 1 || seen.windows(2).any(|pair| pair[1] != pair[0] + 1))
+        .collect();
+    assert!(
+        spent_unsent.is_empty(),
+        "{} expirations came as an attempt after one never pushed: {spent_unsent:?}",
+        spent_unsent.len()
+    );
+}
+
+/// `namespace`'s pause as its pusher has it (SinkStatus) and as the store keeps it
+/// (GetSink reads the store).
+async fn pause_shown(sinks: &mut SinksClient<Channel>, namespace: &str) -> (bool, bool) {
+    let running = paused_in_status(sinks)
+        .await
+        .into_iter()
+        .find(|(shown, _)| shown == namespace)
+        .map(|(_, paused)| paused)
+        .expect("running");
+    let kept = sinks
+        .get_sink(tickd::proto::GetSinkRequest {
+            namespace: namespace.into(),
+        })
+        .await
+        .expect("GetSink")
+        .into_inner()
+        .sink
+        .expect("a sink")
+        .paused;
+    (running, kept)
+}
+
+/// A namespace with a sink kept from SetSink, then given one by `--sink` after a restart:
+/// pausing the flag's sink keeps the kept one (the pause is the namespace's), so when the
+/// flag is dropped the kept sink comes back, paused, and resumed it pushes. Pauses and
+/// resumes sent at once, many times, leave the pusher and the store agreeing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flag_sink_paused_over_a_kept_one_keeps_it_and_races_settle_in_order() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let kept = HttpSink::start(always(200)).await;
+    let flagged = HttpSink::start(always(200)).await;
+    let start_with = |flag: Option<&HttpSink>| {
+        let mut command = tickd_command();
+        command.arg("--data-dir").arg(data_dir.path());
+        if let Some(sink) = flag {
+            command.args(["--sink", &format!("{FLAGGED}={}", sink.url("/f"))]);
+        }
+        Daemon::start(command)
+    };
+    let mut daemon = start_with(None);
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    sinks
+        .set_sink(SetSinkRequest {
+            namespace: FLAGGED.into(),
+            url: kept.url("/kept"),
+            rate: "500/s".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("SetSink");
+    daemon.stop_with("TERM");
+
+    let mut daemon = start_with(Some(&flagged));
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    let (view, _) = pause(&mut sinks, FLAGGED).await;
+    assert!(view.paused && view.url.contains("/f"), "{view:?}");
+    daemon.stop_with("KILL");
+
+    let daemon = start_with(None);
+    let mut sinks = SinksClient::new(lazy(daemon.addr));
+    let view = sinks
+        .get_sink(tickd::proto::GetSinkRequest {
+            namespace: FLAGGED.into(),
+        })
+        .await
+        .expect("the kept sink is back")
+        .into_inner()
+        .sink
+        .expect("a sink");
+    assert!(
+        view.url.contains("/kept") && view.paused && view.rate == "500/s,burst=50",
+        "{view:?}"
+    );
+    assert_eq!(pause_shown(&mut sinks, FLAGGED).await, (true, true));
+
+    // Each round sends a resume and a pause at once; whichever lands last, the pusher and
+    // the store say the same.
+    for _ in 0..20 {
+        let (mut first, mut second) = (sinks.clone(), sinks.clone());
+        let (resumed, paused) =
+            tokio::join!(resume(&mut first, FLAGGED), pause(&mut second, FLAGGED));
+        assert!(!resumed.0.paused && paused.0.paused);
+        let (running, stored) = pause_shown(&mut sinks, FLAGGED).await;
+        assert_eq!(running, stored, "the pusher and the store disagree");
+    }
+    resume(&mut sinks, FLAGGED).await;
+    assert_eq!(pause_shown(&mut sinks, FLAGGED).await, (false, false));
+    let mut client = TimersClient::new(lazy(daemon.addr));
+    register_all(&mut client, specs(FLAGGED, 50, 50)).await;
+    kept.wait_for("the kept sink's pushes", |pushes| keys(pushes).len() == 50)
+        .await;
+    assert!(
+        flagged.pushes().is_empty(),
+        "the flag's sink pushed without its flag"
+    );
+}
+
 /// Whether replica `id`'s SinkStatus shows `namespace` paused as `paused`, with `rate`.
 async fn replica_shows_paused(
     set: &ReplicaSet,
@@ -324,4 +503,25 @@ async fn replicas_pause_and_resume_a_sink_together() {
             replica_shows_paused(&set_of, "a", SET, false, "1000/s,burst=100")
         })
         .await;
+
+    // A new rate through a, then at once a pause through b (whose copy may not have the
+    // rate yet): the pause changes only the pause, so the rate stays.
+    through_a
+        .set_sink(SetSinkRequest {
+            namespace: SET.into(),
+            url: paused_sink.url("/s"),
+            rate: "200/s".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a new rate through a");
+    let (view, _) = pause(&mut through_b, SET).await;
+    assert!(view.paused, "{view:?}");
+    for id in IDS {
+        set_of
+            .eventually("both show the rate set and the pause", || {
+                replica_shows_paused(&set_of, id, SET, true, "200/s,burst=20")
+            })
+            .await;
+    }
 }

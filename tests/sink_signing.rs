@@ -355,6 +355,45 @@ async fn secrets_given_in_set_sink_sign_every_push_across_a_rotation_and_a_resta
         expect(&push, &old, false, false);
         expect(&push, &new, true, false);
     }
+    // A new rate alone keeps the secrets given before.
+    let rated = SetSinkRequest {
+        rate: "1000/s".into(),
+        ..set(&[])
+    };
+    let answer = sinks.set_sink(rated.clone()).await.unwrap().into_inner();
+    assert!(
+        answer.changed && answer.sink.as_ref().unwrap().signed,
+        "{answer:?}"
+    );
+    for push in round(&mut client, &sink, 50).await {
+        assert_eq!(signatures(&push), 1, "{push:?}");
+        expect(&push, &new, false, true);
+    }
+    // Clearing them while giving some is refused, and changes nothing.
+    let both_ways = SetSinkRequest {
+        clear_secrets: true,
+        ..set(&[&old])
+    };
+    let refused = sinks.set_sink(both_ways).await.expect_err("both");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("clear_secrets"), "{refused:?}");
+    for push in round(&mut client, &sink, 50).await {
+        expect(&push, &new, false, true);
+    }
+    // Cleared: no --sink-secret-file here, so unsigned.
+    let cleared = SetSinkRequest {
+        clear_secrets: true,
+        ..rated
+    };
+    let answer = sinks.set_sink(cleared).await.unwrap().into_inner();
+    assert!(
+        answer.changed && !answer.sink.as_ref().unwrap().signed,
+        "{answer:?}"
+    );
+    for push in round(&mut client, &sink, 50).await {
+        assert_eq!(signatures(&push), 0, "signed after clear_secrets: {push:?}");
+    }
+    sinks.set_sink(set(&[&new])).await.unwrap();
     let verdicts = verdicts(&python, &checks);
     for (index, (verdict, verified)) in verdicts.iter().zip(&expected).enumerate() {
         assert_eq!(verdict == "ok", *verified, "check {index}: {verdict}");

@@ -10,7 +10,7 @@ use tracing::instrument;
 use super::auth::grant_of;
 use crate::convert::Limits;
 use crate::proto;
-use crate::sink::{Origin, SinkRate, SinkState, SinkView, Sinks};
+use crate::sink::{Origin, Secrets, SinkRate, SinkState, SinkView, Sinks};
 
 /// The service, over the running sinks.
 #[derive(Clone)]
@@ -41,11 +41,25 @@ impl proto::sinks_server::Sinks for SinksService {
     ) -> Result<Response<proto::SetSinkResponse>, Status> {
         let namespace = self.namespace(&request, &request.get_ref().namespace)?;
         let proto::SetSinkRequest {
-            url, rate, secrets, ..
+            url,
+            rate,
+            secrets,
+            clear_secrets,
+            ..
         } = request.into_inner();
         if url.is_empty() {
             return Err(Status::invalid_argument("url: give the sink's URL"));
         }
+        if clear_secrets && !secrets.is_empty() {
+            return Err(Status::invalid_argument(
+                "clear_secrets: give secrets or clear them, not both",
+            ));
+        }
+        let secrets = match clear_secrets {
+            true => Secrets::Clear,
+            false if secrets.is_empty() => Secrets::Keep,
+            false => Secrets::Given(secrets),
+        };
         let rate = match rate.as_str() {
             "" => None,
             rate => Some(

@@ -94,6 +94,16 @@ pub trait Expirations: Send + Sync + 'static {
         after: Duration,
         hold: Hold,
     ) -> Answer<bool>;
+    /// Hands an unacknowledged delivery that never reached its client back at once, as
+    /// the attempt it was: the attempt counted when it was delivered is refunded (durably),
+    /// so a delivery a paused sink never sent spends none. False if it is not awaiting an
+    /// ack. Only for one the caller knows was never sent: an attempt that may have reached
+    /// a client is [`Self::retry_later`]'s.
+    fn give_back(&self, namespace: String, delivery_id: u64) -> Answer<bool>;
+    /// Answers once what delivery was asked before this call, the hand-backs of streams
+    /// dropped before it among them, is kept across a crash of the process: a pause is
+    /// answered after it, so that a crash right after costs no attempt.
+    fn recorded(&self) -> Answer<()>;
 }
 
 /// What a delivery handed back with [`Expirations::retry_later`] does with its place in

@@ -53,7 +53,7 @@ use crate::domain::{Expirations, SinkStore};
 use crate::metrics::Metrics;
 use allow::SinkAllow;
 pub use pace::{SinkRate, SinkRateFlag};
-pub(crate) use registry::{Origin, SinkState, SinkView, Sinks};
+pub(crate) use registry::{Origin, Secrets, SinkState, SinkView, Sinks};
 pub use signing::SecretFileFlag;
 pub use spec::{SinkSpec, SinkSpecs};
 

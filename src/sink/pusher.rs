@@ -86,21 +86,22 @@ pub(crate) struct Pusher {
 }
 
 impl Pusher {
-    /// Pauses or resumes the sink; when pausing, waits until the pusher holds no
-    /// subscription (the pushes under way ended, the rest handed back). True if it changed.
-    pub(crate) async fn set_paused(&self, paused: bool) -> bool {
-        let changed = self.mark_paused(paused);
-        if paused {
-            let mut pulling = self.pulling.subscribe();
-            let ended = self.push_budget() + CLAIM_SLACK + STOP_GRACE;
-            if tokio::time::timeout(ended, pulling.wait_for(|pulling| !*pulling))
-                .await
-                .is_err()
-            {
-                warn!(namespace = %self.namespace, "a paused sink's pushes did not end in time; they come back when their claims end");
+    /// Waits until the pusher holds no subscription (a pause marked: the pushes under
+    /// way ended, the rest handed back), or until the pause is lifted meanwhile, at most
+    /// as long as a push and its ack may take.
+    pub(crate) async fn until_not_pulling(&self) {
+        let mut pulling = self.pulling.subscribe();
+        let mut paused = self.paused.subscribe();
+        let ended = self.push_budget() + CLAIM_SLACK + STOP_GRACE;
+        let settled = async {
+            tokio::select! {
+                _ = pulling.wait_for(|pulling| !*pulling) => {}
+                () = paused_is(&mut paused, false) => {}
             }
+        };
+        if tokio::time::timeout(ended, settled).await.is_err() {
+            warn!(namespace = %self.namespace, "a paused sink's pushes did not end in time; they come back when their claims end");
         }
-        changed
     }
 
     /// Pauses or resumes the sink without waiting for the pushes under way (the follower
@@ -175,7 +176,8 @@ impl Pusher {
                             }
                             next = deliveries.next() => match next {
                                 Some(delivered) => {
-                                    let push = self.clone().deliver(delivered, acks.clone());
+                                    let leaving = Leaving { paused: paused.clone(), stop: stop.clone() };
+                                    let push = self.clone().deliver(delivered, acks.clone(), leaving);
                                     pushes.push(AssertUnwindSafe(push).catch_unwind());
                                 }
                                 // The backend ended the subscription (it is stopping, or a
@@ -194,6 +196,13 @@ impl Pusher {
                     };
                     finish_pushes(&mut pushes, grace).await;
                     drop(deliveries);
+                    if paused_now {
+                        // What the subscription held unsent was given back unspent; the
+                        // pause is answered once that is kept across a crash.
+                        if let Err(error) = self.expirations.recorded().await {
+                            debug!(namespace = %self.namespace, %error, "a paused sink's hand-backs were not confirmed");
+                        }
+                    }
                     self.pulling.send_replace(false);
                     // No push is left: a probe among those dropped never answered, and
                     // the circuit must not wait for it.
@@ -214,8 +223,15 @@ impl Pusher {
         }
     }
 
-    /// Pushes one delivery until the sink answers, then settles it by the answer.
-    async fn deliver(self: Arc<Self>, delivered: Delivered, acks: mpsc::UnboundedSender<u64>) {
+    /// Pushes one delivery until the sink answers, then settles it by the answer. Until
+    /// it is sent, a pause or a stop (`leaving`) gives it back unspent (see
+    /// [`Expirations::give_back`]): a delivery that never left costs no attempt.
+    async fn deliver(
+        self: Arc<Self>,
+        delivered: Delivered,
+        acks: mpsc::UnboundedSender<u64>,
+        mut leaving: Leaving,
+    ) {
         // The backend stamped the claim when it claimed the delivery, a little before it
         // arrived here (a replica's claim statement may take a while to answer): count
         // half the slack as spent already, so the claim is never thought longer than it is.
@@ -223,10 +239,18 @@ impl Pusher {
         let mut unreached = 0;
         loop {
             let judged = Judged::of(&delivered, unreached > 0);
-            let Some((admission, room)) = self.admitted(&delivered, judged, &mut claim_until).await
-            else {
+            let admitted = tokio::select! {
+                biased;
+                () = leaving.now() => return self.give_back_unsent(&delivered).await,
+                admitted = self.admitted(&delivered, judged, &mut claim_until) => admitted,
+            };
+            let Some((admission, room)) = admitted else {
                 return;
             };
+            if leaving.is_now() {
+                drop(room);
+                return self.give_back_unsent(&delivered).await;
+            }
             // The claim must outlive the push and its ack.
             if claim_until < Instant::now() + self.claim_needed()
                 && !self
@@ -291,7 +315,10 @@ impl Pusher {
                     {
                         return;
                     }
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        () = leaving.now() => return self.give_back_unsent(&delivered).await,
+                        () = tokio::time::sleep(wait) => {}
+                    }
                     continue;
                 }
             };
@@ -313,6 +340,18 @@ impl Pusher {
                 debug!(namespace = %self.namespace, %error, "handing a push back for later failed; it comes back when its claim ends");
             }
             return;
+        }
+    }
+
+    /// Hands back a delivery a pause or stop caught before it was sent, its attempt
+    /// refunded; if that fails it comes back when its claim ends, as the next attempt.
+    async fn give_back_unsent(&self, delivered: &Delivered) {
+        let given = self
+            .expirations
+            .give_back(self.namespace.clone(), delivered.delivery_id)
+            .await;
+        if let Err(error) = given {
+            debug!(namespace = %self.namespace, %error, "giving back an unsent push failed; it comes back when its claim ends");
         }
     }
 
@@ -465,6 +504,26 @@ impl<'series> CountedInFlight<'series> {
 impl Drop for CountedInFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+/// What makes a push not yet sent leave: a pause of the sink, or the pusher stopping.
+struct Leaving {
+    paused: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Leaving {
+    /// Resolves once the sink is paused or the pusher stops.
+    async fn now(&mut self) {
+        tokio::select! {
+            () = paused_is(&mut self.paused, true) => {}
+            () = stopped(&mut self.stop) => {}
+        }
+    }
+
+    fn is_now(&self) -> bool {
+        *self.paused.borrow() || *self.stop.borrow()
     }
 }
 

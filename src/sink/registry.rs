@@ -59,6 +59,17 @@ pub(crate) struct SinkView {
     pub(crate) signed: bool,
 }
 
+/// What SetSink does with a sink's signing secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Secrets {
+    /// Those given before stay (none: `--sink-secret-file`'s).
+    Keep,
+    /// Those given before are forgotten.
+    Clear,
+    /// These, checked, replace them.
+    Given(Vec<String>),
+}
+
 /// How a running sink is doing. The counts are this process's pushes to the namespace's
 /// sink since it started, as `tickd_sink_pushes` counts them.
 #[derive(Debug, Clone)]
@@ -188,20 +199,23 @@ impl Sinks {
     }
 
     /// Sets `namespace`'s sink to `url` at `rate` (a new one, or a new URL or rate for
-    /// it): refused, and nothing kept, for a URL that does not parse or that
-    /// `--sink-allow` refuses, for a namespace `--sink` gives a sink, and past the most
-    /// sinks. A new rate alone applies to the running pusher at once. True if it changed.
+    /// it), with `secrets`: refused, and nothing kept, for a URL that does not parse or
+    /// that `--sink-allow` refuses, for a namespace `--sink` gives a sink, and past the
+    /// most sinks. A new rate alone applies to the running pusher at once. What the call
+    /// does not set (the pause, secrets kept) is read from the store, not from this
+    /// process's copy, so a change another replica made a moment ago stays. True if it
+    /// changed.
     pub(crate) async fn set(
         &self,
         namespace: String,
         url: String,
         rate: Option<SinkRate>,
-        secrets: Vec<String>,
+        secrets: Secrets,
     ) -> Result<(SinkView, bool), TimerError> {
         let registry = &self.registry;
         let target = SinkTarget::parse(&url).map_err(|why| TimerError::invalid("url", why))?;
-        if !secrets.is_empty() {
-            Signing::given(&secrets).map_err(|why| TimerError::invalid("secrets", why))?;
+        if let Secrets::Given(secrets) = &secrets {
+            Signing::given(secrets).map_err(|why| TimerError::invalid("secrets", why))?;
         }
         registry.refuse_flagged(&namespace)?;
         match registry
@@ -227,15 +241,21 @@ impl Sinks {
         if registry.stopped.load(Ordering::Acquire) {
             return Err(TimerError::stopped());
         }
-        // A paused sink given a new URL stays paused.
-        let paused = running
-            .get(&namespace)
-            .is_some_and(|current| current.pusher.is_paused());
+        // A paused sink given a new URL stays paused; one whose entry this tickd cannot
+        // read is set afresh (SetSink gives it whole).
+        let kept = registry
+            .stored_entry(&namespace)
+            .await?
+            .and_then(Result::ok);
         let line = StoredLine {
             url: Some(url.clone()),
-            paused,
+            paused: kept.as_ref().is_some_and(|kept| kept.paused),
             rate,
-            secrets,
+            secrets: match secrets {
+                Secrets::Given(secrets) => secrets,
+                Secrets::Clear => Vec::new(),
+                Secrets::Keep => kept.map(|kept| kept.secrets).unwrap_or_default(),
+            },
         };
         // Written even when unchanged here: another replica may have removed it since.
         registry
@@ -249,6 +269,7 @@ impl Sinks {
             {
                 let changed = current.pusher.pace.rate() != rate;
                 current.pusher.pace.set_rate(rate);
+                current.pusher.mark_paused(line.paused);
                 return Ok((current.view(), changed));
             }
         }
@@ -293,7 +314,10 @@ impl Sinks {
 
     /// Pauses (or resumes) `namespace`'s sink, one of `--sink` too: kept in the store
     /// first, so that it holds across restarts (and on every replica), then applied to
-    /// the pusher; a pause is answered once no push of it is under way here. NOT_FOUND if
+    /// the pusher; a pause is answered once no push of it is under way here. Only the
+    /// entry's pause changes: its URL, rate and secrets are as the store has them (another
+    /// replica may have changed them a moment ago), and a `--sink` namespace that also
+    /// has a sink kept from the API keeps it (the pause is the namespace's). NOT_FOUND if
     /// the namespace has no sink running here. True if it changed.
     pub(crate) async fn set_paused(
         &self,
@@ -306,26 +330,39 @@ impl Sinks {
             return Err(TimerError::stopped());
         }
         let current = running.get(namespace).ok_or_else(|| no_sink(namespace))?;
-        // A `--sink` sink's rate is its flag's, never kept.
-        let rate = current.stored_url.as_ref().and(current.pusher.pace.rate());
-        let line = StoredLine {
-            url: current.stored_url.clone(),
-            paused,
-            rate,
-            secrets: current.stored_secrets.clone(),
+        let mut entry = match registry.stored_entry(namespace).await? {
+            Some(Ok(entry)) => entry,
+            Some(Err(why)) => {
+                return Err(TimerError::FailedPrecondition(format!(
+                    "namespace {namespace:?}: its sink is kept with settings this tickd                      cannot read ({why}); change it through the tickd that set it"
+                )))
+            }
+            None if current.origin == Origin::Flag => StoredLine {
+                url: None,
+                paused,
+                rate: None,
+                secrets: Vec::new(),
+            },
+            // Removed through another replica a moment ago.
+            None => return Err(no_sink(namespace)),
         };
-        match line.line() {
+        entry.paused = paused;
+        match entry.line() {
             Some(line) => registry.store.put(namespace.to_owned(), line).await?,
             None => {
                 registry.store.remove(namespace.to_owned()).await?;
             }
         }
+        // Marked under the lock, so that a change after this one (a resume, a new URL)
+        // is applied after it, never undone by it.
+        let changed = current.pusher.mark_paused(paused);
         let pusher = current.pusher.clone();
-        let mut view = current.view();
-        // Applied outside the lock: a pause waits for the pushes under way to end.
+        let view = current.view();
+        // Waited for outside the lock: the pushes under way may take a while to end.
         drop(running);
-        let changed = pusher.set_paused(paused).await;
-        view.paused = paused;
+        if paused {
+            pusher.until_not_pulling().await;
+        }
         info!(%namespace, paused, "a sink's pause changed");
         Ok((view, changed))
     }
@@ -390,6 +427,16 @@ impl Sinks {
 }
 
 impl Registry {
+    /// `namespace`'s entry as the store has it now: None if it has none, an error (naming
+    /// no secret) if this tickd cannot read it.
+    async fn stored_entry(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<Result<StoredLine, String>>, TimerError> {
+        let stored = self.store.load().await?;
+        Ok(stored.get(namespace).map(|line| StoredLine::parse(line)))
+    }
+
     fn refuse_flagged(&self, namespace: &str) -> Result<(), TimerError> {
         if self.flagged.contains(namespace) {
             return Err(TimerError::FailedPrecondition(format!(

@@ -27,32 +27,88 @@ pub(super) fn delivery_bytes(delivered: &Delivered) -> u64 {
     (expiration.payload.len() + key + expiration.namespace.len() + DELIVERY_OVERHEAD) as u64
 }
 
-/// Puts `delivered` in a subscriber's stream, charged; false (nothing charged) if the
+/// Puts `delivered` in a subscriber's stream, charged; handed back (nothing charged) if the
 /// stream is full or gone.
 pub(super) fn send_charged(
     sender: &mpsc::Sender<Delivered>,
     memory: &MemoryBudget,
     delivered: Delivered,
-) -> bool {
+) -> Result<(), Delivered> {
     let bytes = delivery_bytes(&delivered);
     memory.charge(bytes);
-    if sender.try_send(delivered).is_err() {
+    sender.try_send(delivered).map_err(|refused| {
         memory.release(bytes);
-        return false;
+        refused.into_inner()
+    })
+}
+
+/// How a subscriber's stream ended, shared by the stream and its subscriber's task: the
+/// delivery ids a dropped stream still held (no client saw them, so the task gives their
+/// claims back as the attempt they were, see `Subscriber::run`), and a count of the
+/// streams whose hand-back is under way, which [`super::ClusterDeliveries::recorded`]
+/// waits to see at 0. Filled under its lock before the stream closes, so a task that saw
+/// the stream closed reads it whole.
+pub(super) struct StreamEnd {
+    state: std::sync::Mutex<EndState>,
+    handing_back: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+enum EndState {
+    Open,
+    /// Dropped with these inside; its hand-back is counted until the task ends it.
+    Dropped(Vec<u64>),
+    /// The task is done (it handed back, or the replica is stopping).
+    TaskGone,
+}
+
+impl StreamEnd {
+    pub(super) fn new(handing_back: Arc<tokio::sync::watch::Sender<usize>>) -> Arc<Self> {
+        Arc::new(Self {
+            state: std::sync::Mutex::new(EndState::Open),
+            handing_back,
+        })
     }
-    true
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EndState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The task's side: what the stream left inside, if it was dropped (and its task is
+    /// now to hand back). Called once, as the task ends.
+    pub(super) fn take(&self) -> Option<Vec<u64>> {
+        match std::mem::replace(&mut *self.lock(), EndState::TaskGone) {
+            EndState::Dropped(never_taken) => Some(never_taken),
+            EndState::Open | EndState::TaskGone => None,
+        }
+    }
+
+    /// The task's hand-back is over.
+    pub(super) fn handed_back(&self) {
+        self.handing_back.send_modify(|count| *count -= 1);
+    }
 }
 
 /// A subscriber's stream: gives back each delivery's bytes as it is taken, and those of
-/// the ones still inside when dropped.
+/// the ones still inside when dropped, whose ids it leaves in `end`.
 pub(super) struct ChargedStream {
     receiver: mpsc::Receiver<Delivered>,
     memory: Arc<MemoryBudget>,
+    end: Arc<StreamEnd>,
 }
 
 impl ChargedStream {
-    pub(super) fn new(receiver: mpsc::Receiver<Delivered>, memory: Arc<MemoryBudget>) -> Self {
-        Self { receiver, memory }
+    pub(super) fn new(
+        receiver: mpsc::Receiver<Delivered>,
+        memory: Arc<MemoryBudget>,
+        end: Arc<StreamEnd>,
+    ) -> Self {
+        Self {
+            receiver,
+            memory,
+            end,
+        }
     }
 }
 
@@ -70,10 +126,18 @@ impl tokio_stream::Stream for ChargedStream {
 
 impl Drop for ChargedStream {
     fn drop(&mut self) {
+        let end = self.end.clone();
+        let mut state = end.lock();
         // Closed first, so that nothing more is sent (and charged) while draining.
         self.receiver.close();
+        let mut never_taken = Vec::new();
         while let Ok(delivered) = self.receiver.try_recv() {
             self.memory.release(delivery_bytes(&delivered));
+            never_taken.push(delivered.delivery_id);
+        }
+        if matches!(*state, EndState::Open) {
+            end.handing_back.send_modify(|count| *count += 1);
+            *state = EndState::Dropped(never_taken);
         }
     }
 }
@@ -110,16 +174,22 @@ mod tests {
     async fn what_is_taken_or_left_inside_is_given_back() {
         let memory = MemoryBudget::unlimited();
         let (sender, receiver) = mpsc::channel(2);
-        let mut stream = ChargedStream::new(receiver, memory.clone());
-        assert!(send_charged(&sender, &memory, delivered(b"one")));
-        assert!(send_charged(&sender, &memory, delivered(b"two")));
-        assert!(!send_charged(&sender, &memory, delivered(b"full")));
+        let handing_back = Arc::new(tokio::sync::watch::Sender::new(0));
+        let end = StreamEnd::new(handing_back.clone());
+        let mut stream = ChargedStream::new(receiver, memory.clone(), end.clone());
+        assert!(send_charged(&sender, &memory, delivered(b"one")).is_ok());
+        assert!(send_charged(&sender, &memory, delivered(b"two")).is_ok());
+        assert!(send_charged(&sender, &memory, delivered(b"full")).is_err());
         assert_eq!(memory.used(), 2 * delivery_bytes(&delivered(b"one")));
         stream.next().await.expect("a delivery");
         assert_eq!(memory.used(), delivery_bytes(&delivered(b"two")));
         drop(stream);
         assert_eq!(memory.used(), 0);
-        assert!(!send_charged(&sender, &memory, delivered(b"gone")));
+        assert_eq!(*handing_back.borrow(), 1, "a hand-back under way");
+        assert_eq!(end.take(), Some(vec![1]), "the one left inside");
+        end.handed_back();
+        assert_eq!(*handing_back.borrow(), 0);
+        assert!(send_charged(&sender, &memory, delivered(b"gone")).is_err());
         assert_eq!(memory.used(), 0);
     }
 }

@@ -16,7 +16,7 @@ use super::slot::LocalSubscribers;
 use crate::budget::MemoryBudget;
 use crate::cluster::connections::Connections;
 use crate::cluster::error::ClusterError;
-use crate::cluster::notifications::Wakeups;
+use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
 use crate::cluster::shared::Shared;
 use crate::domain::DeliveryConfig;
 use crate::domain::{
@@ -45,6 +45,9 @@ pub struct ClusterDeliveries {
     pub(super) acks: acks::Acks,
     /// This replica's subscribers, for the firing to deliver to directly.
     pub(super) local: LocalSubscribers,
+    /// Subscriber streams dropped whose claims are still being handed back (see
+    /// `charged::StreamEnd`): what [`Expirations::recorded`] waits for.
+    pub(super) handing_back: Arc<watch::Sender<usize>>,
 }
 
 impl ClusterDeliveries {
@@ -59,6 +62,7 @@ impl ClusterDeliveries {
         Self {
             acks: acks::start(connections.clone()),
             local: LocalSubscribers::default(),
+            handing_back: Arc::new(watch::Sender::new(0)),
             connections,
             metrics,
             shared,
@@ -202,6 +206,32 @@ impl ClusterDeliveries {
     }
 }
 
+impl ClusterDeliveries {
+    /// Ends the claim of one live attempt that never reached its client, whichever
+    /// replica delivered it, with its attempt refunded: it is claimed next as the attempt
+    /// it was. Its place in the window of the subscriber here that held it is freed, and
+    /// the namespace's subscribers on every replica are woken to claim it.
+    pub(crate) async fn give_back(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+    ) -> Result<bool, TimerError> {
+        let (seq, attempts) = split_delivery_id(delivery_id);
+        let released = self
+            .connections
+            .client()
+            .await?
+            .query(GIVE_BACK, &[&namespace, &seq, &attempts, &FIRED_CHANNEL])
+            .await
+            .map_err(ClusterError::query("giving a delivery back"))?;
+        if released.is_empty() {
+            return Ok(false);
+        }
+        self.local.acknowledged(&namespace, &[delivery_id]);
+        Ok(true)
+    }
+}
+
 /// Which claim a retry moves: the live claim of attempt `$3` of expiration `$2`
 /// (namespace `$1`); the conditions are an ack's (see `acks::ACK`).
 macro_rules! retry_later_conditions {
@@ -227,6 +257,17 @@ const RETRY_LATER_RELEASED: &str = concat!(
      SET claim_until = clock_timestamp() + $4::INT8 * INTERVAL '1 microsecond',
          claimed_by = NULL",
     retry_later_conditions!()
+);
+
+/// Ends the claim (see `retry_later_conditions`) with its attempt taken back, and wakes
+/// the namespace's subscribers (`$4` is the channel they listen on).
+const GIVE_BACK: &str = concat!(
+    "WITH released AS (
+        UPDATE tickd_expirations
+        SET claimed_by = NULL, claim_until = NULL, attempts = attempts - 1",
+    retry_later_conditions!(),
+    " RETURNING namespace)
+     SELECT pg_notify($4, namespace)::TEXT FROM released"
 );
 
 /// The replicated backend's expirations, seen as the API's [`Expirations`].
@@ -258,6 +299,23 @@ impl Expirations for ClusterDeliveries {
         let deliveries = self.clone();
         Answer::work(async move {
             ClusterDeliveries::retry_later(&deliveries, namespace, delivery_id, after, hold).await
+        })
+    }
+
+    fn give_back(&self, namespace: String, delivery_id: u64) -> Answer<bool> {
+        let deliveries = self.clone();
+        Answer::work(async move {
+            ClusterDeliveries::give_back(&deliveries, namespace, delivery_id).await
+        })
+    }
+
+    fn recorded(&self) -> Answer<()> {
+        // Every change the other calls make is committed before they answer; only the
+        // hand-backs of dropped streams run on after.
+        let mut handing_back = self.handing_back.subscribe();
+        Answer::work(async move {
+            let _ = handing_back.wait_for(|count| *count == 0).await;
+            Ok(())
         })
     }
 

@@ -144,7 +144,7 @@ impl DirectDelivery {
 /// and wakes every replica's subscribers of their namespaces to claim them. The attempt
 /// the firing counted is taken back: that delivery never left, so the next claim's is the
 /// first (no client can hold an ack of the id it would have had).
-async fn give_back(
+pub(super) async fn give_back(
     connections: &Connections,
     claims: Vec<(String, i64, i32)>,
 ) -> Result<(), ClusterError> {
@@ -237,7 +237,7 @@ impl Assignment {
                     expiration: Arc::new(expiration_at(row, first_column)),
                     attempt: attempt as u32,
                 };
-                send_charged(&slot.sender, &self.direct.memory, delivery)
+                send_charged(&slot.sender, &self.direct.memory, delivery).is_ok()
             };
             if handed {
                 self.direct.metrics.expirations_delivered.inc();

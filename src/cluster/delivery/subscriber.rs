@@ -1,18 +1,18 @@
 //! A subscriber's task: claims its namespace's expirations for one stream while the stream
 //! has room (and the replica's memory budget is not reached, see [`super::charged`]),
 //! marks them acknowledged at once with auto-ack, and hands its claims back when the
-//! stream ends.
+//! stream ends (those the stream never took as the attempt they were).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::Row;
 use tracing::{debug, warn, Instrument};
 
-use super::charged::{send_charged, ChargedStream};
+use super::charged::{send_charged, ChargedStream, StreamEnd};
 use super::cluster_deliveries::ClusterDeliveries;
-use super::rows::{delivery_id, expiration_of, EXPIRATION_COLUMNS};
+use super::direct::give_back;
+use super::rows::{delivery_id, expiration_of, split_delivery_id, EXPIRATION_COLUMNS};
 use super::slot::{Membership, Slot};
 use super::wake::{next_look, Woke};
 use crate::cluster::error::ClusterError;
@@ -54,7 +54,9 @@ impl ClusterDeliveries {
             !options.auto_ack,
             sender.clone(),
         ));
+        let end = StreamEnd::new(self.handing_back.clone());
         let subscriber = Subscriber {
+            end: end.clone(),
             name: slot.name.clone(),
             namespace: options.namespace.clone(),
             ack_timeout: slot.ack_timeout,
@@ -70,7 +72,7 @@ impl ClusterDeliveries {
                 .run(self.stopping.clone())
                 .instrument(self.span.clone()),
         );
-        Box::pin(ChargedStream::new(receiver, self.memory.clone()))
+        Box::pin(ChargedStream::new(receiver, self.memory.clone(), end))
     }
 }
 
@@ -89,6 +91,8 @@ struct Subscriber {
     /// keeps for both paths.
     membership: Membership,
     deliveries: ClusterDeliveries,
+    /// How its stream ended: what it held when dropped is given back as the same attempt.
+    end: Arc<StreamEnd>,
 }
 
 /// What a subscriber's next look at the database does.
@@ -121,13 +125,25 @@ impl Subscriber {
                 Woke::StreamClosed => break,
                 // The replica is draining: the claims stay, so acks of deliveries the
                 // client already has still succeed; the rest return at their deadline.
-                Woke::Stopping => return,
+                Woke::Stopping => {
+                    if self.end.take().is_some() {
+                        self.end.handed_back();
+                    }
+                    return;
+                }
             }
         }
         // No direct delivery from here on (a firing under way may still hand it a few,
         // which the stream, gone, refuses and the firing gives back).
         self.membership.leave();
+        let dropped = self.end.take();
+        if let Some(never_taken) = dropped.as_ref().filter(|ids| !ids.is_empty()) {
+            self.give_back_unsent(never_taken.clone()).await;
+        }
         self.hand_back().await;
+        if dropped.is_some() {
+            self.end.handed_back();
+        }
     }
 
     async fn claim_while_room(
@@ -165,26 +181,39 @@ impl Subscriber {
                 }
             };
             debug!(subscriber = %self.name, room, claimed = claimed.len(), elapsed_us = started.elapsed().as_micros() as u64, "claimed");
-            if started.elapsed() >= self.ack_timeout {
-                // The answer came back after the claims' own deadline (the database was
-                // out of reach meanwhile): they may be another subscriber's by now.
-                warn!(subscriber = %self.name, claimed = claimed.len(), "claims answered after their ack deadline: not delivered");
-                slot.settle_reservation(room, &[]);
-                return Ok(());
-            }
             let exhausted = claimed.len() < room;
             let mut sent = Vec::with_capacity(claimed.len());
+            let mut not_sent = Vec::new();
             let mut stream_open = true;
-            for delivered in claimed {
-                let delivery_id = delivered.delivery_id;
-                // Room was checked; a full or closed stream leaves the claim to expire.
-                if !send_charged(&self.sender, &self.deliveries.memory, delivered) {
-                    stream_open = false;
-                    break;
+            if started.elapsed() >= self.ack_timeout {
+                // The answer came back after the claims' own deadline (the database was
+                // out of reach meanwhile): they may be another subscriber's by now, so
+                // none is sent; those still ours are given back below.
+                warn!(subscriber = %self.name, claimed = claimed.len(), "claims answered after their ack deadline: not delivered");
+                stream_open = false;
+                not_sent = claimed;
+            } else {
+                let mut claimed = claimed.into_iter();
+                for delivered in claimed.by_ref() {
+                    let (delivery_id, attempt) = (delivered.delivery_id, delivered.attempt);
+                    // Room was checked; a stream closed meanwhile refuses it.
+                    if let Err(refused) =
+                        send_charged(&self.sender, &self.deliveries.memory, delivered)
+                    {
+                        stream_open = false;
+                        not_sent.push(refused);
+                        break;
+                    }
+                    self.count(attempt);
+                    sent.push(delivery_id);
                 }
-                sent.push(delivery_id);
+                not_sent.extend(claimed);
             }
             slot.settle_reservation(room, &sent);
+            if !not_sent.is_empty() {
+                let ids = not_sent.iter().map(|delivered| delivered.delivery_id);
+                self.give_back_unsent(ids.collect()).await;
+            }
             if exhausted && slot.is_full() {
                 // Cut short by `max_unacked` rather than by what there was to claim: the
                 // next subscriber's turn.
@@ -233,7 +262,6 @@ impl Subscriber {
             .await
             .map_err(ClusterError::query("claiming expirations"))?;
         rows.sort_by_key(|row| row.get::<_, i64>(0));
-        self.count(&rows);
         let delivered = rows.iter().map(|row| {
             let attempt = row.get::<_, i32>(1);
             Delivered {
@@ -245,13 +273,29 @@ impl Subscriber {
         Ok(delivered.collect())
     }
 
-    fn count(&self, rows: &[Row]) {
+    /// Counts one delivery handed to the stream (a claim never sent is not one).
+    fn count(&self, attempt: u32) {
         let metrics = &self.deliveries.metrics;
-        for row in rows {
-            match row.get::<_, i32>(1) {
-                1 => metrics.expirations_delivered.inc(),
-                _ => metrics.expirations_redelivered.inc(),
-            };
+        match attempt {
+            1 => metrics.expirations_delivered.inc(),
+            _ => metrics.expirations_redelivered.inc(),
+        };
+    }
+
+    /// Claims this subscriber made that never reached its client (answered too late, the
+    /// stream closed meanwhile, or left in the stream when it was dropped) go back with their attempt refunded: no client saw them,
+    /// so the next claim's attempt is the one these would have had. Those another
+    /// subscriber already took (the claim lapsed) are left alone by the statement.
+    async fn give_back_unsent(&self, delivery_ids: Vec<u64>) {
+        let claims = delivery_ids
+            .into_iter()
+            .map(|delivery_id| {
+                let (seq, attempt) = split_delivery_id(delivery_id);
+                (self.name.clone(), seq, attempt)
+            })
+            .collect();
+        if let Err(error) = give_back(&self.deliveries.connections, claims).await {
+            warn!(subscriber = %self.name, %error, "giving back unsent claims failed; they return at their ack deadline");
         }
     }
 

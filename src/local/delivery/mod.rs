@@ -254,9 +254,17 @@ impl tokio_stream::Stream for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        // What is still in the buffer never reached a client: it comes back as the same
+        // attempt, not the next.
+        self.receiver.close();
+        let mut never_taken = Vec::new();
+        while let Ok(delivered) = self.receiver.try_recv() {
+            never_taken.push(delivered.delivery_id);
+        }
         let _ = self.delivery.send(Request::Unsubscribe {
             namespace: self.namespace.clone(),
             id: self.id,
+            never_taken,
         });
     }
 }
@@ -294,27 +302,44 @@ impl Expirations for DeliveryHandle {
         after: Duration,
         hold: Hold,
     ) -> Answer<bool> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self.sender.send(Request::RetryLater {
+        self.ask(|reply| Request::RetryLater {
             namespace,
             delivery_id,
             after,
             hold,
             reply,
-        });
-        Answer::work(async move {
-            sent.map_err(|_| DeliveryStopped)?;
-            Ok(answer.await.map_err(|_| DeliveryStopped)?)
         })
     }
 
+    fn give_back(&self, namespace: String, delivery_id: u64) -> Answer<bool> {
+        self.ask(|reply| Request::GiveBack {
+            namespace,
+            delivery_id,
+            reply,
+        })
+    }
+
+    fn recorded(&self) -> Answer<()> {
+        self.ask(Request::Recorded)
+    }
+
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self.sender.send(Request::Redrive {
+        self.ask(|reply| Request::Redrive {
             namespace,
             ids,
             reply,
-        });
+        })
+    }
+}
+
+impl DeliveryHandle {
+    /// Sends the task the request `with_reply` makes, and answers what it replies.
+    fn ask<T: Send + 'static>(
+        &self,
+        with_reply: impl FnOnce(oneshot::Sender<T>) -> Request,
+    ) -> Answer<T> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.sender.send(with_reply(reply));
         Answer::work(async move {
             sent.map_err(|_| DeliveryStopped)?;
             Ok(answer.await.map_err(|_| DeliveryStopped)?)

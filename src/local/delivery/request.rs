@@ -19,9 +19,12 @@ pub(super) enum Request {
         id: u64,
         sender: mpsc::Sender<Delivered>,
     },
+    /// A subscriber's stream is gone; `never_taken` are the deliveries still in its
+    /// buffer, which no client saw (their attempts are refunded).
     Unsubscribe {
         namespace: Arc<str>,
         id: u64,
+        never_taken: Vec<u64>,
     },
     /// A subscriber's stream took one delivery from its buffer, making room.
     Pulled {
@@ -41,6 +44,13 @@ pub(super) enum Request {
         hold: crate::domain::Hold,
         reply: oneshot::Sender<bool>,
     },
+    /// Hands back an in-flight delivery that never reached its client, its attempt
+    /// refunded (see [`crate::domain::Expirations::give_back`]).
+    GiveBack {
+        namespace: String,
+        delivery_id: u64,
+        reply: oneshot::Sender<bool>,
+    },
     Dead {
         /// None: every namespace.
         namespace: Option<String>,
@@ -52,6 +62,9 @@ pub(super) enum Request {
         ids: Option<Vec<u64>>,
         reply: oneshot::Sender<RedriveOutcome>,
     },
+    /// Answers once everything asked before is written (see
+    /// [`crate::domain::Expirations::recorded`]).
+    Recorded(oneshot::Sender<()>),
     Shutdown,
     /// Stops journaling (the store is closing) and confirms.
     Close(oneshot::Sender<()>),

@@ -68,7 +68,11 @@ impl Delivery {
                 id,
                 sender,
             } => self.subscribe(options, rules, id, sender),
-            Request::Unsubscribe { namespace, id } => self.unsubscribe(&namespace, id),
+            Request::Unsubscribe {
+                namespace,
+                id,
+                never_taken,
+            } => self.unsubscribe(&namespace, id, &never_taken),
             Request::Pulled { namespace, id } => self.pulled(&namespace, id),
             Request::Ack {
                 namespace,
@@ -84,6 +88,14 @@ impl Delivery {
             } => {
                 let _ = reply.send(self.retry_later(&namespace, delivery_id, after, hold));
             }
+            Request::GiveBack {
+                namespace,
+                delivery_id,
+                reply,
+            } => {
+                let namespace: std::sync::Arc<str> = namespace.as_str().into();
+                let _ = reply.send(self.give_back(&namespace, delivery_id));
+            }
             Request::Dead { namespace, reply } => {
                 let _ = reply.send(self.dead(namespace.as_deref()));
             }
@@ -92,6 +104,7 @@ impl Delivery {
                 ids,
                 reply,
             } => self.redrive(&namespace, ids, reply),
+            Request::Recorded(reply) => self.after_written(reply),
             Request::Shutdown => {
                 for queue in self.namespaces.values_mut() {
                     queue.subscribers.clear();

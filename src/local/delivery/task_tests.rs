@@ -169,7 +169,7 @@ fn a_namespace_stays_live_until_both_the_worker_and_delivery_let_go() {
     delivery.ack("orders", vec![delivered.delivery_id], reply);
     delivery.check_counts();
     assert_eq!(live.len(), 1, "subscribed: still live");
-    delivery.unsubscribe(&Arc::from("orders"), 1);
+    delivery.unsubscribe(&Arc::from("orders"), 1, &[]);
     delivery.check_counts();
     assert_eq!(live.len(), 0);
 }
@@ -192,7 +192,7 @@ fn redeliveries_and_dead_by_attempts_keep_the_counts_right() {
     for attempt in 1..=2 {
         assert_eq!(stream.try_recv().unwrap().attempt, attempt);
         assert_eq!(stream.try_recv().unwrap().attempt, attempt);
-        delivery.unsubscribe(&Arc::from("orders"), attempt.into());
+        delivery.unsubscribe(&Arc::from("orders"), attempt.into(), &[]);
         delivery.check_counts();
         stream = delivery.subscribe_to("orders", u64::from(attempt) + 1, 10);
     }
@@ -212,7 +212,7 @@ fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
     let mut stream = delivery.subscribe_to("orders", 1, 10);
     assert_eq!(stream.try_recv().unwrap().attempt, 1);
     assert_eq!(stream.try_recv().unwrap().attempt, 1);
-    delivery.unsubscribe(&Arc::from("orders"), 1);
+    delivery.unsubscribe(&Arc::from("orders"), 1, &[]);
     delivery.check_counts();
     let dead = delivery.dead(Some("orders"));
     let order = ids(&dead);
@@ -248,7 +248,7 @@ fn redriven_dead_expirations_are_delivered_again_with_attempt_one() {
     assert_eq!(order[3..].len(), 2);
 
     // All the rest, within the buffer's room (2): one stays dead.
-    delivery.unsubscribe(&Arc::from("orders"), 2);
+    delivery.unsubscribe(&Arc::from("orders"), 2, &[]);
     let (reply, _answer) = tokio::sync::oneshot::channel();
     delivery.ack("orders", vec![first.delivery_id, second.delivery_id], reply);
     delivery.check_counts();
@@ -387,4 +387,46 @@ fn queue_in_flight_ids(delivery: &Delivery) -> Vec<u64> {
         .keys()
         .copied()
         .collect()
+}
+
+#[test]
+fn a_delivery_that_never_reached_its_client_comes_back_as_the_attempt_it_was() {
+    // One attempt each: a hand-back that spent one would bury them.
+    let mut delivery = delivery(|config| config.max_attempts = 1);
+    let mut stream = delivery.subscribe_to("orders", 1, 10);
+    delivery.enqueue_fired(fresh((1..=3).map(|id| expiration("orders", id)).collect()));
+    let taken = stream.try_recv().expect("delivered");
+    let given = stream.try_recv().expect("delivered");
+    let left_inside = stream.try_recv().expect("delivered");
+    assert!(delivery.give_back(&Arc::from("orders"), given.delivery_id));
+    assert!(
+        !delivery.give_back(&Arc::from("orders"), given.delivery_id),
+        "given back once"
+    );
+    // Given back with its subscriber still there: it goes to it again, unspent.
+    let again = stream.try_recv().expect("delivered again");
+    assert_eq!(
+        (again.expiration.id, again.attempt),
+        (given.expiration.id, 1)
+    );
+    assert_ne!(again.delivery_id, given.delivery_id, "a new id");
+    // The stream goes with two it never took: they stay alive; the one it took is dead.
+    delivery.unsubscribe(
+        &Arc::from("orders"),
+        1,
+        &[again.delivery_id, left_inside.delivery_id],
+    );
+    delivery.check_counts();
+    assert_eq!(ids(&delivery.dead(Some("orders"))), [taken.expiration.id.0]);
+    let mut stream = delivery.subscribe_to("orders", 2, 10);
+    let mut back: Vec<(u64, u32)> = (0..2)
+        .map(|_| stream.try_recv().expect("back"))
+        .map(|delivered| (delivered.expiration.id.0, delivered.attempt))
+        .collect();
+    back.sort_unstable();
+    assert_eq!(
+        back,
+        [(given.expiration.id.0, 1), (left_inside.expiration.id.0, 1)]
+    );
+    delivery.check_counts();
 }

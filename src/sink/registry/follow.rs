@@ -2,7 +2,7 @@
 //! [`FOLLOW_EVERY`] when the store is shared, so that a sink set, paused, resumed or
 //! removed through one replica is so on every replica, and a pause holds across restarts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -44,6 +44,7 @@ impl Registry {
             return stopping;
         }
         let mut entries = BTreeMap::new();
+        let mut unreadable = BTreeSet::new();
         for (namespace, line) in stored {
             match StoredLine::parse(&line) {
                 Ok(entry) => {
@@ -51,13 +52,17 @@ impl Registry {
                 }
                 Err(why) => {
                     warn!(%namespace, why, "a sink kept in the store does not parse: left alone");
+                    unreadable.insert(namespace);
                 }
             }
         }
+        // A sink whose entry this tickd cannot read (a newer one wrote it) is not gone:
+        // its pusher goes on as it was.
         let gone: Vec<String> = running
             .iter()
             .filter(|(namespace, running)| {
                 running.origin == Origin::Api
+                    && !unreadable.contains(namespace.as_str())
                     && entries
                         .get(namespace.as_str())
                         .is_none_or(|entry| entry.url.is_none())

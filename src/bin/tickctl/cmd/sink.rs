@@ -48,8 +48,13 @@ enum Action {
         rate: Option<String>,
         /// A file of secrets to sign every push with (Standard Webhooks, `whsec_<base64>`
         /// one per line; two sign with both). Sent once, kept with the sink, never shown.
+        /// Without it, the secrets given before stay.
         #[arg(long, value_name = "PATH")]
         secret_file: Option<std::path::PathBuf>,
+        /// Forget the secrets given before: the sink signs as --sink-secret-file says, or
+        /// not at all.
+        #[arg(long, conflicts_with = "secret_file")]
+        clear_secrets: bool,
     },
     /// Show a namespace's sink, its credentials masked.
     Get {
@@ -97,6 +102,7 @@ impl Sink {
                 url,
                 rate,
                 secret_file,
+                clear_secrets,
             } => {
                 let secrets = match secret_file {
                     Some(path) => read_secrets(&path)?,
@@ -107,6 +113,7 @@ impl Sink {
                     url,
                     rate: rate.unwrap_or_default(),
                     secrets,
+                    clear_secrets,
                 });
                 let answer = session.unary(api.clone().set_sink(request)).await?;
                 if session.wants_json() {

@@ -8,9 +8,11 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::dead::OUT_OF_ATTEMPTS;
+use super::journal::attempted;
 use super::state::Delivery;
 use crate::domain::{AckOutcome, Dead, Hold};
 use crate::local::delivery::queue::Waiting;
+use crate::local::store::Batch;
 
 impl Delivery {
     /// Settles acknowledged deliveries; the answer waits until the settlement is durable.
@@ -117,6 +119,25 @@ impl Delivery {
             self.queue(namespace).waiting.push_front(waiting);
             self.metrics.delivery_buffered.inc();
         }
+    }
+
+    /// Puts an unacknowledged delivery that never reached its client back in line as the
+    /// attempt it was: the attempt its dispatch counted is refunded, and recorded so,
+    /// so that a restart counts it no more than this does. False if it is not in flight.
+    pub(super) fn give_back(&mut self, namespace: &Arc<str>, delivery_id: u64) -> bool {
+        let Some(mut waiting) = self.settle(namespace, delivery_id) else {
+            return false;
+        };
+        waiting.attempts = waiting.attempts.saturating_sub(1);
+        if self.store.is_some() {
+            let mut refund = Batch::default();
+            refund.record(&attempted(&waiting.expiration, waiting.attempts));
+            self.append_then(refund, None);
+        }
+        self.queue(namespace).waiting.push_front(waiting);
+        self.metrics.delivery_buffered.inc();
+        self.dispatch(namespace);
+        true
     }
 
     pub(crate) fn expire_ack_deadlines(&mut self) {

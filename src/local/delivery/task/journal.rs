@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc::{self, OwnedPermit};
+use tokio::sync::oneshot;
 
 use super::state::Delivery;
 use crate::domain::{Delivered, Expiration};
@@ -38,6 +39,20 @@ impl Delivery {
             }
         }
         self.append_then(batch, after);
+    }
+
+    /// Answers `reply` once what was appended before is written to the OS (kept across a
+    /// crash of the process, as attempts are); at once with no log.
+    pub(super) fn after_written(&self, reply: oneshot::Sender<()>) {
+        let Some(store) = self.store.as_ref() else {
+            let _ = reply.send(());
+            return;
+        };
+        let mut barrier = Batch::default();
+        barrier.on_written(Box::new(move || {
+            let _ = reply.send(());
+        }));
+        store.append(barrier);
     }
 
     /// Appends `records` and runs `after` once they are durable; with no log, or nothing

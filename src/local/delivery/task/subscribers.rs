@@ -1,5 +1,6 @@
 //! Subscribers and observers coming and going: a subscriber's window, the deliveries a
-//! lost one held handed back, and the room a stream makes as it takes one.
+//! lost one held handed back (those it never took with their attempts refunded), and the
+//! room a stream makes as it takes one.
 
 use std::sync::Arc;
 
@@ -39,17 +40,23 @@ impl Delivery {
         self.dispatch(&namespace);
     }
 
-    pub(super) fn unsubscribe(&mut self, namespace: &Arc<str>, id: u64) {
+    /// A stream gone: what it held comes back. The deliveries that never reached it (still
+    /// in its buffer, `never_taken`, or waiting for their attempt to be written) come back
+    /// as the attempt they were; those it took, as the next.
+    pub(super) fn unsubscribe(&mut self, namespace: &Arc<str>, id: u64, never_taken: &[u64]) {
         let Some(queue) = self.namespaces.get_mut(namespace) else {
             return;
         };
         queue.observers.retain(|(observer, _)| *observer != id);
         queue.subscribers.retain(|subscriber| subscriber.id != id);
-        let orphaned: Vec<u64> = queue
+        let orphaned: Vec<(u64, bool)> = queue
             .in_flight
             .iter()
             .filter(|(_, in_flight)| in_flight.subscriber == Some(id))
-            .map(|(&delivery_id, _)| delivery_id)
+            .map(|(&delivery_id, in_flight)| {
+                let reached = in_flight.has_left() && !never_taken.contains(&delivery_id);
+                (delivery_id, reached)
+            })
             .collect();
         // Planted bug: a lost subscriber's deliveries wait for their ack timeouts.
         let orphaned = if crate::faults::planted("no-redeliver-on-unsubscribe") {
@@ -57,8 +64,12 @@ impl Delivery {
         } else {
             orphaned
         };
-        for delivery_id in orphaned {
-            self.take_back(namespace, delivery_id);
+        for (delivery_id, reached) in orphaned {
+            if reached {
+                self.take_back(namespace, delivery_id);
+            } else {
+                self.give_back(namespace, delivery_id);
+            }
         }
         self.dispatch(namespace);
         self.forget_if_idle(namespace);
