@@ -42,6 +42,7 @@ proto_messages! {
     crate::proto::PauseSinkResponse => "tickd.v1.PauseSinkResponse",
     crate::proto::ResumeSinkResponse => "tickd.v1.ResumeSinkResponse",
     crate::proto::SinkStatusResponse => "tickd.v1.SinkStatusResponse",
+    crate::proto::ListSinksResponse => "tickd.v1.ListSinksResponse",
     tonic_health::pb::HealthCheckResponse => "grpc.health.v1.HealthCheckResponse",
 }
 

@@ -1,5 +1,5 @@
-//! The `tickd.v1.Sinks` service: a namespace's push sink set, read, paused, resumed and
-//! removed while tickd runs, and how each sink is doing. Each call names a namespace its token must
+//! The `tickd.v1.Sinks` service: a namespace's push sink set, read, listed, paused, resumed
+//! and removed while tickd runs, and how each sink is doing. Each call names a namespace its token must
 //! allow, like the Timers calls; the work is [`crate::sink::Sinks`]'s, which keeps the
 //! sinks in the backend's store and starts and stops their pushers. A URL is never
 //! answered with its credentials: `user:password@` comes back as `***@`.
@@ -119,6 +119,18 @@ impl proto::sinks_server::Sinks for SinksService {
         Ok(Response::new(proto::ResumeSinkResponse {
             sink: Some(sink_message(sink)),
             changed,
+        }))
+    }
+
+    #[instrument(level = "debug", name = "ListSinks", skip_all)]
+    async fn list_sinks(
+        &self,
+        request: Request<proto::ListSinksRequest>,
+    ) -> Result<Response<proto::ListSinksResponse>, Status> {
+        let grant = grant_of(&request);
+        let sinks = self.sinks.list(|namespace| grant.allows(namespace)).await?;
+        Ok(Response::new(proto::ListSinksResponse {
+            sinks: sinks.into_iter().map(sink_message).collect(),
         }))
     }
 

@@ -296,20 +296,35 @@ impl Sinks {
             }
         }
         let stored = registry.store.load().await?;
-        let line = stored
+        stored
             .get(namespace)
-            .and_then(|line| StoredLine::parse(line).ok())
-            .filter(|line| line.url.is_some())
-            .ok_or_else(|| no_sink(namespace))?;
-        Ok(SinkView {
-            namespace: namespace.to_owned(),
-            url: masked(line.url.as_deref().unwrap_or_default()),
-            origin: Origin::Api,
-            paused: line.paused,
-            rate: line.rate,
-            signed: !line.secrets.is_empty()
-                || registry.common.security.signing_for(namespace).is_some(),
-        })
+            .and_then(|line| registry.kept_view(namespace, line))
+            .ok_or_else(|| no_sink(namespace))
+    }
+
+    /// Every sink whose namespace `shown` lets through, by namespace: `--sink`'s as they
+    /// run here, the rest as the store keeps them (set through any replica).
+    pub(crate) async fn list(
+        &self,
+        shown: impl Fn(&str) -> bool,
+    ) -> Result<Vec<SinkView>, TimerError> {
+        let registry = &self.registry;
+        let stored = registry.store.load().await?;
+        let mut views: BTreeMap<String, SinkView> = stored
+            .iter()
+            .filter(|(namespace, _)| shown(namespace) && !registry.flagged.contains(*namespace))
+            .filter_map(|(namespace, line)| {
+                let view = registry.kept_view(namespace, line)?;
+                Some((namespace.clone(), view))
+            })
+            .collect();
+        let running = registry.running.lock().await;
+        for namespace in registry.flagged.iter().filter(|namespace| shown(namespace)) {
+            if let Some(flagged) = running.get(namespace) {
+                views.insert(namespace.clone(), flagged.view());
+            }
+        }
+        Ok(views.into_values().collect())
     }
 
     /// Pauses (or resumes) `namespace`'s sink, one of `--sink` too: kept in the store
@@ -427,6 +442,22 @@ impl Sinks {
 }
 
 impl Registry {
+    /// A sink set through the API as its store entry `line` shows it; None for an entry
+    /// with no URL (a `--sink` sink's pause) or one this tickd cannot read.
+    fn kept_view(&self, namespace: &str, line: &str) -> Option<SinkView> {
+        let line = StoredLine::parse(line).ok()?;
+        let url = line.url.as_deref()?;
+        Some(SinkView {
+            namespace: namespace.to_owned(),
+            url: masked(url),
+            origin: Origin::Api,
+            paused: line.paused,
+            rate: line.rate,
+            signed: !line.secrets.is_empty()
+                || self.common.security.signing_for(namespace).is_some(),
+        })
+    }
+
     /// `namespace`'s entry as the store has it now: None if it has none, an error (naming
     /// no secret) if this tickd cannot read it.
     async fn stored_entry(

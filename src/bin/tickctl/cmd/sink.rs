@@ -6,6 +6,7 @@
 //! ```text
 //! tickctl sink set orders 'http://user:secret@10.0.0.7:8080/timers'
 //! tickctl sink set orders 'http://user:secret@10.0.0.7:8080/timers' --rate 50/s
+//! tickctl sink list
 //! tickctl sink get orders
 //! tickctl sink pause orders      # no push leaves; expirations wait in the buffer
 //! tickctl sink resume orders
@@ -21,8 +22,8 @@ use crate::failure::Failure;
 use crate::output;
 use crate::session::Session;
 use tickd::proto::{
-    GetSinkRequest, PauseSinkRequest, RemoveSinkRequest, ResumeSinkRequest, SetSinkRequest,
-    SinkCircuit, SinkOrigin, SinkState, SinkStatusRequest, SinkView as SinkMessage,
+    GetSinkRequest, ListSinksRequest, PauseSinkRequest, RemoveSinkRequest, ResumeSinkRequest,
+    SetSinkRequest, SinkCircuit, SinkOrigin, SinkState, SinkStatusRequest, SinkView as SinkMessage,
 };
 
 /// Set, show, pause, resume or remove a namespace's push sink, or show how the sinks are
@@ -76,6 +77,9 @@ enum Action {
         #[arg(value_name = "NAMESPACE")]
         of: String,
     },
+    /// List every sink the token allows: --sink's and those set through the API (on any
+    /// replica), one line each.
+    List,
     /// Remove a namespace's sink: its expirations then wait for subscribers.
     Remove {
         /// The sink's namespace.
@@ -159,6 +163,17 @@ impl Sink {
                         "not paused"
                     };
                     output::print_line(format!("{what} {}", sink_line(&sink_of(answer.sink)?)));
+                }
+            }
+            Action::List => {
+                let request = session.request(ListSinksRequest {});
+                let answer = session.unary(api.clone().list_sinks(request)).await?;
+                if session.wants_json() {
+                    output::print_message(&answer);
+                } else {
+                    for sink in &answer.sinks {
+                        output::print_line(sink_line(sink));
+                    }
                 }
             }
             Action::Remove { of: namespace } => {
