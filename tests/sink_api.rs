@@ -19,8 +19,8 @@ use common::*;
 use tickd::proto::sinks_client::SinksClient;
 use tickd::proto::timers_client::TimersClient;
 use tickd::proto::{
-    GetSinkRequest, RemoveSinkRequest, SetSinkRequest, SinkCircuit, SinkOrigin, SinkStatusRequest,
-    SinkStatusResponse, SinkView as Sink,
+    GetSinkRequest, ListSinksRequest, RemoveSinkRequest, SetSinkRequest, SinkCircuit, SinkOrigin,
+    SinkStatusRequest, SinkStatusResponse, SinkView as Sink,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
@@ -350,6 +350,17 @@ async fn a_sink_of_the_flag_is_not_changed_through_the_api() {
         (kept.url.as_str(), kept.origin),
         (flag.as_str(), SinkOrigin::Flag as i32)
     );
+    let kept = sinks
+        .list_sinks(ListSinksRequest {})
+        .await
+        .expect("list")
+        .into_inner()
+        .sinks;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (kept[0].url.as_str(), kept[0].origin),
+        (flag.as_str(), SinkOrigin::Flag as i32)
+    );
     let listed = status(&mut sinks, None).await.expect("status");
     assert_eq!(listed.sinks.len(), 1);
     assert_eq!(
@@ -408,6 +419,20 @@ async fn replicas_follow_a_sink_set_through_one_and_removed_through_the_other() 
         .await
         .expect("b's get");
     assert_eq!(through_b.url, shown);
+    // And lists it, from the database, credentials masked.
+    let listed = sinks_client(set_of.daemon("b").addr)
+        .list_sinks(ListSinksRequest {})
+        .await
+        .expect("b's list")
+        .into_inner()
+        .sinks;
+    assert_eq!(
+        listed
+            .iter()
+            .map(|sink| (sink.namespace.as_str(), sink.url.as_str(), sink.origin))
+            .collect::<Vec<_>>(),
+        [(NAMESPACE, shown.as_str(), SinkOrigin::Api as i32)]
+    );
     set_of
         .eventually("b runs the sink set through a", || {
             replica_shows(&set_of, "b", Some(&shown))
@@ -523,5 +548,19 @@ async fn a_token_manages_the_sinks_of_its_namespaces_only() {
     };
     assert_eq!(listed("team-a-secret").await, ["a"]);
     assert_eq!(listed("admin-secret").await, ["a", "b"]);
+    // ListSinks likewise.
+    let kept = |token: &'static str| {
+        let mut sinks = sinks.clone();
+        async move {
+            let answer = sinks
+                .list_sinks(with_token(ListSinksRequest {}, token))
+                .await
+                .expect("list");
+            let kept = answer.into_inner().sinks.into_iter();
+            kept.map(|sink| sink.namespace).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(kept("team-a-secret").await, ["a"]);
+    assert_eq!(kept("admin-secret").await, ["a", "b"]);
     server.stop().await;
 }

@@ -20,7 +20,7 @@ use common::tooling::{python_venv, repo, run_with_stdin, skip_polyglot};
 use common::*;
 use tickd::proto::sinks_client::SinksClient;
 use tickd::proto::timers_client::TimersClient;
-use tickd::proto::{GetSinkRequest, SetSinkRequest, SinkStatusRequest};
+use tickd::proto::{GetSinkRequest, ListSinksRequest, SetSinkRequest, SinkStatusRequest};
 use tonic::transport::Channel;
 
 const NAMESPACE: &str = "signed";
@@ -415,12 +415,25 @@ async fn secrets_given_in_set_sink_sign_every_push_across_a_rotation_and_a_resta
         .expect("get sink")
         .into_inner();
     assert!(got.sink.as_ref().is_some_and(|sink| sink.signed), "{got:?}");
+    let listed = sinks
+        .list_sinks(ListSinksRequest {})
+        .await
+        .expect("list sinks")
+        .into_inner();
+    assert!(
+        listed
+            .sinks
+            .iter()
+            .any(|sink| sink.namespace == NAMESPACE && sink.signed),
+        "{listed:?}"
+    );
     let metrics = fetch_metrics(daemon.metrics_addr(), None).await.body;
     let shown = [
         ("the log", daemon.log_text()),
         ("/metrics", metrics),
         ("SinkStatus", format!("{status:?}")),
         ("GetSink", format!("{got:?}")),
+        ("ListSinks", format!("{listed:?}")),
     ];
     for secret in [&old, &new] {
         let encoded = secret.trim_start_matches("whsec_");
