@@ -98,6 +98,23 @@ async fn paused_in_status(sinks: &mut SinksClient<Channel>) -> Vec<(String, bool
         .collect()
 }
 
+/// Each namespace's `waiting`, as SinkStatus shows it.
+async fn waiting_in_status(sinks: &mut SinksClient<Channel>) -> Vec<(String, Option<u64>)> {
+    let answer = sinks
+        .sink_status(SinkStatusRequest {
+            namespace: String::new(),
+            all: true,
+        })
+        .await
+        .expect("SinkStatus")
+        .into_inner();
+    answer
+        .sinks
+        .into_iter()
+        .map(|state| (state.sink.expect("a sink").namespace, state.waiting))
+        .collect()
+}
+
 fn expected_status() -> Vec<(String, bool)> {
     vec![
         (CONTROL.to_owned(), false),
@@ -173,6 +190,14 @@ async fn a_pause_holds_across_a_restart(signal: &str) {
         "every paused expiration waits in its buffer"
     );
     assert!(flagged.pushes().is_empty() && set_sink.pushes().is_empty());
+    let each_waiting = |control: u64| {
+        vec![
+            (CONTROL.to_owned(), Some(control)),
+            (FLAGGED.to_owned(), Some(PAUSED_EXPIRATIONS as u64)),
+            (SET.to_owned(), Some(PAUSED_EXPIRATIONS as u64)),
+        ]
+    };
+    assert_eq!(waiting_in_status(&mut sinks).await, each_waiting(0));
 
     daemon.stop_with(signal);
     let daemon = start(data_dir.path(), &flagged, &control);
@@ -185,6 +210,7 @@ async fn a_pause_holds_across_a_restart(signal: &str) {
         flagged.pushes().is_empty() && set_sink.pushes().is_empty(),
         "a push left a paused sink after the restart"
     );
+    assert_eq!(waiting_in_status(&mut sinks).await, each_waiting(0));
 
     for (namespace, sink) in [(FLAGGED, &flagged), (SET, &set_sink)] {
         let (view, changed) = resume(&mut sinks, namespace).await;
@@ -211,6 +237,10 @@ async fn a_pause_holds_across_a_restart(signal: &str) {
         .await
         .iter()
         .all(|(_, paused)| !paused));
+    assert_eq!(
+        waiting_in_status(&mut sinks).await,
+        [CONTROL, FLAGGED, SET].map(|namespace| (namespace.to_owned(), Some(0)))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,6 +515,15 @@ async fn replicas_pause_and_resume_a_sink_together() {
         paused_sink.pushes().is_empty(),
         "a replica pushed to a paused sink"
     );
+    // Each replica counts what waits in the database, registered through either.
+    for id in IDS {
+        let mut sinks = SinksClient::new(lazy(set_of.daemon(id).addr));
+        let waiting = waiting_in_status(&mut sinks).await;
+        assert!(
+            waiting.contains(&(SET.to_owned(), Some(2 * PER_REPLICA as u64))),
+            "{id}: {waiting:?}"
+        );
+    }
 
     let mut through_b = SinksClient::new(lazy(set_of.daemon("b").addr));
     let (view, changed) = resume(&mut through_b, SET).await;

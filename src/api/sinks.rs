@@ -194,6 +194,7 @@ fn state_message(state: SinkState) -> proto::SinkState {
         unreachable: state.unreachable,
         last_error: state.last_error.unwrap_or_default(),
         slowed: state.slowed_pushes,
+        waiting: state.waiting,
         slowed_to: state.slowed.unwrap_or_default(),
     }
 }

@@ -104,6 +104,10 @@ pub trait Expirations: Send + Sync + 'static {
     /// dropped before it among them, is kept across a crash of the process: a pause is
     /// answered after it, so that a crash right after costs no attempt.
     fn recorded(&self) -> Answer<()>;
+    /// How many expirations of each of `namespaces` wait to be delivered now (not in
+    /// flight, not waiting out a retry's delay), in the order asked: what a paused or
+    /// slow sink has before it.
+    fn waiting(&self, namespaces: Vec<String>) -> Answer<Vec<u64>>;
 }
 
 /// What a delivery handed back with [`Expirations::retry_later`] does with its place in

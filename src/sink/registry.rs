@@ -18,20 +18,18 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::allow::SinkAllow;
-use super::circuit::Circuit;
 use super::client::SinkClient;
-use super::pace::{Pace, SinkRate};
-use super::pusher::Pusher;
+use super::pace::SinkRate;
 use super::signing::Signing;
 use super::spec::{masked, SinkSpec, SinkTarget};
 use super::stored::StoredLine;
-use super::tls::SinkSecurity;
-use crate::domain::{Expirations, SinkStore, TimerError};
-use crate::metrics::sinks::{OutcomeLabels, SinkLabels, OUTCOMES};
-use crate::metrics::Metrics;
+use crate::domain::{SinkStore, TimerError};
 
 mod follow;
+mod running;
+
+pub(crate) use running::Common;
+use running::Running;
 
 /// How often a registry over a shared store reads it again.
 pub(crate) const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -85,51 +83,10 @@ pub(crate) struct SinkState {
     pub(crate) rejected: u64,
     pub(crate) unreachable: u64,
     pub(crate) slowed_pushes: u64,
+    /// Expirations of the namespace waiting to be pushed (None: the backend could not
+    /// count them).
+    pub(crate) waiting: Option<u64>,
     pub(crate) last_error: Option<String>,
-}
-
-/// What every pusher is made with.
-pub(crate) struct Common {
-    pub(crate) allow: Arc<SinkAllow>,
-    pub(crate) security: Arc<SinkSecurity>,
-    pub(crate) timeout: Duration,
-    pub(crate) max_in_flight: usize,
-    pub(crate) expirations: Arc<dyn Expirations>,
-    pub(crate) metrics: Arc<Metrics>,
-}
-
-/// One running pusher.
-struct Running {
-    origin: Origin,
-    /// The URL as kept in the store (credentials and all), for a sink set through the
-    /// API: a URL read again unchanged leaves its pusher alone.
-    stored_url: Option<String>,
-    /// The signing secrets SetSink gave with it (never shown).
-    stored_secrets: Vec<String>,
-    /// The URL as it may be shown: its credentials as `***@`.
-    shown: String,
-    pusher: Arc<Pusher>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    fn view(&self) -> SinkView {
-        SinkView {
-            namespace: self.pusher.namespace.clone(),
-            url: self.shown.clone(),
-            origin: self.origin,
-            paused: self.pusher.is_paused(),
-            rate: self.pusher.pace.rate(),
-            signed: self.pusher.signing.is_some(),
-        }
-    }
-
-    /// Stops pulling deliveries and lets the pushes in flight finish for a moment.
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
 }
 
 struct Registry {
@@ -409,12 +366,31 @@ impl Sinks {
 
     /// The sinks running here that `shown` lets through, by namespace.
     pub(crate) async fn status(&self, shown: impl Fn(&str) -> bool) -> Vec<SinkState> {
-        let running = self.registry.running.lock().await;
-        running
-            .iter()
-            .filter(|(namespace, _)| shown(namespace))
-            .map(|(_, running)| self.registry.common.state(running))
-            .collect()
+        let mut states: Vec<SinkState> = {
+            let running = self.registry.running.lock().await;
+            running
+                .iter()
+                .filter(|(namespace, _)| shown(namespace))
+                .map(|(_, running)| self.registry.common.state(running))
+                .collect()
+        };
+        let namespaces = states.iter().map(|state| state.sink.namespace.clone());
+        let waiting = self
+            .registry
+            .common
+            .expirations
+            .waiting(namespaces.collect());
+        // Counted outside the lock: a replica's count is a statement. A backend that
+        // cannot count leaves it unknown rather than failing the status.
+        match waiting.await {
+            Ok(counts) => {
+                for (state, waiting) in states.iter_mut().zip(counts) {
+                    state.waiting = Some(waiting);
+                }
+            }
+            Err(error) => warn!(%error, "counting the expirations waiting for sinks failed"),
+        }
+        states
     }
 
     /// Stops the follower and every pusher. What is left unacknowledged is delivered
@@ -476,135 +452,6 @@ impl Registry {
             )));
         }
         Ok(())
-    }
-}
-
-impl Common {
-    /// A client for `target` (refused for TLS settings it cannot use).
-    fn client(&self, target: SinkTarget) -> Result<SinkClient, String> {
-        SinkClient::new(
-            target,
-            self.allow.clone(),
-            self.timeout,
-            self.security.clone(),
-        )
-    }
-
-    /// Starts a pusher for `namespace` over `client`, shown in logs as `shown_as` (its
-    /// target, no credentials), with `settings`: a sink set through the API has its URL
-    /// there, one of `--sink` none.
-    fn start(
-        &self,
-        namespace: String,
-        client: SinkClient,
-        shown_as: String,
-        settings: StoredLine,
-    ) -> Running {
-        let StoredLine {
-            url: stored_url,
-            paused,
-            rate,
-            secrets: stored_secrets,
-        } = settings;
-        let origin = if stored_url.is_some() {
-            Origin::Api
-        } else {
-            Origin::Flag
-        };
-        let series = self.metrics.sinks.announce(&namespace);
-        // A URL given whole (through the API) is shown as given, its credentials
-        // masked; `--sink`'s as its target shows it.
-        let shown = stored_url
-            .as_deref()
-            .map_or_else(|| shown_as.clone(), masked);
-        let (stop, stopping) = watch::channel(false);
-        // Secrets given in SetSink (checked before they were kept) win over the file's.
-        let signing = if stored_secrets.is_empty() {
-            self.security.signing_for(&namespace)
-        } else {
-            Signing::given(&stored_secrets).ok().map(Arc::new)
-        };
-        let pusher = Arc::new(Pusher {
-            shown_as,
-            sink: client,
-            namespace,
-            expirations: self.expirations.clone(),
-            circuit: Circuit::default(),
-            timeout: self.timeout,
-            max_in_flight: self.max_in_flight,
-            series,
-            room: tokio::sync::Semaphore::new(self.max_in_flight),
-            signing,
-            paused: watch::Sender::new(paused),
-            pace: Pace::new(rate),
-            pulling: watch::Sender::new(false),
-            last_error: Mutex::default(),
-        });
-        let task = tokio::spawn(pusher.clone().run(stopping));
-        Running {
-            origin,
-            stored_url,
-            stored_secrets,
-            shown,
-            pusher,
-            stop,
-            task,
-        }
-    }
-
-    /// Drops a removed sink's series from `/metrics`: a removed sink must not look stuck
-    /// (an open circuit, pushes in flight) for ever.
-    fn forget(&self, namespace: &str) {
-        let sinks = &self.metrics.sinks;
-        for outcome in OUTCOMES {
-            sinks.pushes.remove(&OutcomeLabels {
-                namespace: namespace.to_owned(),
-                outcome,
-            });
-        }
-        let labels = SinkLabels {
-            namespace: namespace.to_owned(),
-        };
-        sinks.push_seconds.remove(&labels);
-        sinks.in_flight.remove(&labels);
-        sinks.circuit.remove(&labels);
-    }
-
-    fn state(&self, running: &Running) -> SinkState {
-        let sinks = &self.metrics.sinks;
-        let namespace = &running.pusher.namespace;
-        let count = |outcome: &'static str| {
-            sinks
-                .pushes
-                .get_or_create(&OutcomeLabels {
-                    namespace: namespace.clone(),
-                    outcome,
-                })
-                .get()
-        };
-        let in_flight = sinks
-            .in_flight
-            .get_or_create(&SinkLabels {
-                namespace: namespace.clone(),
-            })
-            .get();
-        SinkState {
-            sink: running.view(),
-            circuit: running.pusher.circuit.gauge_value(),
-            slowed: running.pusher.pace.slowed(),
-            in_flight: u64::try_from(in_flight).unwrap_or(0),
-            delivered: count("delivered"),
-            retry: count("retry"),
-            rejected: count("rejected"),
-            unreachable: count("unreachable"),
-            slowed_pushes: count("slowed"),
-            last_error: running
-                .pusher
-                .last_error
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-        }
     }
 }
 

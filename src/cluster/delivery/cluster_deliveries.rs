@@ -232,6 +232,37 @@ impl ClusterDeliveries {
     }
 }
 
+impl ClusterDeliveries {
+    /// How many expirations of each namespace wait to be claimed now, on any replica.
+    pub(crate) async fn waiting(&self, namespaces: Vec<String>) -> Result<Vec<u64>, TimerError> {
+        let counted = self
+            .connections
+            .client()
+            .await?
+            .query(WAITING, &[&namespaces])
+            .await
+            .map_err(ClusterError::query("counting waiting expirations"))?;
+        let counts: std::collections::HashMap<&str, i64> = counted
+            .iter()
+            .map(|row| (row.get::<_, &str>(0), row.get::<_, i64>(1)))
+            .collect();
+        let waiting = namespaces.iter().map(|namespace| {
+            let count = counts.get(namespace.as_str()).copied().unwrap_or(0);
+            u64::try_from(count).unwrap_or(0)
+        });
+        Ok(waiting.collect())
+    }
+}
+
+/// Expirations of the namespaces `$1` that wait to be claimed (as `subscriber::CLAIMABLE`
+/// finds them, whatever their attempts), counted by namespace.
+const WAITING: &str = concat!(
+    "SELECT namespace, count(*) FROM tickd_expirations
+     WHERE namespace = ANY($1) AND acked_at IS NULL AND NOT dead AND ",
+    claim_lapsed!(),
+    " GROUP BY namespace"
+);
+
 /// Which claim a retry moves: the live claim of attempt `$3` of expiration `$2`
 /// (namespace `$1`); the conditions are an ack's (see `acks::ACK`).
 macro_rules! retry_later_conditions {
@@ -317,6 +348,11 @@ impl Expirations for ClusterDeliveries {
             let _ = handing_back.wait_for(|count| *count == 0).await;
             Ok(())
         })
+    }
+
+    fn waiting(&self, namespaces: Vec<String>) -> Answer<Vec<u64>> {
+        let deliveries = self.clone();
+        Answer::work(async move { ClusterDeliveries::waiting(&deliveries, namespaces).await })
     }
 
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {

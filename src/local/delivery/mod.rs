@@ -323,6 +323,10 @@ impl Expirations for DeliveryHandle {
         self.ask(Request::Recorded)
     }
 
+    fn waiting(&self, namespaces: Vec<String>) -> Answer<Vec<u64>> {
+        self.ask(|reply| Request::Waiting { namespaces, reply })
+    }
+
     fn redrive(&self, namespace: String, ids: Option<Vec<u64>>) -> Answer<RedriveOutcome> {
         self.ask(|reply| Request::Redrive {
             namespace,

@@ -62,6 +62,11 @@ pub(super) enum Request {
         ids: Option<Vec<u64>>,
         reply: oneshot::Sender<RedriveOutcome>,
     },
+    /// How many expirations of each namespace wait in its buffer.
+    Waiting {
+        namespaces: Vec<String>,
+        reply: oneshot::Sender<Vec<u64>>,
+    },
     /// Answers once everything asked before is written (see
     /// [`crate::domain::Expirations::recorded`]).
     Recorded(oneshot::Sender<()>),

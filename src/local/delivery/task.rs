@@ -105,6 +105,14 @@ impl Delivery {
                 reply,
             } => self.redrive(&namespace, ids, reply),
             Request::Recorded(reply) => self.after_written(reply),
+            Request::Waiting { namespaces, reply } => {
+                let waiting = namespaces.iter().map(|namespace| {
+                    self.namespaces
+                        .get(namespace.as_str())
+                        .map_or(0, |queue| queue.waiting.len() as u64)
+                });
+                let _ = reply.send(waiting.collect());
+            }
             Request::Shutdown => {
                 for queue in self.namespaces.values_mut() {
                     queue.subscribers.clear();

@@ -206,6 +206,7 @@ impl Sink {
                             "RATE",
                             "SLOWED TO",
                             "CIRCUIT",
+                            "WAITING",
                             "IN FLIGHT",
                             "DELIVERED",
                             "RETRY",
@@ -303,6 +304,9 @@ fn status_row(state: &SinkState) -> Vec<String> {
             "-".to_owned()
         },
         circuit.to_owned(),
+        state
+            .waiting
+            .map_or_else(|| "-".to_owned(), |waiting| waiting.to_string()),
         state.in_flight.to_string(),
         state.delivered.to_string(),
         state.retry.to_string(),
