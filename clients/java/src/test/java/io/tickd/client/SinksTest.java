@@ -16,7 +16,6 @@ import io.tickd.v1.SinkOrigin;
 import io.tickd.v1.SinkState;
 import io.tickd.v1.SinkView;
 import io.tickd.v1.TimerSpec;
-import java.io.IOException;
 import java.io.InputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -161,7 +160,7 @@ public class SinksTest {
     }
 
     @Test
-    public void secretsStayUntilCleared() throws IOException {
+    public void secretsStayUntilCleared() {
         try (TickdClient tickd = server.client().namespace("signed").build()) {
             String url = "http://127.0.0.1:9/unused";
             assertTrue(tickd.sinks().set(SetSinkRequest.newBuilder().setUrl(url)
