@@ -18,6 +18,7 @@ const DefaultCallTimeout = 10 * time.Second
 type Client struct {
 	connection *grpc.ClientConn
 	stub       tickdpb.TimersClient
+	sinks      tickdpb.SinksClient
 	options    clientOptions
 }
 
@@ -59,7 +60,12 @@ func Dial(ctx context.Context, target string, options ...Option) (*Client, error
 	if err != nil {
 		return nil, newError(err)
 	}
-	return &Client{connection: connection, stub: tickdpb.NewTimersClient(connection), options: settings}, nil
+	return &Client{
+		connection: connection,
+		stub:       tickdpb.NewTimersClient(connection),
+		sinks:      tickdpb.NewSinksClient(connection),
+		options:    settings,
+	}, nil
 }
 
 // Close closes the connection; streams still open on it end.
@@ -78,6 +84,9 @@ func (c *Client) Namespace() string { return c.options.namespace }
 
 // Stub is the generated gRPC client, for what this package does not wrap.
 func (c *Client) Stub() tickdpb.TimersClient { return c.stub }
+
+// SinksStub is the generated client of the Sinks service, on the same connection.
+func (c *Client) SinksStub() tickdpb.SinksClient { return c.sinks }
 
 // namespaceOr is the given namespace, or the client's default when it is empty.
 func (c *Client) namespaceOr(namespace string) string {

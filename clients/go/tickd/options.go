@@ -40,7 +40,8 @@ type TLS struct {
 // connection soon after tickd is back.
 //
 // Retried: registrations WITH a key (a batch only when every item has one), Cancel, Get,
-// Touch, Ack, Pending (and the calls built on it), Reschedule to a deadline. NOT retried:
+// Touch, Ack, Pending (and the calls built on it), Reschedule to a deadline, and every call
+// of the Sinks service (each sets a state rather than adding to one). NOT retried:
 // registrations without a key (an attempt that reached tickd before the connection broke
 // has registered the timer, and a retry would register it a second time), Reschedule with a
 // delay (a retry would count the delay again from a later now), and Redrive (a retry

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Generates the TypeScript stubs of proto/tickd/v1/tickd.proto into the directory given
+# Generates the TypeScript stubs of proto/tickd/v1/tickd.proto (the Timers service) and
+# sinks.proto (the Sinks service) into the directory given
 # (src/gen for the committed copy; the check generates into a temp dir and compares).
 #
 # ts-proto emits static, typed code (messages with encode/decode and a grpc-js service
@@ -25,4 +26,4 @@ protoc \
   --proto_path="$wkt_include" \
   --ts_proto_out="$out" \
   --ts_proto_opt=outputServices=grpc-js,forceLong=string,esModuleInterop=true,env=node,useDate=true,annotateFilesWithVersion=false \
-  tickd/v1/tickd.proto
+  tickd/v1/tickd.proto tickd/v1/sinks.proto

@@ -15,6 +15,10 @@ import {
   Timer as WireTimer,
   TimersClient,
 } from "./gen/tickd/v1/tickd";
+import { SinksClient } from "./gen/tickd/v1/sinks";
+import type { SinkState, SinkView } from "./gen/tickd/v1/sinks";
+import { requireSink, toSinkChange } from "./sinks";
+import type { SetSinkOptions, SinkChange, SinkStatusScope } from "./sinks";
 import { DEFAULT_CHANNEL_OPTIONS } from "./options";
 import type { CallOptions, RetryOptions, TickdClientOptions } from "./options";
 import { callWithRetries } from "./retry";
@@ -56,13 +60,15 @@ const DEFAULT_DEADLINE_MS = 10_000;
 const DEFAULT_PAGE_SIZE = 100;
 
 /**
- * A tickd client: one channel, the whole Timers API as Promises. Durations are milliseconds,
+ * A tickd client: one channel, the whole Timers and Sinks API as Promises. Durations are milliseconds,
  * times are Dates, 64-bit counters are strings. Idempotent calls are retried on UNAVAILABLE
  * (see RetryOptions); registrations without a key are not, since a retry could register twice.
  */
 export class TickdClient {
   /** The generated grpc-js client, for anything this class does not wrap. */
   readonly stub: TimersClient;
+  /** The generated client of the Sinks service, on the same channel. */
+  readonly sinksStub: SinksClient;
   /** The namespace used when a call names none. */
   readonly namespace: string;
   private readonly metadata: Metadata;
@@ -76,6 +82,12 @@ export class TickdClient {
       ...options.channelOptions,
     };
     this.stub = new TimersClient(options.address, channelCredentials(options.tls), channelOptions);
+    // One connection for both services: a second channel would double the connections, the
+    // reconnects and the keepalive pings to one tickd.
+    this.sinksStub = new SinksClient(options.address, channelCredentials(options.tls), {
+      ...channelOptions,
+      channelOverride: this.stub.getChannel(),
+    });
     this.namespace = options.namespace ?? "";
     this.metadata = callMetadata(options.token);
     this.deadlineMs = options.deadlineMs ?? DEFAULT_DEADLINE_MS;
@@ -195,6 +207,68 @@ export class TickdClient {
   redrive(deliveryIds: readonly string[] = [], namespace?: string, options?: CallOptions): Promise<RedriveResponse> {
     const request = { namespace: namespace ?? this.namespace, deliveryIds: [...deliveryIds] };
     return this.unary(this.stub.redrive.bind(this.stub), request, false, options);
+  }
+
+  // Push sinks (the Sinks service). Every call is retried on UNAVAILABLE: each sets a state
+  // rather than adding to one, so a repeat after a lost first attempt changes nothing more.
+
+  /**
+   * Makes tickd push the namespace's expirations to `url` (as `--sink` takes it; a
+   * `user:password@` in it is answered as `***@`). Durable once answered.
+   */
+  async setSink(url: string, sink: SetSinkOptions = {}, options?: CallOptions): Promise<SinkChange> {
+    const request = {
+      namespace: sink.namespace ?? this.namespace,
+      url,
+      rate: sink.rate ?? "",
+      secrets: [...(sink.secrets ?? [])],
+      clearSecrets: sink.clearSecrets ?? false,
+    };
+    return toSinkChange(await this.unary(this.sinksStub.setSink.bind(this.sinksStub), request, true, options));
+  }
+
+  /** The namespace's sink; NOT_FOUND when it has none. */
+  async getSink(namespace?: string, options?: CallOptions): Promise<SinkView> {
+    const request = { namespace: namespace ?? this.namespace };
+    const response = await this.unary(this.sinksStub.getSink.bind(this.sinksStub), request, true, options);
+    return requireSink(response.sink);
+  }
+
+  /** Every sink the token may see, `--sink`'s and the API's, by namespace. */
+  async listSinks(options?: CallOptions): Promise<SinkView[]> {
+    const response = await this.unary(this.sinksStub.listSinks.bind(this.sinksStub), {}, true, options);
+    return response.sinks;
+  }
+
+  /**
+   * Stops the namespace's pushes until resumeSink, across restarts; what fires meanwhile waits
+   * in tickd, spending no attempt. Resolves once the pushes under way have ended.
+   */
+  async pauseSink(namespace?: string, options?: CallOptions): Promise<SinkChange> {
+    const request = { namespace: namespace ?? this.namespace };
+    return toSinkChange(await this.unary(this.sinksStub.pauseSink.bind(this.sinksStub), request, true, options));
+  }
+
+  /** Lets a paused sink push again, what waited included. */
+  async resumeSink(namespace?: string, options?: CallOptions): Promise<SinkChange> {
+    const request = { namespace: namespace ?? this.namespace };
+    return toSinkChange(await this.unary(this.sinksStub.resumeSink.bind(this.sinksStub), request, true, options));
+  }
+
+  /**
+   * Removes a sink set through this API: the namespace's expirations wait for subscribers
+   * again. A retry whose lost first attempt removed it rejects with NOT_FOUND.
+   */
+  async removeSink(namespace?: string, options?: CallOptions): Promise<void> {
+    const request = { namespace: namespace ?? this.namespace };
+    await this.unary(this.sinksStub.removeSink.bind(this.sinksStub), request, true, options);
+  }
+
+  /** How a sink is doing (its circuit, its pushes since this tickd process started it). */
+  async sinkStatus(scope: SinkStatusScope = {}, options?: CallOptions): Promise<SinkState[]> {
+    const request = scope.all ? { namespace: "", all: true } : { namespace: scope.namespace ?? this.namespace, all: false };
+    const response = await this.unary(this.sinksStub.sinkStatus.bind(this.sinksStub), request, true, options);
+    return response.sinks;
   }
 
   /** Opens a Subscribe stream (used by Subscriber; no deadline, no retries). */

@@ -1,9 +1,10 @@
 /**
  * @tickd/client: a TypeScript client for tickd over @grpc/grpc-js.
  *
- * TickdClient wraps every call of the Timers service; Subscriber consumes expirations;
+ * TickdClient wraps every call of the Timers and the Sinks services; Subscriber consumes expirations;
  * LeaseKeeper heartbeats leases. The generated message types are re-exported as they are
- * (and the whole generated module is importable as "@tickd/client/gen").
+ * (and the whole generated modules are importable as "@tickd/client/gen" and
+ * "@tickd/client/gen/sinks").
  */
 export { TickdClient } from "./client";
 export type { Registration, BatchResult, RescheduleOptions, PendingOptions } from "./client";
@@ -25,4 +26,7 @@ export type {
   TimerRef,
   TimerSpec,
 } from "./gen/tickd/v1/tickd";
+export type { SetSinkOptions, SinkChange, SinkStatusScope } from "./sinks";
+export { SinkOrigin, SinkCircuit } from "./gen/tickd/v1/sinks";
+export type { SinkView, SinkState } from "./gen/tickd/v1/sinks";
 export type { Duration } from "./gen/google/protobuf/duration";

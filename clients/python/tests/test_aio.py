@@ -178,3 +178,24 @@ async def test_a_subscriber_and_a_lease_keeper_with_a_wrong_token_end_with_the_r
         await subscriber.stop()
         await keeper.stop()
         await client.close()
+
+
+@pytest.mark.asyncio
+async def test_the_sink_calls_awaited(aio_client: AsyncClient, namespace: str) -> None:
+    url = "http://user:secret@127.0.0.1:9/unused"
+    set_answer = await aio_client.set_sink(url, rate="5/s")
+    assert set_answer.changed and set_answer.sink.url == "http://***@127.0.0.1:9/unused"
+    assert (await aio_client.get_sink()).rate == "5/s,burst=1"  # answered with its burst spelled out
+    assert namespace in {sink.namespace for sink in await aio_client.list_sinks()}
+    assert (await aio_client.pause_sink()).sink.paused
+    (state,) = await aio_client.sink_status()
+    assert state.sink.paused and state.sink.namespace == namespace
+    assert namespace in {each.sink.namespace for each in await aio_client.sink_status(all_sinks=True)}
+    assert not (await aio_client.resume_sink()).sink.paused
+    await aio_client.remove_sink()
+    with pytest.raises(tickd.TickdError) as missing:
+        await aio_client.get_sink()
+    assert missing.value.code == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(tickd.TickdError) as refused:
+        await aio_client.set_sink(url, rate="fast")
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT and "rate" in refused.value.message

@@ -1,7 +1,8 @@
 // Compiled by the check against the packed tarball with `tsc --strict --noEmit`: the package's
 // types must be enough for a strict TypeScript program (never run).
 import { LeaseKeeper, Status, Subscriber, TickdClient, TickdError } from "@tickd/client";
-import type { Expiration, ExpirationContext, Lease, Registration, Timer } from "@tickd/client";
+import { SinkCircuit } from "@tickd/client";
+import type { Expiration, ExpirationContext, Lease, Registration, SinkChange, SinkView, Timer } from "@tickd/client";
 
 async function main(): Promise<void> {
   const client = new TickdClient({ address: "127.0.0.1:50051", namespace: "orders", token: process.env.TICKD_TOKEN });
@@ -31,6 +32,10 @@ async function main(): Promise<void> {
   } catch (error) {
     if (error instanceof TickdError) console.error(error.codeName, error.details);
   }
+  const set: SinkChange = await client.setSink("http://127.0.0.1:8080/timers", { rate: "50/s,burst=10" });
+  const sinks: SinkView[] = await client.listSinks();
+  console.log(set.changed, sinks.map((sink) => `${sink.namespace} ${sink.url} paused=${sink.paused}`));
+  for (const state of await client.sinkStatus({ all: true })) console.log(state.circuit === SinkCircuit.SINK_CIRCUIT_OPEN, state.delivered);
   await keeper.stop();
   await subscriber.stop();
   client.close();

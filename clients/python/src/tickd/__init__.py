@@ -5,7 +5,8 @@
     client.register(tickd.TimerSpec(key="order-42", delay=1800, payload=b"close order 42"))
 
 :class:`Client` is blocking (its lease keeper and subscriber run on threads);
-:mod:`tickd.aio` has the same for asyncio. The generated stubs are in :mod:`tickd.v1`.
+:mod:`tickd.aio` has the same for asyncio. The generated stubs are in :mod:`tickd.v1`: the Timers service's
+messages as ``tickd.pb``, the Sinks service's as ``tickd.sinks_pb``.
 """
 
 from ._requests import BatchResult
@@ -19,6 +20,7 @@ from .retry import RetryPolicy
 from .spec import TimerSpec
 from .subscriber import AckListener, Handler, Subscriber
 from .subscription import SubscriberOptions
+from .v1 import sinks_pb2 as sinks_pb
 from .v1 import tickd_pb2 as pb
 
 __all__ = [
@@ -38,4 +40,5 @@ __all__ = [
     "TimerSpec",
     "TlsOptions",
     "pb",
+    "sinks_pb",
 ]

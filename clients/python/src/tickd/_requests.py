@@ -10,6 +10,7 @@ from datetime import datetime
 from ._convert import Seconds, to_duration, to_timestamp
 from .errors import TickdError
 from .spec import TimerSpec
+from .v1 import sinks_pb2 as sinks_pb
 from .v1 import tickd_pb2 as pb
 
 #: One item of a batch's answer: the registration, or why that item alone failed.
@@ -85,6 +86,24 @@ class Requests:
 
     def redrive(self, delivery_ids: Iterable[str] | None, namespace: str | None) -> pb.RedriveRequest:
         return pb.RedriveRequest(namespace=self.namespace(namespace), delivery_ids=list(delivery_ids or ()))
+
+    def set_sink(
+        self, url: str, namespace: str | None, rate: str, secrets: Iterable[str] | None, clear_secrets: bool
+    ) -> sinks_pb.SetSinkRequest:
+        """Secrets None (or none) keep those given before: tickd treats an empty list so, and
+        refuses secrets with ``clear_secrets`` itself, naming both."""
+        return sinks_pb.SetSinkRequest(
+            namespace=self.namespace(namespace), url=url, rate=rate,
+            secrets=list(secrets or ()), clear_secrets=clear_secrets,
+        )
+
+    def sink_status(self, namespace: str | None, all_sinks: bool) -> sinks_pb.SinkStatusRequest:
+        """With ``all_sinks`` the namespace stays empty: tickd refuses the two together."""
+        if all_sinks:
+            if namespace is not None:
+                raise ValueError("sink_status takes a namespace or all_sinks, not both")
+            return sinks_pb.SinkStatusRequest(all=True)
+        return sinks_pb.SinkStatusRequest(namespace=self.namespace(namespace))
 
 
 def batch_results(response: pb.NewTimeoutsResponse) -> list[BatchResult]:

@@ -1,4 +1,5 @@
-"""The blocking client: every call of tickd.v1.Timers, with deadlines, metadata and retries."""
+"""The blocking client: every call of tickd.v1.Timers and tickd.v1.Sinks, with deadlines,
+metadata and retries."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from .options import ClientOptions
 from .spec import TimerSpec
 from .subscriber import AckListener, Handler, Subscriber
 from .subscription import SubscriberOptions
+from .v1 import sinks_pb2 as sinks_pb
 from .v1 import tickd_pb2 as pb
+from .v1.sinks_pb2_grpc import SinksStub
 from .v1.tickd_pb2_grpc import TimersStub
 
 Request = TypeVar("Request")
@@ -41,6 +44,7 @@ class Client:
         self.options = options or ClientOptions()
         self.channel = open_channel(target, self.options)
         self.stub = TimersStub(self.channel)
+        self.sinks_stub = SinksStub(self.channel)
         self.requests = Requests(self.options.namespace)
 
     def close(self) -> None:
@@ -157,6 +161,55 @@ class Client:
         """Acknowledges deliveries; ``unknown`` lists ids no longer awaiting an ack."""
         request = self.requests.ack(delivery_ids, namespace)
         return self.call(self.stub.Ack, request, idempotent=True, timeout=timeout)
+
+    # Push sinks (tickd.v1.Sinks). Every call is retried on UNAVAILABLE: each one sets a state
+    # rather than adding to it, so a repeat after a lost first attempt changes nothing more.
+
+    def set_sink(
+        self, url: str, *, namespace: str | None = None, rate: str = "", secrets: Iterable[str] | None = None,
+        clear_secrets: bool = False, timeout: float | None = None,
+    ) -> sinks_pb.SetSinkResponse:
+        """Makes tickd push the namespace's expirations to ``url`` (``--sink``'s syntax), at most
+        ``rate`` (``"50/s"``, ``"50/s,burst=10"``; "" for no limit). ``secrets`` (``whsec_...``)
+        sign every push; None keeps the ones given before, unless ``clear_secrets``. The answer's
+        ``changed`` is False when the sink already had this URL and rate, as after a retry."""
+        request = self.requests.set_sink(url, namespace, rate, secrets, clear_secrets)
+        return self.call(self.sinks_stub.SetSink, request, idempotent=True, timeout=timeout)
+
+    def get_sink(self, namespace: str | None = None, *, timeout: float | None = None) -> sinks_pb.SinkView:
+        """The namespace's sink, ``user:password@`` shown as ``***@`` (NOT_FOUND if none)."""
+        request = sinks_pb.GetSinkRequest(namespace=self.requests.namespace(namespace))
+        return self.call(self.sinks_stub.GetSink, request, idempotent=True, timeout=timeout).sink
+
+    def list_sinks(self, *, timeout: float | None = None) -> list[sinks_pb.SinkView]:
+        """Every sink the token may see, ``--sink``'s and the API's, by namespace."""
+        request = sinks_pb.ListSinksRequest()
+        return list(self.call(self.sinks_stub.ListSinks, request, idempotent=True, timeout=timeout).sinks)
+
+    def pause_sink(self, namespace: str | None = None, *, timeout: float | None = None) -> sinks_pb.PauseSinkResponse:
+        """Stops pushes until :meth:`resume_sink`, across restarts; what fires meanwhile waits in
+        the namespace's buffer, spending no attempt. Answered once pushes under way ended."""
+        request = sinks_pb.PauseSinkRequest(namespace=self.requests.namespace(namespace))
+        return self.call(self.sinks_stub.PauseSink, request, idempotent=True, timeout=timeout)
+
+    def resume_sink(self, namespace: str | None = None, *, timeout: float | None = None) -> sinks_pb.ResumeSinkResponse:
+        """Lets a paused sink push again, what waited first."""
+        request = sinks_pb.ResumeSinkRequest(namespace=self.requests.namespace(namespace))
+        return self.call(self.sinks_stub.ResumeSink, request, idempotent=True, timeout=timeout)
+
+    def remove_sink(self, namespace: str | None = None, *, timeout: float | None = None) -> None:
+        """Removes a sink set through the API: the namespace's expirations wait for subscribers
+        again. A retry whose lost first attempt removed it raises NOT_FOUND."""
+        request = sinks_pb.RemoveSinkRequest(namespace=self.requests.namespace(namespace))
+        self.call(self.sinks_stub.RemoveSink, request, idempotent=True, timeout=timeout)
+
+    def sink_status(
+        self, namespace: str | None = None, *, all_sinks: bool = False, timeout: float | None = None
+    ) -> list[sinks_pb.SinkState]:
+        """How the namespace's sink (or, with ``all_sinks``, every sink the token may see) is
+        doing: its circuit and its pushes counted since this tickd process started it."""
+        request = self.requests.sink_status(namespace, all_sinks)
+        return list(self.call(self.sinks_stub.SinkStatus, request, idempotent=True, timeout=timeout).sinks)
 
     def lease_keeper(self, on_lost: Callable[[LostLease], None] | None = None) -> LeaseKeeper:
         """Starts a :class:`LeaseKeeper` (one KeepAlive stream, on its own threads)."""

@@ -1,7 +1,8 @@
 """Retries of idempotent calls on UNAVAILABLE (tickd restarting, a connection cut).
 
 Only calls that cannot do anything twice are retried: Get, Cancel, Ack, Touch, Pending, and
-registrations whose timers ALL carry a key (tickd answers a known key with the existing timer).
+registrations whose timers ALL carry a key (tickd answers a known key with the existing timer),
+and every call of the Sinks service (each sets a state: done twice, it is done once).
 A registration without a key is never retried: the first attempt may have registered the
 timer before the connection broke, and a retry would register a second one.
 

@@ -17,13 +17,16 @@ from ..lease_table import LostLease
 from ..options import ClientOptions
 from ..spec import TimerSpec
 from ..subscription import SubscriberOptions
+from ..v1 import sinks_pb2 as sinks_pb
 from ..v1 import tickd_pb2 as pb
+from ..v1.sinks_pb2_grpc import SinksStub
 from ..v1.tickd_pb2_grpc import TimersStub
 from .lease_keeper import AsyncLeaseKeeper
 from .subscriber import AckListener, AsyncHandler, AsyncSubscriber
 
 if TYPE_CHECKING:
     # Only in the generated .pyi: at run time TimersStub over a grpc.aio channel is this.
+    from ..v1.sinks_pb2_grpc import SinksAsyncStub
     from ..v1.tickd_pb2_grpc import TimersAsyncStub
 
 Request = TypeVar("Request")
@@ -47,6 +50,7 @@ class AsyncClient:
         self.options = options or ClientOptions()
         self.channel = open_channel(target, self.options)
         self.stub: TimersAsyncStub = TimersStub(self.channel)
+        self.sinks_stub: SinksAsyncStub = SinksStub(self.channel)
         self.requests = Requests(self.options.namespace)
 
     async def close(self) -> None:
@@ -155,6 +159,45 @@ class AsyncClient:
     ) -> pb.AckResponse:
         request = self.requests.ack(delivery_ids, namespace)
         return await self.call(self.stub.Ack, request, idempotent=True, timeout=timeout)
+
+    # Push sinks: see :meth:`tickd.Client.set_sink` and the others (all retried on UNAVAILABLE).
+
+    async def set_sink(
+        self, url: str, *, namespace: str | None = None, rate: str = "", secrets: Iterable[str] | None = None,
+        clear_secrets: bool = False, timeout: float | None = None,
+    ) -> sinks_pb.SetSinkResponse:
+        request = self.requests.set_sink(url, namespace, rate, secrets, clear_secrets)
+        return await self.call(self.sinks_stub.SetSink, request, idempotent=True, timeout=timeout)
+
+    async def get_sink(self, namespace: str | None = None, *, timeout: float | None = None) -> sinks_pb.SinkView:
+        request = sinks_pb.GetSinkRequest(namespace=self.requests.namespace(namespace))
+        return (await self.call(self.sinks_stub.GetSink, request, idempotent=True, timeout=timeout)).sink
+
+    async def list_sinks(self, *, timeout: float | None = None) -> list[sinks_pb.SinkView]:
+        request = sinks_pb.ListSinksRequest()
+        return list((await self.call(self.sinks_stub.ListSinks, request, idempotent=True, timeout=timeout)).sinks)
+
+    async def pause_sink(
+        self, namespace: str | None = None, *, timeout: float | None = None
+    ) -> sinks_pb.PauseSinkResponse:
+        request = sinks_pb.PauseSinkRequest(namespace=self.requests.namespace(namespace))
+        return await self.call(self.sinks_stub.PauseSink, request, idempotent=True, timeout=timeout)
+
+    async def resume_sink(
+        self, namespace: str | None = None, *, timeout: float | None = None
+    ) -> sinks_pb.ResumeSinkResponse:
+        request = sinks_pb.ResumeSinkRequest(namespace=self.requests.namespace(namespace))
+        return await self.call(self.sinks_stub.ResumeSink, request, idempotent=True, timeout=timeout)
+
+    async def remove_sink(self, namespace: str | None = None, *, timeout: float | None = None) -> None:
+        request = sinks_pb.RemoveSinkRequest(namespace=self.requests.namespace(namespace))
+        await self.call(self.sinks_stub.RemoveSink, request, idempotent=True, timeout=timeout)
+
+    async def sink_status(
+        self, namespace: str | None = None, *, all_sinks: bool = False, timeout: float | None = None
+    ) -> list[sinks_pb.SinkState]:
+        request = self.requests.sink_status(namespace, all_sinks)
+        return list((await self.call(self.sinks_stub.SinkStatus, request, idempotent=True, timeout=timeout)).sinks)
 
     def lease_keeper(self, on_lost: Callable[[LostLease], None] | None = None) -> AsyncLeaseKeeper:
         """Starts an :class:`AsyncLeaseKeeper` task (call from inside the event loop)."""

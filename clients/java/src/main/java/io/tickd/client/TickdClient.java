@@ -34,7 +34,8 @@ import java.util.function.Supplier;
 
 /**
  * A client for tickd's {@code Timers} service: every RPC as a blocking method, with a default
- * namespace, a per-call deadline and retries of the calls that are safe to send twice.
+ * namespace, a per-call deadline and retries of the calls that are safe to send twice. The
+ * {@code Sinks} service (push sinks) is {@link #sinks()}, on the same channel and options.
  *
  * <pre>{@code
  * try (TickdClient tickd = TickdClient.builder().target("127.0.0.1:50051").namespace("orders").build()) {
@@ -70,6 +71,7 @@ public final class TickdClient implements AutoCloseable {
     /** The streams' back-off between reconnects: never the call retry policy (which may be none()). */
     private final RetryPolicy reconnectPolicy;
     private final RetryingCaller caller;
+    private final Sinks sinks;
 
     TickdClient(ManagedChannel ownedChannel, Channel channel, List<ClientInterceptor> interceptors,
             String bearerToken, String namespace, Duration callDeadline, RetryPolicy retryPolicy,
@@ -90,6 +92,7 @@ public final class TickdClient implements AutoCloseable {
         this.retryPolicy = retryPolicy;
         this.reconnectPolicy = reconnectPolicy;
         this.caller = new RetryingCaller(retryPolicy, wakeableChannel);
+        this.sinks = new Sinks(channel, namespace, callDeadline, caller);
     }
 
     private static Channel intercepted(Channel channel, List<ClientInterceptor> interceptors, String bearerToken) {
@@ -310,6 +313,14 @@ public final class TickdClient implements AutoCloseable {
     /** A lease keeper over one KeepAlive stream, telling {@code listener} about lost leases. */
     public LeaseKeeper leaseKeeper(LeaseListener listener) {
         return new LeaseKeeper(this, listener);
+    }
+
+    /**
+     * The push sinks of namespaces ({@code Sinks} service), with this client's channel, token,
+     * default namespace, deadline and retries.
+     */
+    public Sinks sinks() {
+        return sinks;
     }
 
     // ---- plumbing ---------------------------------------------------------------------
