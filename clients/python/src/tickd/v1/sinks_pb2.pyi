@@ -415,6 +415,7 @@ class SinkState(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     SLOWED_FIELD_NUMBER: _builtins.int
     SLOWED_TO_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
     circuit: Global___SinkCircuit.ValueType
     in_flight: _builtins.int
     """Pushes awaiting the sink's answer now."""
@@ -429,6 +430,11 @@ class SinkState(_message.Message):
     slowed_to: _builtins.float
     """The pushes a second the sink's slow-downs hold it to now, recovering by a quarter
     each quiet second; 0 when it is not slowed.
+    """
+    waiting: _builtins.int
+    """Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+    unclaimed in the database): what a paused or slowed sink has before it. Absent when
+    the backend could not count them (a replica's database out of reach).
     """
     @_builtins.property
     def sink(self) -> Global___SinkView: ...
@@ -445,12 +451,15 @@ class SinkState(_message.Message):
         last_error: _builtins.str = ...,
         slowed: _builtins.int = ...,
         slowed_to: _builtins.float = ...,
+        waiting: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sink", b"sink"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_waiting", b"_waiting", "sink", b"sink", "waiting", b"waiting"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["circuit", b"circuit", "delivered", b"delivered", "in_flight", b"in_flight", "last_error", b"last_error", "rejected", b"rejected", "retry", b"retry", "sink", b"sink", "slowed", b"slowed", "slowed_to", b"slowed_to", "unreachable", b"unreachable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_waiting", b"_waiting", "circuit", b"circuit", "delivered", b"delivered", "in_flight", b"in_flight", "last_error", b"last_error", "rejected", b"rejected", "retry", b"retry", "sink", b"sink", "slowed", b"slowed", "slowed_to", b"slowed_to", "unreachable", b"unreachable", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__waiting: _TypeAlias = _typing.Literal["waiting"]  # noqa: Y015
+    _WhichOneofArgType__waiting: _TypeAlias = _typing.Literal["_waiting", b"_waiting"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__waiting) -> _WhichOneofReturnType__waiting | None: ...
 
 Global___SinkState: _TypeAlias = SinkState  # noqa: Y015
 

@@ -240,6 +240,12 @@ export interface SinkState {
    * each quiet second; 0 when it is not slowed.
    */
   slowedTo: number;
+  /**
+   * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+   * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+   * the backend could not count them (a replica's database out of reach).
+   */
+  waiting?: string | undefined;
 }
 
 export interface SinkStatusResponse {
@@ -1390,6 +1396,7 @@ function createBaseSinkState(): SinkState {
     lastError: "",
     slowed: "0",
     slowedTo: 0,
+    waiting: undefined,
   };
 }
 
@@ -1424,6 +1431,9 @@ export const SinkState: MessageFns<SinkState> = {
     }
     if (message.slowedTo !== 0) {
       writer.uint32(81).double(message.slowedTo);
+    }
+    if (message.waiting !== undefined) {
+      writer.uint32(88).uint64(message.waiting);
     }
     return writer;
   },
@@ -1521,6 +1531,14 @@ export const SinkState: MessageFns<SinkState> = {
             message.slowedTo = reader.double();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.waiting = reader.uint64().toString();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1557,6 +1575,7 @@ export const SinkState: MessageFns<SinkState> = {
         : isSet(object.slowed_to)
         ? globalThis.Number(object.slowed_to)
         : 0,
+      waiting: isSet(object.waiting) ? globalThis.String(object.waiting) : undefined,
     };
   },
 
@@ -1592,6 +1611,9 @@ export const SinkState: MessageFns<SinkState> = {
     if (message.slowedTo !== 0) {
       obj.slowedTo = floatToJson(message.slowedTo);
     }
+    if (message.waiting !== undefined) {
+      obj.waiting = message.waiting;
+    }
     return obj;
   },
 
@@ -1610,6 +1632,7 @@ export const SinkState: MessageFns<SinkState> = {
     message.lastError = object.lastError ?? "";
     message.slowed = object.slowed ?? "0";
     message.slowedTo = object.slowedTo ?? 0;
+    message.waiting = object.waiting ?? undefined;
     return message;
   },
 };

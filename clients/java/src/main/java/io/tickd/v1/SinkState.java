@@ -50,6 +50,7 @@ private static final long serialVersionUID = 0L;
             io.tickd.v1.SinkState.class, io.tickd.v1.SinkState.Builder.class);
   }
 
+  private int bitField0_;
   public static final int SINK_FIELD_NUMBER = 1;
   private io.tickd.v1.SinkView sink_;
   /**
@@ -231,6 +232,37 @@ private static final long serialVersionUID = 0L;
     return slowedTo_;
   }
 
+  public static final int WAITING_FIELD_NUMBER = 11;
+  private long waiting_ = 0L;
+  /**
+   * <pre>
+   * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+   * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+   * the backend could not count them (a replica's database out of reach).
+   * </pre>
+   *
+   * <code>optional uint64 waiting = 11;</code>
+   * @return Whether the waiting field is set.
+   */
+  @java.lang.Override
+  public boolean hasWaiting() {
+    return ((bitField0_ & 0x00000001) != 0);
+  }
+  /**
+   * <pre>
+   * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+   * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+   * the backend could not count them (a replica's database out of reach).
+   * </pre>
+   *
+   * <code>optional uint64 waiting = 11;</code>
+   * @return The waiting.
+   */
+  @java.lang.Override
+  public long getWaiting() {
+    return waiting_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -274,6 +306,9 @@ private static final long serialVersionUID = 0L;
     }
     if (java.lang.Double.doubleToRawLongBits(slowedTo_) != 0) {
       output.writeDouble(10, slowedTo_);
+    }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      output.writeUInt64(11, waiting_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -323,6 +358,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeDoubleSize(10, slowedTo_);
     }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt64Size(11, waiting_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -361,6 +400,11 @@ private static final long serialVersionUID = 0L;
     if (java.lang.Double.doubleToLongBits(getSlowedTo())
         != java.lang.Double.doubleToLongBits(
             other.getSlowedTo())) return false;
+    if (hasWaiting() != other.hasWaiting()) return false;
+    if (hasWaiting()) {
+      if (getWaiting()
+          != other.getWaiting()) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -401,6 +445,11 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + SLOWED_TO_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         java.lang.Double.doubleToLongBits(getSlowedTo()));
+    if (hasWaiting()) {
+      hash = (37 * hash) + WAITING_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getWaiting());
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -549,6 +598,7 @@ private static final long serialVersionUID = 0L;
       lastError_ = "";
       slowed_ = 0L;
       slowedTo_ = 0D;
+      waiting_ = 0L;
       return this;
     }
 
@@ -614,6 +664,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000200) != 0)) {
         result.slowedTo_ = slowedTo_;
       }
+      int to_bitField0_ = 0;
+      if (((from_bitField0_ & 0x00000400) != 0)) {
+        result.waiting_ = waiting_;
+        to_bitField0_ |= 0x00000001;
+      }
+      result.bitField0_ |= to_bitField0_;
     }
 
     @java.lang.Override
@@ -691,6 +747,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getSlowedTo() != 0D) {
         setSlowedTo(other.getSlowedTo());
+      }
+      if (other.hasWaiting()) {
+        setWaiting(other.getWaiting());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -770,6 +829,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000200;
               break;
             } // case 81
+            case 88: {
+              waiting_ = input.readUInt64();
+              bitField0_ |= 0x00000400;
+              break;
+            } // case 88
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1310,6 +1374,70 @@ private static final long serialVersionUID = 0L;
     public Builder clearSlowedTo() {
       bitField0_ = (bitField0_ & ~0x00000200);
       slowedTo_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private long waiting_ ;
+    /**
+     * <pre>
+     * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+     * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+     * the backend could not count them (a replica's database out of reach).
+     * </pre>
+     *
+     * <code>optional uint64 waiting = 11;</code>
+     * @return Whether the waiting field is set.
+     */
+    @java.lang.Override
+    public boolean hasWaiting() {
+      return ((bitField0_ & 0x00000400) != 0);
+    }
+    /**
+     * <pre>
+     * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+     * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+     * the backend could not count them (a replica's database out of reach).
+     * </pre>
+     *
+     * <code>optional uint64 waiting = 11;</code>
+     * @return The waiting.
+     */
+    @java.lang.Override
+    public long getWaiting() {
+      return waiting_;
+    }
+    /**
+     * <pre>
+     * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+     * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+     * the backend could not count them (a replica's database out of reach).
+     * </pre>
+     *
+     * <code>optional uint64 waiting = 11;</code>
+     * @param value The waiting to set.
+     * @return This builder for chaining.
+     */
+    public Builder setWaiting(long value) {
+      
+      waiting_ = value;
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+     * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+     * the backend could not count them (a replica's database out of reach).
+     * </pre>
+     *
+     * <code>optional uint64 waiting = 11;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearWaiting() {
+      bitField0_ = (bitField0_ & ~0x00000400);
+      waiting_ = 0L;
       onChanged();
       return this;
     }

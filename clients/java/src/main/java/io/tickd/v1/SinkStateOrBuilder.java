@@ -107,4 +107,27 @@ public interface SinkStateOrBuilder extends
    * @return The slowedTo.
    */
   double getSlowedTo();
+
+  /**
+   * <pre>
+   * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+   * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+   * the backend could not count them (a replica's database out of reach).
+   * </pre>
+   *
+   * <code>optional uint64 waiting = 11;</code>
+   * @return Whether the waiting field is set.
+   */
+  boolean hasWaiting();
+  /**
+   * <pre>
+   * Expirations of the namespace waiting to be pushed now (in its buffer; on replicas,
+   * unclaimed in the database): what a paused or slowed sink has before it. Absent when
+   * the backend could not count them (a replica's database out of reach).
+   * </pre>
+   *
+   * <code>optional uint64 waiting = 11;</code>
+   * @return The waiting.
+   */
+  long getWaiting();
 }

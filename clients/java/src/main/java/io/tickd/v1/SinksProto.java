@@ -124,35 +124,35 @@ public final class SinksProto {
       "nksRequest\"6\n\021ListSinksResponse\022!\n\005sinks" +
       "\030\001 \003(\0132\022.tickd.v1.SinkView\"3\n\021SinkStatus" +
       "Request\022\021\n\tnamespace\030\001 \001(\t\022\013\n\003all\030\002 \001(\010\"" +
-      "\350\001\n\tSinkState\022 \n\004sink\030\001 \001(\0132\022.tickd.v1.S" +
+      "\212\002\n\tSinkState\022 \n\004sink\030\001 \001(\0132\022.tickd.v1.S" +
       "inkView\022&\n\007circuit\030\002 \001(\0162\025.tickd.v1.Sink" +
       "Circuit\022\021\n\tin_flight\030\003 \001(\004\022\021\n\tdelivered\030" +
       "\004 \001(\004\022\r\n\005retry\030\005 \001(\004\022\020\n\010rejected\030\006 \001(\004\022\023" +
       "\n\013unreachable\030\007 \001(\004\022\022\n\nlast_error\030\010 \001(\t\022" +
-      "\016\n\006slowed\030\t \001(\004\022\021\n\tslowed_to\030\n \001(\001\"8\n\022Si" +
-      "nkStatusResponse\022\"\n\005sinks\030\001 \003(\0132\023.tickd." +
-      "v1.SinkState*T\n\nSinkOrigin\022\033\n\027SINK_ORIGI" +
-      "N_UNSPECIFIED\020\000\022\024\n\020SINK_ORIGIN_FLAG\020\001\022\023\n" +
-      "\017SINK_ORIGIN_API\020\002*w\n\013SinkCircuit\022\034\n\030SIN" +
-      "K_CIRCUIT_UNSPECIFIED\020\000\022\027\n\023SINK_CIRCUIT_" +
-      "CLOSED\020\001\022\025\n\021SINK_CIRCUIT_OPEN\020\002\022\032\n\026SINK_" +
-      "CIRCUIT_HALF_OPEN\020\0032\356\003\n\005Sinks\022>\n\007SetSink" +
-      "\022\030.tickd.v1.SetSinkRequest\032\031.tickd.v1.Se" +
-      "tSinkResponse\022>\n\007GetSink\022\030.tickd.v1.GetS" +
-      "inkRequest\032\031.tickd.v1.GetSinkResponse\022G\n" +
-      "\nRemoveSink\022\033.tickd.v1.RemoveSinkRequest" +
-      "\032\034.tickd.v1.RemoveSinkResponse\022G\n\nSinkSt" +
-      "atus\022\033.tickd.v1.SinkStatusRequest\032\034.tick" +
-      "d.v1.SinkStatusResponse\022D\n\tPauseSink\022\032.t" +
-      "ickd.v1.PauseSinkRequest\032\033.tickd.v1.Paus" +
-      "eSinkResponse\022G\n\nResumeSink\022\033.tickd.v1.R" +
-      "esumeSinkRequest\032\034.tickd.v1.ResumeSinkRe" +
-      "sponse\022D\n\tListSinks\022\032.tickd.v1.ListSinks" +
-      "Request\032\033.tickd.v1.ListSinksResponseBv\n\013" +
-      "io.tickd.v1B\nSinksProtoP\001Z1github.com/ti" +
-      "ckd/tickd/clients/go/tickdpb;tickdpb\242\002\003T" +
-      "KD\252\002\010Tickd.V1\312\002\010Tickd\\V1\352\002\tTickd::V1b\006pr" +
-      "oto3"
+      "\016\n\006slowed\030\t \001(\004\022\021\n\tslowed_to\030\n \001(\001\022\024\n\007wa" +
+      "iting\030\013 \001(\004H\000\210\001\001B\n\n\010_waiting\"8\n\022SinkStat" +
+      "usResponse\022\"\n\005sinks\030\001 \003(\0132\023.tickd.v1.Sin" +
+      "kState*T\n\nSinkOrigin\022\033\n\027SINK_ORIGIN_UNSP" +
+      "ECIFIED\020\000\022\024\n\020SINK_ORIGIN_FLAG\020\001\022\023\n\017SINK_" +
+      "ORIGIN_API\020\002*w\n\013SinkCircuit\022\034\n\030SINK_CIRC" +
+      "UIT_UNSPECIFIED\020\000\022\027\n\023SINK_CIRCUIT_CLOSED" +
+      "\020\001\022\025\n\021SINK_CIRCUIT_OPEN\020\002\022\032\n\026SINK_CIRCUI" +
+      "T_HALF_OPEN\020\0032\356\003\n\005Sinks\022>\n\007SetSink\022\030.tic" +
+      "kd.v1.SetSinkRequest\032\031.tickd.v1.SetSinkR" +
+      "esponse\022>\n\007GetSink\022\030.tickd.v1.GetSinkReq" +
+      "uest\032\031.tickd.v1.GetSinkResponse\022G\n\nRemov" +
+      "eSink\022\033.tickd.v1.RemoveSinkRequest\032\034.tic" +
+      "kd.v1.RemoveSinkResponse\022G\n\nSinkStatus\022\033" +
+      ".tickd.v1.SinkStatusRequest\032\034.tickd.v1.S" +
+      "inkStatusResponse\022D\n\tPauseSink\022\032.tickd.v" +
+      "1.PauseSinkRequest\032\033.tickd.v1.PauseSinkR" +
+      "esponse\022G\n\nResumeSink\022\033.tickd.v1.ResumeS" +
+      "inkRequest\032\034.tickd.v1.ResumeSinkResponse" +
+      "\022D\n\tListSinks\022\032.tickd.v1.ListSinksReques" +
+      "t\032\033.tickd.v1.ListSinksResponseBv\n\013io.tic" +
+      "kd.v1B\nSinksProtoP\001Z1github.com/tickd/ti" +
+      "ckd/clients/go/tickdpb;tickdpb\242\002\003TKD\252\002\010T" +
+      "ickd.V1\312\002\010Tickd\\V1\352\002\tTickd::V1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -247,7 +247,7 @@ public final class SinksProto {
     internal_static_tickd_v1_SinkState_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_SinkState_descriptor,
-        new java.lang.String[] { "Sink", "Circuit", "InFlight", "Delivered", "Retry", "Rejected", "Unreachable", "LastError", "Slowed", "SlowedTo", });
+        new java.lang.String[] { "Sink", "Circuit", "InFlight", "Delivered", "Retry", "Rejected", "Unreachable", "LastError", "Slowed", "SlowedTo", "Waiting", "Waiting", });
     internal_static_tickd_v1_SinkStatusResponse_descriptor =
       getDescriptor().getMessageTypes().get(15);
     internal_static_tickd_v1_SinkStatusResponse_fieldAccessorTable = new
