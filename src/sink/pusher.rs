@@ -102,6 +102,19 @@ impl Pusher {
         if tokio::time::timeout(ended, settled).await.is_err() {
             warn!(namespace = %self.namespace, "a paused sink's pushes did not end in time; they come back when their claims end");
         }
+        // What the pusher held unsent was given back unspent (and a subscription it made
+        // just before the pause, dropped with it): the pause is answered once that is kept
+        // across a crash, waited for as long as a push may take.
+        let recorded = tokio::time::timeout(self.push_budget(), self.expirations.recorded());
+        match recorded.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                debug!(namespace = %self.namespace, %error, "a paused sink's hand-backs were not confirmed")
+            }
+            Err(_) => {
+                warn!(namespace = %self.namespace, "a paused sink's hand-backs were not confirmed in time")
+            }
+        }
     }
 
     /// Pauses or resumes the sink without waiting for the pushes under way (the follower
@@ -143,8 +156,12 @@ impl Pusher {
         info!(namespace = %self.namespace, sink = %self.shown_as, "pushing expirations to a sink");
         let mut paused = self.paused.subscribe();
         loop {
+            // Pulling is said before the pause is read: a pause marked after this read
+            // sees it, and waits for this subscription to end.
+            self.pulling.send_replace(true);
             let is_paused = *paused.borrow_and_update();
             if is_paused {
+                self.pulling.send_replace(false);
                 tokio::select! {
                     () = stopped(&mut stop) => return finish(pushes, acks, acker).await,
                     () = paused_is(&mut paused, false) => {}
@@ -154,7 +171,6 @@ impl Pusher {
             }
             match self.expirations.subscribe(self.subscription()) {
                 Ok(mut deliveries) => {
-                    self.pulling.send_replace(true);
                     let paused_now = loop {
                         tokio::select! {
                             // Stop and pause first: a pause marked while this subscribed
@@ -196,13 +212,6 @@ impl Pusher {
                     };
                     finish_pushes(&mut pushes, grace).await;
                     drop(deliveries);
-                    if paused_now {
-                        // What the subscription held unsent was given back unspent; the
-                        // pause is answered once that is kept across a crash.
-                        if let Err(error) = self.expirations.recorded().await {
-                            debug!(namespace = %self.namespace, %error, "a paused sink's hand-backs were not confirmed");
-                        }
-                    }
                     self.pulling.send_replace(false);
                     // No push is left: a probe among those dropped never answered, and
                     // the circuit must not wait for it.
@@ -213,6 +222,7 @@ impl Pusher {
                     }
                 }
                 Err(error) => {
+                    self.pulling.send_replace(false);
                     warn!(namespace = %self.namespace, %error, "a sink could not subscribe; trying again");
                 }
             }

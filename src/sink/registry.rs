@@ -199,11 +199,11 @@ impl Sinks {
             return Err(TimerError::stopped());
         }
         // A paused sink given a new URL stays paused; one whose entry this tickd cannot
-        // read is set afresh (SetSink gives it whole).
-        let kept = registry
-            .stored_entry(&namespace)
-            .await?
-            .and_then(Result::ok);
+        // read is refused (setting it here would drop its pause and secrets).
+        let kept = match registry.stored_entry(&namespace).await? {
+            Some(Err(why)) => return Err(unreadable(&namespace, &why)),
+            kept => kept.and_then(Result::ok),
+        };
         let line = StoredLine {
             url: Some(url.clone()),
             paused: kept.as_ref().is_some_and(|kept| kept.paused),
@@ -304,11 +304,7 @@ impl Sinks {
         let current = running.get(namespace).ok_or_else(|| no_sink(namespace))?;
         let mut entry = match registry.stored_entry(namespace).await? {
             Some(Ok(entry)) => entry,
-            Some(Err(why)) => {
-                return Err(TimerError::FailedPrecondition(format!(
-                    "namespace {namespace:?}: its sink is kept with settings this tickd                      cannot read ({why}); change it through the tickd that set it"
-                )))
-            }
+            Some(Err(why)) => return Err(unreadable(namespace, &why)),
             None if current.origin == Origin::Flag => StoredLine {
                 url: None,
                 paused,
@@ -453,6 +449,15 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+/// A change refused because the namespace's entry was written by a tickd that knows
+/// settings this one does not: changing it here would drop them.
+fn unreadable(namespace: &str, why: &str) -> TimerError {
+    TimerError::FailedPrecondition(format!(
+        "namespace {namespace:?}: its sink is kept with settings this tickd cannot read \
+         ({why}); change it through the tickd that set it"
+    ))
 }
 
 fn no_sink(namespace: &str) -> TimerError {

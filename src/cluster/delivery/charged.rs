@@ -75,18 +75,25 @@ impl StreamEnd {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The task's side: what the stream left inside, if it was dropped (and its task is
-    /// now to hand back). Called once, as the task ends.
-    pub(super) fn take(&self) -> Option<Vec<u64>> {
+    /// The task's side: what the stream left inside, if it was dropped, with the count's
+    /// share of its hand-back, given up when that is dropped (after the hand-back, or
+    /// as a task that failed unwinds). Called once, as the task ends.
+    pub(super) fn take(&self) -> Option<(Vec<u64>, HandingBack)> {
         match std::mem::replace(&mut *self.lock(), EndState::TaskGone) {
-            EndState::Dropped(never_taken) => Some(never_taken),
+            EndState::Dropped(never_taken) => {
+                Some((never_taken, HandingBack(self.handing_back.clone())))
+            }
             EndState::Open | EndState::TaskGone => None,
         }
     }
+}
 
-    /// The task's hand-back is over.
-    pub(super) fn handed_back(&self) {
-        self.handing_back.send_modify(|count| *count -= 1);
+/// One dropped stream's hand-back under way, in [`StreamEnd`]'s count until dropped.
+pub(super) struct HandingBack(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for HandingBack {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count -= 1);
     }
 }
 
@@ -186,8 +193,9 @@ mod tests {
         drop(stream);
         assert_eq!(memory.used(), 0);
         assert_eq!(*handing_back.borrow(), 1, "a hand-back under way");
-        assert_eq!(end.take(), Some(vec![1]), "the one left inside");
-        end.handed_back();
+        let (never_taken, handing) = end.take().expect("dropped");
+        assert_eq!(never_taken, [1], "the one left inside");
+        drop(handing);
         assert_eq!(*handing_back.borrow(), 0);
         assert!(send_charged(&sender, &memory, delivered(b"gone")).is_err());
         assert_eq!(memory.used(), 0);

@@ -95,6 +95,14 @@ struct Subscriber {
     end: Arc<StreamEnd>,
 }
 
+impl Drop for Subscriber {
+    /// A task that ends without handing back (the replica stopping, or a failure) still
+    /// lets go of its stream's place in the count `recorded` waits on.
+    fn drop(&mut self) {
+        drop(self.end.take());
+    }
+}
+
 /// What a subscriber's next look at the database does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Look {
@@ -125,25 +133,20 @@ impl Subscriber {
                 Woke::StreamClosed => break,
                 // The replica is draining: the claims stay, so acks of deliveries the
                 // client already has still succeed; the rest return at their deadline.
-                Woke::Stopping => {
-                    if self.end.take().is_some() {
-                        self.end.handed_back();
-                    }
-                    return;
-                }
+                // (A stream dropped meanwhile is let go of as this task ends: see Drop.)
+                Woke::Stopping => return,
             }
         }
         // No direct delivery from here on (a firing under way may still hand it a few,
         // which the stream, gone, refuses and the firing gives back).
         self.membership.leave();
+        // Held until the hand-back is over: `recorded` waits for it.
         let dropped = self.end.take();
-        if let Some(never_taken) = dropped.as_ref().filter(|ids| !ids.is_empty()) {
+        if let Some((never_taken, _)) = dropped.as_ref().filter(|(ids, _)| !ids.is_empty()) {
             self.give_back_unsent(never_taken.clone()).await;
         }
         self.hand_back().await;
-        if dropped.is_some() {
-            self.end.handed_back();
-        }
+        drop(dropped);
     }
 
     async fn claim_while_room(

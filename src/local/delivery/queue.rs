@@ -58,6 +58,9 @@ pub(super) struct Subscriber {
     pub(crate) max_unacked: usize,
     pub(crate) ack_timeout: Duration,
     pub(crate) auto_ack: bool,
+    /// Set once it gave a delivery back (a paused or stopping pusher): it is leaving, so
+    /// nothing more is dispatched to it, not even what it gave back.
+    pub(crate) leaving: bool,
 }
 
 impl Subscriber {
@@ -65,7 +68,7 @@ impl Subscriber {
     /// its stream's buffer (a delivery whose ack deadline passed may still sit there unread).
     /// For an auto-ack subscriber, `unacked` counts deliveries its stream has not pulled yet.
     fn has_room(&self) -> bool {
-        self.unacked < self.max_unacked && self.sender.capacity() > 0
+        !self.leaving && self.unacked < self.max_unacked && self.sender.capacity() > 0
     }
 }
 

@@ -77,7 +77,8 @@ impl Registry {
             }
         }
         // A `--sink` sink with no entry has no pause kept: it pushes.
-        for namespace in &self.flagged {
+        for namespace in self.flagged.difference(&unreadable) {
+            // (One whose entry this tickd cannot read keeps the pause it has.)
             let paused = entries.get(namespace).is_some_and(|entry| entry.paused);
             if let Some(flagged) = running.get(namespace) {
                 flagged.pusher.mark_paused(paused);

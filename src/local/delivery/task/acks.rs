@@ -125,9 +125,19 @@ impl Delivery {
     /// attempt it was: the attempt its dispatch counted is refunded, and recorded so,
     /// so that a restart counts it no more than this does. False if it is not in flight.
     pub(super) fn give_back(&mut self, namespace: &Arc<str>, delivery_id: u64) -> bool {
+        let holder = self
+            .namespaces
+            .get(namespace)
+            .and_then(|queue| queue.in_flight.get(&delivery_id))
+            .and_then(|in_flight| in_flight.subscriber);
         let Some(mut waiting) = self.settle(namespace, delivery_id) else {
             return false;
         };
+        // Who gives back is leaving: what it gives back goes to another subscriber (or
+        // waits), never to the stream about to be dropped with it inside.
+        if let Some(subscriber) = holder.and_then(|id| self.queue(namespace).subscriber_mut(id)) {
+            subscriber.leaving = true;
+        }
         waiting.attempts = waiting.attempts.saturating_sub(1);
         if self.store.is_some() {
             let mut refund = Batch::default();

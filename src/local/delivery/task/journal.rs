@@ -120,12 +120,14 @@ impl Outgoing {
         let sends = std::mem::take(&mut self.sends);
         let left = self.left.take();
         let deliver = move || {
+            // Marked before the first send: a stream that takes one while the rest are
+            // sent must never see it counted as not reached (and refunded).
+            if let Some(left) = left {
+                left.store(true, Ordering::Release);
+            }
             for (place, delivered) in sends {
                 // A stream closed meanwhile drops it; its Unsubscribe takes it back.
                 place.send(delivered);
-            }
-            if let Some(left) = left {
-                left.store(true, Ordering::Release);
             }
         };
         match store {

@@ -36,6 +36,7 @@ impl Delivery {
             max_unacked: rules.max_unacked,
             ack_timeout: rules.ack_timeout,
             auto_ack: options.auto_ack,
+            leaving: false,
         });
         self.dispatch(&namespace);
     }
