@@ -99,9 +99,9 @@ impl State {
         }
     }
 
-    fn open(opened_for: Duration, by_a_fresh_one: bool) -> Self {
+    fn open(opened_for: Duration, by_a_fresh_one: bool, now: Instant) -> Self {
         State::Open {
-            until: Instant::now() + with_jitter(opened_for, opened_for.as_nanos() as u64),
+            until: now + with_jitter(opened_for, opened_for.as_nanos() as u64),
             opened_for,
             by_a_fresh_one,
         }
@@ -141,8 +141,7 @@ struct FreshWaiting<'circuit> {
 
 impl Drop for FreshWaiting<'_> {
     fn drop(&mut self) {
-        self.circuit.lock().fresh_waiting.remove(&self.due);
-        self.circuit.changed.notify_waiters();
+        self.circuit.stop_waiting(self.due);
     }
 }
 
@@ -153,57 +152,75 @@ impl Circuit {
         if matches!(self.lock().state, State::Closed { .. }) {
             return Admission::Push;
         }
-        let _waiting = (!judged.failed_before).then(|| {
-            self.lock().fresh_waiting.insert(judged.due);
-            FreshWaiting {
-                circuit: self,
-                due: judged.due,
-            }
-        });
+        let _waiting = self
+            .start_waiting(judged)
+            .map(|due| FreshWaiting { circuit: self, due });
         loop {
             // Registered before the state is read, so that a change in between is seen.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let wake_at = {
-                let mut inner = self.lock();
-                let first_fresh = inner.fresh_waiting.first().copied();
-                match inner.state {
-                    State::Closed { .. } => return Admission::Push,
-                    State::HalfOpen { .. } => None,
-                    State::Open {
-                        until,
-                        opened_for,
-                        by_a_fresh_one,
-                    } => {
-                        let my_turn = if judged.failed_before {
-                            // A fresh one probes in preference, whenever one waits.
-                            first_fresh.is_none() && Instant::now() >= until
-                        } else {
-                            first_fresh == Some(judged.due)
-                                && (!by_a_fresh_one || Instant::now() >= until)
-                        };
-                        if my_turn {
-                            inner.state = State::HalfOpen {
-                                opened_for,
-                                by_a_fresh_one,
-                            };
-                            return Admission::Probe;
-                        }
-                        let someone_else_probes =
-                            first_fresh.is_some_and(|first| first != judged.due);
-                        (!someone_else_probes).then_some(until)
-                    }
-                }
-            };
-            match wake_at {
-                Some(until) => {
+            match self.try_admit(judged, Instant::now()) {
+                Ok(admission) => return admission,
+                Err(Some(until)) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(until) => {}
                         () = &mut changed => {}
                     }
                 }
-                None => changed.await,
+                Err(None) => changed.await,
+            }
+        }
+    }
+
+    /// A push of `judged` starts waiting for the circuit: a fresh one joins the waiting
+    /// ones a probe is chosen from, until [`Circuit::stop_waiting`] with the key returned.
+    pub(crate) fn start_waiting(&self, judged: Judged) -> Option<(u64, u64)> {
+        (!judged.failed_before).then(|| {
+            self.lock().fresh_waiting.insert(judged.due);
+            judged.due
+        })
+    }
+
+    /// A fresh push no longer waits (admitted, or gone): no one waits for it to probe.
+    pub(crate) fn stop_waiting(&self, due: (u64, u64)) {
+        self.lock().fresh_waiting.remove(&due);
+        self.changed.notify_waiters();
+    }
+
+    /// One look, at `now`, at whether a push of `judged` may go: its admission, or when
+    /// to look again (None: once the circuit changes). The rule [`Circuit::admit`] waits
+    /// on, and the simulation steps.
+    pub(crate) fn try_admit(
+        &self,
+        judged: Judged,
+        now: Instant,
+    ) -> Result<Admission, Option<Instant>> {
+        let mut inner = self.lock();
+        let first_fresh = inner.fresh_waiting.first().copied();
+        match inner.state {
+            State::Closed { .. } => Ok(Admission::Push),
+            State::HalfOpen { .. } => Err(None),
+            State::Open {
+                until,
+                opened_for,
+                by_a_fresh_one,
+            } => {
+                let my_turn = if judged.failed_before {
+                    // A fresh one probes in preference, whenever one waits.
+                    first_fresh.is_none() && now >= until
+                } else {
+                    first_fresh == Some(judged.due) && (!by_a_fresh_one || now >= until)
+                };
+                if my_turn {
+                    inner.state = State::HalfOpen {
+                        opened_for,
+                        by_a_fresh_one,
+                    };
+                    return Ok(Admission::Probe);
+                }
+                let someone_else_probes = first_fresh.is_some_and(|first| first != judged.due);
+                Err((!someone_else_probes).then_some(until))
             }
         }
     }
@@ -220,6 +237,11 @@ impl Circuit {
     /// The sink failed a push of `judged` admitted as `admission`: failures of enough
     /// distinct expirations, or a failed probe, open the circuit.
     pub(crate) fn sink_failed(&self, admission: Admission, judged: Judged) {
+        self.sink_failed_at(admission, judged, Instant::now());
+    }
+
+    /// [`Circuit::sink_failed`] at `now`.
+    pub(crate) fn sink_failed_at(&self, admission: Admission, judged: Judged, now: Instant) {
         let mut inner = self.lock();
         let fresh = !judged.failed_before;
         let next = match (&mut inner.state, admission) {
@@ -232,9 +254,9 @@ impl Circuit {
                 },
                 Admission::Probe,
             ) => Some(if fresh {
-                State::open((*opened_for * 2).min(LONGEST_OPEN), true)
+                State::open((*opened_for * 2).min(LONGEST_OPEN), true, now)
             } else {
-                State::open(*opened_for, *by_a_fresh_one)
+                State::open(*opened_for, *by_a_fresh_one, now)
             }),
             (
                 State::Closed {
@@ -249,7 +271,7 @@ impl Circuit {
                 *a_fresh_one_failed |= fresh;
                 debug_assert!(failing.len() <= DISTINCT_FAILURES_TO_OPEN);
                 (failing.len() >= DISTINCT_FAILURES_TO_OPEN)
-                    .then(|| State::open(FIRST_OPEN, *a_fresh_one_failed))
+                    .then(|| State::open(FIRST_OPEN, *a_fresh_one_failed, now))
             }
             // A push admitted before the circuit opened, failing late: already open.
             _ => None,
@@ -263,6 +285,11 @@ impl Circuit {
     /// The probe admitted never went (its delivery was no longer this pusher's): another
     /// push may be the probe at once.
     pub(crate) fn probe_abandoned(&self) {
+        self.probe_abandoned_at(Instant::now());
+    }
+
+    /// [`Circuit::probe_abandoned`] at `now`.
+    pub(crate) fn probe_abandoned_at(&self, now: Instant) {
         let mut inner = self.lock();
         if let State::HalfOpen {
             opened_for,
@@ -270,7 +297,7 @@ impl Circuit {
         } = inner.state
         {
             inner.state = State::Open {
-                until: Instant::now(),
+                until: now,
                 opened_for,
                 by_a_fresh_one,
             };
@@ -306,8 +333,12 @@ pub(crate) fn backoff(attempt: u32, seed: u64) -> Duration {
 /// `wait` shortened by up to half, at random ("equal jitter"): never longer than asked,
 /// never shorter than half.
 fn with_jitter(wait: Duration, seed: u64) -> Duration {
-    // A keyed hash of the seed: random across processes, no generator to keep.
+    // A keyed hash of the seed: random across processes, no generator to keep. In the
+    // simulation's build a fixed key, so that a seed's run replays exactly.
+    #[cfg(not(feature = "sim"))]
     let random = std::collections::hash_map::RandomState::new().hash_one(seed);
+    #[cfg(feature = "sim")]
+    let random = rustc_hash::FxBuildHasher.hash_one(seed);
     let half = wait / 2;
     let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
     half + Duration::from_nanos(if nanos == 0 { 0 } else { random % nanos })

@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 use hyper::header::{HeaderMap, RETRY_AFTER};
 use hyper::StatusCode;
 
+use super::circuit::backoff;
+
 /// The most a sink's `Retry-After` holds a delivery back: an answer cannot park an
 /// expiration for days.
 pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
@@ -32,7 +34,75 @@ pub(crate) enum PushOutcome {
     Unreachable { reason: String },
 }
 
+/// What a pusher does with a push once the sink answered (or did not): the rule the
+/// pusher follows, and the simulation with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settlement {
+    /// The sink answered, whatever it said: the circuit closes. Otherwise it failed.
+    pub(crate) sink_answered: bool,
+    pub(crate) then: Then,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// Acknowledge it.
+    Ack,
+    /// Hand it back ([`crate::domain::Hold::Released`]), to come again after `after` as
+    /// the next attempt.
+    RetryLater { after: Duration },
+    /// Push it again, as the same attempt, when the sink's pace lets it.
+    PushAgain,
+    /// Keep it (its claim extended) and push it again after `wait`, as the same attempt.
+    Hold { wait: Duration },
+}
+
 impl PushOutcome {
+    /// The settlement of a push of `attempt` (delivery `delivery_id`, whose pushes met an
+    /// unreachable sink `unreached` times before this one).
+    pub(crate) fn settlement(&self, attempt: u32, delivery_id: u64, unreached: u32) -> Settlement {
+        let (sink_answered, then) = match self {
+            Self::Delivered => (true, Then::Ack),
+            Self::Rejected { .. } => (
+                true,
+                Then::RetryLater {
+                    after: backoff(attempt, delivery_id),
+                },
+            ),
+            Self::Retry { after } => {
+                // The sink's `Retry-After` may ask for longer than the back-off, never for
+                // less: a `Retry-After: 0` must not burn attempts back to back.
+                let floor = backoff(attempt, delivery_id);
+                (
+                    false,
+                    Then::RetryLater {
+                        after: after.map_or(floor, |after| after.max(floor)),
+                    },
+                )
+            }
+            // The sink is up and overloaded: the whole sink slows down, and this push goes
+            // again when the pace lets it, as the same attempt.
+            Self::SlowDown { .. } => (true, Then::PushAgain),
+            Self::Unreachable { .. } => (
+                false,
+                Then::Hold {
+                    wait: backoff(unreached + 1, delivery_id),
+                },
+            ),
+        };
+        let then = match then {
+            // Planted: a failed expiration is kept and pushed again before any other,
+            // holding its place in the window through its back-off.
+            Then::RetryLater { after } if crate::faults::planted("head-of-line") => {
+                Then::Hold { wait: after }
+            }
+            then => then,
+        };
+        Settlement {
+            sink_answered,
+            then,
+        }
+    }
+
     /// The answer's outcome: its status, and its `Retry-After` (seconds, or an HTTP date).
     pub(crate) fn of_answer(status: StatusCode, headers: &HeaderMap) -> Self {
         if status.is_success() {

@@ -126,7 +126,11 @@ struct PaceState {
 
 impl Pace {
     pub(crate) fn new(set: Option<SinkRate>) -> Self {
-        let now = Instant::now();
+        Self::new_at(set, Instant::now())
+    }
+
+    /// [`Pace::new`] at `now` (the simulation's clock).
+    pub(crate) fn new_at(set: Option<SinkRate>, now: Instant) -> Self {
         Pace {
             state: Mutex::new(PaceState {
                 set,
@@ -171,7 +175,7 @@ impl Pace {
     /// counted only as this returns.
     pub(crate) async fn ready(&self) {
         loop {
-            let wait = self.state().take(Instant::now());
+            let wait = self.take_at(Instant::now());
             match wait {
                 None => return,
                 Some(wait) => tokio::time::sleep(wait).await,
@@ -180,8 +184,18 @@ impl Pace {
     }
 
     /// The sink asked to be sent less (429 and the like), after `retry_after` if it said.
+    /// One look, at `now`, at whether a push may leave: None, counted as leaving; or how
+    /// long to wait before looking again. The rule [`Pace::ready`] waits on.
+    pub(crate) fn take_at(&self, now: Instant) -> Option<Duration> {
+        self.state().take(now)
+    }
+
     pub(crate) fn slow_down(&self, retry_after: Option<Duration>) {
-        let now = Instant::now();
+        self.slow_down_at(retry_after, Instant::now());
+    }
+
+    /// [`Pace::slow_down`] at `now`.
+    pub(crate) fn slow_down_at(&self, retry_after: Option<Duration>, now: Instant) {
         let mut state = self.state();
         state.count_seconds(now);
         let hold = retry_after.unwrap_or(HOLD_WITHOUT_RETRY_AFTER);

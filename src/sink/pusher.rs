@@ -32,9 +32,9 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
 
-use super::circuit::{backoff, Admission, Circuit, Judged};
+use super::circuit::{Admission, Circuit, Judged};
 use super::client::SinkClient;
-use super::outcome::PushOutcome;
+use super::outcome::{PushOutcome, Then};
 use super::pace::Pace;
 use super::signing::Signing;
 use crate::domain::{Delivered, Expirations, Hold, SubscribeOptions};
@@ -286,39 +286,34 @@ impl Pusher {
             // Its place among the pushes is for the next push: waiting for a retry, or
             // for an unreachable sink, never holds one.
             drop(room);
-            let after = match outcome {
-                PushOutcome::Delivered => {
-                    self.circuit_answered();
+            let settlement =
+                outcome.settlement(delivered.attempt, delivered.delivery_id, unreached);
+            if settlement.sink_answered {
+                self.circuit_answered();
+            } else {
+                self.circuit_failed(admission, judged);
+            }
+            let after = match settlement.then {
+                Then::Ack => {
                     // Acknowledged with others that arrive meanwhile (see
                     // `acknowledge_in_batches`); a stopped acker leaves it to come again.
                     let _ = acks.send(delivered.delivery_id);
                     return;
                 }
-                PushOutcome::Rejected { status } => {
-                    self.circuit_answered();
-                    debug!(namespace = %self.namespace, status, attempt = delivered.attempt, "a sink rejected an expiration");
-                    backoff(delivered.attempt, delivered.delivery_id)
+                Then::RetryLater { after } => {
+                    if let PushOutcome::Rejected { status } = outcome {
+                        debug!(namespace = %self.namespace, status, attempt = delivered.attempt, "a sink rejected an expiration");
+                    }
+                    after
                 }
-                PushOutcome::Retry { after } => {
-                    self.circuit_failed(admission, judged);
-                    // The sink's `Retry-After` may ask for longer than the back-off, never
-                    // for less: a `Retry-After: 0` must not burn attempts back to back.
-                    let floor = backoff(delivered.attempt, delivered.delivery_id);
-                    after.map_or(floor, |after| after.max(floor))
-                }
-                PushOutcome::SlowDown { after } => {
-                    // The sink is up and overloaded: the whole sink slows down, and this
-                    // push goes again when the pace lets it, as the same attempt (its
-                    // claim renewed while it waits).
-                    self.circuit_answered();
-                    debug!(namespace = %self.namespace, ?after, "a sink asked to be sent less; slowing down");
+                Then::PushAgain => {
+                    // Its claim is renewed while it waits for the pace.
+                    debug!(namespace = %self.namespace, "a sink asked to be sent less; slowing down");
                     continue;
                 }
-                PushOutcome::Unreachable { reason } => {
-                    self.circuit_failed(admission, judged);
+                Then::Hold { wait } => {
                     unreached += 1;
-                    let wait = backoff(unreached, delivered.delivery_id);
-                    debug!(namespace = %self.namespace, reason, ?wait, "a sink is unreachable; holding the expiration");
+                    debug!(namespace = %self.namespace, reason = ?outcome.failure(), ?wait, "a sink is unreachable; holding the expiration");
                     if !self
                         .extend(&delivered, &mut claim_until, wait + HOLD_STEP)
                         .await
