@@ -15,6 +15,7 @@ use super::disk::SimDisk;
 use super::ledger::{Held, Ledger, RedriveCandidates};
 use super::model::{Model, Violation, LOSABLE_NANOS};
 use super::node::{Later, Node, NodeConfig};
+use super::pusher::{SimPusher, NAMESPACE as PUSHED};
 use super::rng::Rng;
 use crate::clock::ManualClock;
 use crate::domain::DeliveryConfig;
@@ -27,14 +28,17 @@ use crate::local::table::TableConfig;
 
 mod answers;
 mod calls;
+mod pushing;
 
 const MILLISECOND: u64 = 1_000_000;
 /// The simulation's wall clock starts here (2023-11-14), the same for every seed.
 const UNIX_ORIGIN: u64 = 1_700_000_000_000_000_000;
 const NAMESPACES: [&str; 2] = ["a", "b"];
+/// Where timers are registered: the clients' namespaces, and the pusher's.
+const REGISTERED_IN: [&str; 3] = ["a", "b", PUSHED];
 const KEYS: [&str; 3] = ["k0", "k1", "k2"];
 /// Deliveries of one expiration before it is dead.
-const MAX_ATTEMPTS: u32 = 4;
+pub(super) const MAX_ATTEMPTS: u32 = 4;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -105,6 +109,12 @@ pub(crate) struct Harness {
     verbose: bool,
     restarts: u64,
     firings: u64,
+    /// The push sink's pusher, of namespace [`PUSHED`].
+    pusher: SimPusher,
+    /// After each step: whether failed expirations held the pusher's window (see
+    /// `pushing`'s head-of-line bound).
+    blocked: Vec<(u64, bool)>,
+    in_liveness: bool,
 }
 
 impl Harness {
@@ -117,6 +127,7 @@ impl Harness {
         } else {
             SyncMode::Interval
         };
+        let pusher = SimPusher::new(&mut choices, UNIX_ORIGIN);
         let config = NodeConfig {
             sync,
             delivery: DeliveryConfig {
@@ -148,6 +159,9 @@ impl Harness {
             verbose: std::env::var_os("TICKD_DST_VERBOSE").is_some(),
             restarts: 0,
             firings: 0,
+            pusher,
+            blocked: Vec::new(),
+            in_liveness: false,
         }
     }
 
@@ -261,6 +275,7 @@ impl Harness {
             86..=87 => self.snapshot(),
             88..=90 => self.touch(),
             91..=92 => self.redrive(),
+            93 => self.pause_or_resume(),
             _ => self.advance(),
         }
         if self.node.is_none() {
@@ -283,6 +298,9 @@ impl Harness {
             return self.crash(true);
         }
         self.receive()?;
+        if !self.pusher_turns()? {
+            return self.crash(true);
+        }
         self.answers()?;
         if self.node.as_ref().is_some_and(Node::store_failed) {
             // The log failed: tickd exits; the next step starts it again.
@@ -290,6 +308,7 @@ impl Harness {
             self.process_gone(false);
             self.disk.crash_process();
         }
+        self.note_blocked();
         Ok(())
     }
 
@@ -301,6 +320,9 @@ impl Harness {
         // attempt 1, or stay dead.
         self.redrives.clear();
         self.calls.clear();
+        let now = self.now();
+        self.pusher.gone(&mut self.choices, now);
+        self.blocked.push((now, false));
         self.model.crashed();
         // With `--sync interval` a power cut may take what was answered in the last sync
         // interval (docs/durability.md, `--sync`); with `always`, nothing answered.
@@ -382,6 +404,8 @@ impl Harness {
             return Ok(());
         }
         self.trace("liveness");
+        self.in_liveness = true;
+        self.pusher.paused = false;
         self.disk.disarm();
         if self.disk.crashed() {
             self.disk.crash_process();
@@ -422,14 +446,22 @@ impl Harness {
         for _ in 0..2_000 {
             if let Some(held) = self.ledger.pick_to_ack(&mut self.choices, 64) {
                 self.send_ack(held);
-            } else if !self.model.owes_a_firing() && !self.ledger.owes_a_redelivery() {
+            } else if !self.model.owes_a_firing()
+                && !self.ledger.owes_a_redelivery()
+                && !self.pusher_owes()
+            {
                 // Everything owed has fired (or been redriven and come again) and every
                 // delivery is settled. Repeating and cron timers would fire for ever:
                 // waiting on them checks nothing more.
                 break;
             } else {
                 let now = self.clock_monotonic();
-                match self.node.as_ref().and_then(Node::next_wakeup) {
+                let node_wakeup = self.node.as_ref().and_then(Node::next_wakeup);
+                let wakeup = [node_wakeup, self.pusher_wakeup()]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                match wakeup {
                     Some(due) => self.clock.advance(due.saturating_sub(now).max(1)),
                     None => self.clock.advance(100 * MILLISECOND),
                 }
@@ -444,6 +476,8 @@ impl Harness {
                 "an expiration a Redrive took back never came again".into(),
             ));
         }
+        // Nothing lost: whatever the pusher took is acknowledged, or dead.
+        self.ledger.check_none_lost(PUSHED, MAX_ATTEMPTS)?;
         let unfired = self.model.unfired();
         if !unfired.is_empty() {
             return Err(Violation(format!(

@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 
+mod pusher;
+
 use super::model::Violation;
 use super::rng::Rng;
 use crate::domain::{AckOutcome, Delivered};
@@ -192,13 +194,16 @@ impl Ledger {
         }
     }
 
-    /// A client received `delivered`: checks it may come now, with this attempt.
+    /// A client received `delivered`: checks it may come now, with this attempt. What it
+    /// holds to ack, kept among those the harness's clients may ack when `by_a_client`
+    /// (the pusher keeps its own).
     pub(crate) fn received(
         &mut self,
         receipt: Receipt,
         delivered: &Delivered,
         max_attempts: u32,
-    ) -> Result<(), Violation> {
+        by_a_client: bool,
+    ) -> Result<Held, Violation> {
         let expiration = &delivered.expiration;
         let key = (expiration.id.0, expiration.fired_count);
         // Named only in a violation: formatting on every delivery is most of a step's cost.
@@ -273,14 +278,17 @@ impl Ledger {
         firing.crash_floor = None;
         firing.ends_since = 0;
         firing.attempts.push((delivered.attempt, receipt.at));
-        self.held.push(Held {
+        let held = Held {
             namespace: expiration.namespace.to_string(),
             delivery_id: delivered.delivery_id,
             boot: self.boot,
             firing: key,
             receipt,
-        });
-        Ok(())
+        };
+        if by_a_client {
+            self.held.push(held.clone());
+        }
+        Ok(held)
     }
 
     /// A Redrive of every dead expiration of `namespace` sent at `sent_at`: the firings

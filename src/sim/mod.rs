@@ -13,6 +13,7 @@ mod harness;
 mod ledger;
 mod model;
 mod node;
+mod pusher;
 pub mod rng;
 
 pub use harness::Report;

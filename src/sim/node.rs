@@ -13,6 +13,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -20,7 +21,8 @@ use super::disk::SimDisk;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, ManualClock};
 use crate::domain::{
-    AckOutcome, Calendar, Delivered, DeliveryConfig, Expirations, RedriveOutcome, SubscribeOptions,
+    AckOutcome, Calendar, Delivered, DeliveryConfig, Expirations, Hold, RedriveOutcome,
+    SubscribeOptions,
 };
 use crate::local::delivery::{DeliveryHandle, SteppedDelivery, Subscription};
 use crate::local::store::stepped::SteppedStore;
@@ -131,6 +133,25 @@ impl Node {
     pub(crate) fn ack(&self, namespace: String, delivery_ids: Vec<u64>) -> Later<AckOutcome> {
         let delivery = self.delivery.clone();
         Later::new(async move { delivery.ack(namespace, delivery_ids).await.ok() })
+    }
+
+    /// Hands a delivery back for `after` (the pusher's retry, released, or its claim kept
+    /// longer); true if it was in flight. Answered with a later [`Node::run`].
+    pub(crate) fn retry_later(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+        after: Duration,
+        hold: Hold,
+    ) -> Later<bool> {
+        let answer = Expirations::retry_later(&self.delivery, namespace, delivery_id, after, hold);
+        Later::new(async move { answer.await.ok() })
+    }
+
+    /// Gives back a delivery never sent, its attempt refunded; true if it was in flight.
+    pub(crate) fn give_back(&self, namespace: String, delivery_id: u64) -> Later<bool> {
+        let answer = Expirations::give_back(&self.delivery, namespace, delivery_id);
+        Later::new(async move { answer.await.ok() })
     }
 
     /// Sends every dead expiration of `namespace` back to delivery (the API's Redrive);

@@ -43,10 +43,10 @@ use prometheus_client::metrics::gauge::Gauge;
 
 /// Beyond the push timeout, how long a delivery's claim lasts: time to read the answer
 /// and acknowledge it before the backend would hand it to another attempt.
-const CLAIM_SLACK: Duration = Duration::from_secs(5);
+pub(crate) const CLAIM_SLACK: Duration = Duration::from_secs(5);
 /// While a push waits (for the circuit, or after an unreachable sink), its claim is
 /// extended by this much at a time.
-const HOLD_STEP: Duration = Duration::from_secs(30);
+pub(crate) const HOLD_STEP: Duration = Duration::from_secs(30);
 /// How long a stopping pusher lets the pushes in flight finish before it drops them
 /// (unacknowledged, they come back after a restart).
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -54,7 +54,7 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 const ACK_BATCH: usize = 1_000;
 const ACKS_IN_FLIGHT: usize = 4;
 /// A waiting delivery's claim is renewed this long before it would be too short to push.
-const RENEW_AHEAD: Duration = Duration::from_secs(1);
+pub(crate) const RENEW_AHEAD: Duration = Duration::from_secs(1);
 /// How long a pusher waits to ask again when extending a claim failed.
 const EXTEND_AGAIN_AFTER: Duration = Duration::from_millis(500);
 /// How long a pusher waits to subscribe again when the backend refused or ended its

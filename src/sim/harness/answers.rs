@@ -36,9 +36,10 @@ impl Harness {
                 },
                 &delivered,
                 MAX_ATTEMPTS,
+                true,
             )?;
         }
-        Ok(())
+        self.pusher_receive()
     }
 
     /// Takes in the answers that came, checking each against the model.

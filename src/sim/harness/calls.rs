@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::{Call, Client, Harness, KEYS, MAX_ATTEMPTS, MILLISECOND, NAMESPACES};
+use super::{Call, Client, Harness, KEYS, MAX_ATTEMPTS, MILLISECOND, NAMESPACES, REGISTERED_IN};
 use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, SubscribeOptions, Target, TimerId, TimerRef};
 use crate::local::table::command::{Command, Reschedule};
@@ -45,7 +45,7 @@ impl Harness {
     /// key: a keyed registration in doubt could replace one, and then neither a Touch's
     /// answer nor a firing's schedule would be the model's to judge.
     pub(super) fn register(&mut self) {
-        let namespace = NAMESPACES[self.choices.below_usize(NAMESPACES.len())];
+        let namespace = REGISTERED_IN[self.choices.below_usize(REGISTERED_IN.len())];
         let kind = match self.choices.below(10) {
             0 => Kind::Cron(SCHEDULES[self.choices.below_usize(3)].clone()),
             1 | 2 => Kind::Lease {
@@ -257,7 +257,11 @@ impl Harness {
 
     /// Moves the clock: a little, or to the next thing due.
     pub(super) fn advance(&mut self) {
-        let next = self.node.as_ref().and_then(Node::next_wakeup);
+        let node_wakeup = self.node.as_ref().and_then(Node::next_wakeup);
+        let next = [node_wakeup, self.pusher_wakeup()]
+            .into_iter()
+            .flatten()
+            .min();
         let now = self.clock_monotonic();
         let by = match next {
             Some(due) if due > now && self.choices.chance(1, 2) => due - now,
