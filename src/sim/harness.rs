@@ -443,12 +443,15 @@ impl Harness {
                 });
             }
         }
-        for _ in 0..2_000 {
+        let owed = self.pusher_unsettled();
+        // Enough for the pusher's circuit, open up to 30 s at a time while poison
+        // expirations probe it, to let the last of them through.
+        for _ in 0..20_000 {
             if let Some(held) = self.ledger.pick_to_ack(&mut self.choices, 64) {
                 self.send_ack(held);
             } else if !self.model.owes_a_firing()
                 && !self.ledger.owes_a_redelivery()
-                && !self.pusher_owes()
+                && !self.pusher_owes(&owed)
             {
                 // Everything owed has fired (or been redriven and come again) and every
                 // delivery is settled. Repeating and cron timers would fire for ever:
@@ -477,12 +480,21 @@ impl Harness {
             ));
         }
         // Nothing lost: whatever the pusher took is acknowledged, or dead.
-        self.ledger.check_none_lost(PUSHED, MAX_ATTEMPTS)?;
+        self.ledger
+            .check_none_lost(&owed, MAX_ATTEMPTS)
+            .map_err(|lost| {
+                Violation(format!(
+                    "{}; the pusher: {}",
+                    lost.0,
+                    self.pusher.describe()
+                ))
+            })?;
         let unfired = self.model.unfired();
         if !unfired.is_empty() {
             return Err(Violation(format!(
-                "acknowledged timers never fired: {:016x?}",
-                &unfired[..unfired.len().min(8)]
+                "acknowledged timers never fired: {:016x?}; the pusher: {}",
+                &unfired[..unfired.len().min(8)],
+                self.pusher.describe()
             )));
         }
         Ok(())

@@ -214,6 +214,34 @@ impl SimPusher {
         self.next_seq += 1;
     }
 
+    /// What the pusher holds, for a failure's message.
+    pub(crate) fn describe(&self) -> String {
+        let hands: Vec<String> = self
+            .in_hand
+            .values()
+            .map(|hand| {
+                format!(
+                    "{:x}:{:?}/{:?}/ext={}/fresh={:?}/attempt={}/unreached={}",
+                    hand.delivered.delivery_id,
+                    hand.stage,
+                    hand.admission,
+                    hand.extending,
+                    hand.fresh_key,
+                    hand.delivered.attempt,
+                    hand.unreached
+                )
+            })
+            .collect();
+        format!(
+            "pushing={} circuit={} asked={} paused={} subscribed={} in hand: {hands:?}",
+            self.pushing,
+            self.circuit.describe(),
+            self.asked.len(),
+            self.paused,
+            self.subscription.is_some()
+        )
+    }
+
     /// Nothing in hand and nothing asked: all it took is settled or handed back.
     pub(crate) fn idle(&self) -> bool {
         self.in_hand.is_empty() && self.asked.is_empty()

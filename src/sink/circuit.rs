@@ -305,6 +305,14 @@ impl Circuit {
         }
     }
 
+    /// The circuit's state and the fresh expirations waiting, for the simulation's
+    /// failure messages.
+    #[cfg(feature = "sim")]
+    pub(crate) fn describe(&self) -> String {
+        let inner = self.lock();
+        format!("{:?} fresh waiting {:?}", inner.state, inner.fresh_waiting)
+    }
+
     /// 0 closed, 1 open, 2 half open (`tickd_sink_circuit`).
     pub(crate) fn gauge_value(&self) -> i64 {
         match self.lock().state {

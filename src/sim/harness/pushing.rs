@@ -144,9 +144,16 @@ impl Harness {
             .map(|at| at.saturating_sub(offset))
     }
 
-    /// True while the pusher has work left: something in hand, or delivered and neither
-    /// acknowledged nor dead.
-    pub(super) fn pusher_owes(&self) -> bool {
-        !self.pusher.idle() || self.ledger.owes_in(NAMESPACE, MAX_ATTEMPTS)
+    /// The expirations the pusher took and has not settled yet (neither acknowledged nor
+    /// dead): those the liveness phase waits for.
+    pub(super) fn pusher_unsettled(&self) -> Vec<(u64, u64)> {
+        self.ledger.unsettled_in(NAMESPACE, MAX_ATTEMPTS)
+    }
+
+    /// True while one of `owed` is neither acknowledged nor dead. (Repeating timers fire
+    /// for ever: only what was owed when the phase began is waited for.)
+    pub(super) fn pusher_owes(&self, owed: &[(u64, u64)]) -> bool {
+        owed.iter()
+            .any(|key| self.ledger.unsettled(*key, MAX_ATTEMPTS).is_some())
     }
 }

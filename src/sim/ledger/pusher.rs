@@ -47,19 +47,27 @@ impl Ledger {
         }
     }
 
-    /// True while an expiration of `namespace` was delivered and is neither acknowledged
-    /// nor dead (its attempts used up, counting one unseen per process ended since).
-    pub(crate) fn owes_in(&self, namespace: &str, max_attempts: u32) -> bool {
-        self.unsettled_in(namespace, max_attempts).is_some()
+    /// The expirations of `namespace` delivered and neither acknowledged nor dead (their
+    /// attempts used up, counting one unseen per process ended since).
+    pub(crate) fn unsettled_in(&self, namespace: &str, max_attempts: u32) -> Vec<(u64, u64)> {
+        self.firings
+            .iter()
+            .filter(|(_, firing)| firing.namespace.as_deref() == Some(namespace))
+            .filter(|(key, _)| self.unsettled(**key, max_attempts).is_some())
+            .map(|(key, _)| *key)
+            .collect()
     }
 
-    /// Nothing lost: every expiration of `namespace` delivered is acknowledged or dead.
+    /// Nothing lost: each of `keys` is acknowledged or dead.
     pub(crate) fn check_none_lost(
         &self,
-        namespace: &str,
+        keys: &[(u64, u64)],
         max_attempts: u32,
     ) -> Result<(), Violation> {
-        match self.unsettled_in(namespace, max_attempts) {
+        match keys
+            .iter()
+            .find_map(|key| self.unsettled(*key, max_attempts).map(|attempt| (key, attempt)))
+        {
             None => Ok(()),
             Some((key, attempt)) => Err(Violation(format!(
                 "{:016x}/{} (last delivered as attempt {attempt}) was neither acknowledged nor dead at the end",
@@ -68,12 +76,11 @@ impl Ledger {
         }
     }
 
-    fn unsettled_in(&self, namespace: &str, max_attempts: u32) -> Option<((u64, u64), u32)> {
-        self.firings.iter().find_map(|(key, firing)| {
-            let latest = firing.latest?;
-            let dead = latest.attempt.saturating_add(firing.ends_since) >= max_attempts;
-            (firing.namespace.as_deref() == Some(namespace) && firing.settled_at.is_none() && !dead)
-                .then_some((*key, latest.attempt))
-        })
+    /// The last attempt of `key` if it is delivered, not acknowledged and not dead.
+    pub(crate) fn unsettled(&self, key: (u64, u64), max_attempts: u32) -> Option<u32> {
+        let firing = self.firings.get(&key)?;
+        let latest = firing.latest?;
+        let dead = latest.attempt.saturating_add(firing.ends_since) >= max_attempts;
+        (firing.settled_at.is_none() && !dead).then_some(latest.attempt)
     }
 }
