@@ -285,10 +285,26 @@ async fn replicas_push_healthy_expirations_among_ones_a_sink_always_fails() {
     if skip_postgres("replicas_push_healthy_expirations_among_ones_a_sink_always_fails") {
         return;
     }
+    healthy_among_failing_on_replicas(&[]).await;
+}
+
+/// The same with more failing expirations than each pusher's window (a window of 4
+/// against 10): see the one-node test of the same name in tests/sinks.rs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_push_healthy_ones_among_more_failing_ones_than_the_window() {
+    if skip_postgres("replicas_push_healthy_ones_among_more_failing_ones_than_the_window") {
+        return;
+    }
+    healthy_among_failing_on_replicas(&["--sink-max-in-flight", "2"]).await;
+}
+
+async fn healthy_among_failing_on_replicas(more: &[&str]) {
     const IDS: [&str; 2] = ["r1", "r2"];
     let sink = HttpSink::start(poison::script()).await;
     let sink_flag = sink_argument(&sink);
-    let set = ReplicaSet::start(&IDS, &["--sink", &sink_flag, "--max-attempts", "5"]).await;
+    let mut arguments = vec!["--sink", &sink_flag, "--max-attempts", "5"];
+    arguments.extend_from_slice(more);
+    let set = ReplicaSet::start(&IDS, &arguments).await;
     set.eventually("both replicas own partitions", || {
         set.each_owns_a_partition(&IDS)
     })
@@ -302,7 +318,7 @@ async fn replicas_push_healthy_expirations_among_ones_a_sink_always_fails() {
         "pushes delivered, both replicas"
     );
     eprintln!(
-        "sink_failure_isolation backend=replicas healthy={} poison={} median_late_ms={} max_late_ms={}",
+        "sink_failure_isolation backend=replicas {more:?} healthy={} poison={} median_late_ms={} max_late_ms={}",
         poison::HEALTHY,
         poison::POISON,
         late.median.as_millis(),

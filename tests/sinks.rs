@@ -153,6 +153,32 @@ async fn expirations_a_sink_always_fails_never_hold_up_the_healthy_ones() {
     server.stop().await;
 }
 
+/// The same with more failing expirations than the pusher's window (`--sink-max-in-flight
+/// 2`, a window of 4 against 10): their retries, and the circuit their failures open,
+/// never keep a place from the healthy ones. (Before, the window filled with retries
+/// waiting for that circuit, each probing it in turn, and the healthy ones waited until
+/// the failing ones were dead.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_failing_expirations_than_the_window_never_hold_up_the_healthy_ones() {
+    let sink = HttpSink::start(poison::script()).await;
+    let server = TestServer::pushing_to(NAMESPACE, &sink.url("/t"), |config| {
+        config.max_attempts = 5;
+        config.sink_max_in_flight = 2;
+    })
+    .await;
+    let mut client = server.client().await;
+    let late = poison::run(&mut client, &sink, NAMESPACE, 5).await;
+    deliveries_settled(server.metrics_addr).await;
+    eprintln!(
+        "sink_failure_isolation backend=local window=4 healthy={} poison={} median_late_ms={} max_late_ms={}",
+        poison::HEALTHY,
+        poison::POISON,
+        late.median.as_millis(),
+        late.max.as_millis()
+    );
+    server.stop().await;
+}
+
 /// The same across a restart between the failures and the healthy registrations: tickd
 /// killed (SIGKILL) or stopped (SIGTERM) while the failing expirations wait for their
 /// retries, started again on its data directory, called by a client that outlives it.

@@ -94,12 +94,13 @@ pub trait Expirations: Send + Sync + 'static {
         after: Duration,
         hold: Hold,
     ) -> Answer<bool>;
-    /// Hands an unacknowledged delivery that never reached its client back at once, as
-    /// the attempt it was: the attempt counted when it was delivered is refunded (durably),
-    /// so a delivery a paused sink never sent spends none. False if it is not awaiting an
-    /// ack. Only for one the caller knows was never sent: an attempt that may have reached
-    /// a client is [`Self::retry_later`]'s.
-    fn give_back(&self, namespace: String, delivery_id: u64) -> Answer<bool>;
+    /// Hands an unacknowledged delivery that never reached its client back, as the
+    /// attempt it was: the attempt counted when it was delivered is refunded (durably), so
+    /// a delivery a paused sink never sent, or one its sink's open circuit kept waiting,
+    /// spends none. `when` says when it comes again, and to whom. False if it is not
+    /// awaiting an ack. Only for one the caller knows was never sent: an attempt that may
+    /// have reached a client is [`Self::retry_later`]'s.
+    fn give_back(&self, namespace: String, delivery_id: u64, when: GiveBack) -> Answer<bool>;
     /// Answers once what delivery was asked before this call, the hand-backs of streams
     /// dropped before it among them, is kept across a crash of the process: a pause is
     /// answered after it, so that a crash right after costs no attempt.
@@ -108,6 +109,19 @@ pub trait Expirations: Send + Sync + 'static {
     /// flight, not waiting out a retry's delay), in the order asked: what a paused or
     /// slow sink has before it.
     fn waiting(&self, namespaces: Vec<String>) -> Answer<Vec<u64>>;
+}
+
+/// When a delivery handed back unsent with [`Expirations::give_back`] comes again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// At once, and to another subscriber: the one giving it back is leaving (a paused or
+    /// stopping pusher, a dropped stream).
+    Leaving,
+    /// Once `after` has passed, to any subscriber (the one giving it back among them),
+    /// taking no place in a window meanwhile: a push its sink's open circuit would keep
+    /// waiting waits in the backend instead, so that it holds no place a push that may go
+    /// could use.
+    After(Duration),
 }
 
 /// What a delivery handed back with [`Expirations::retry_later`] does with its place in

@@ -20,7 +20,7 @@ mod subscriber;
 mod timer;
 
 pub use answer::Answer;
-pub use backend::{Backend, Expirations, Health, Hold, Stopping, Timers};
+pub use backend::{Backend, Expirations, GiveBack, Health, Hold, Stopping, Timers};
 pub use delivery_config::DeliveryConfig;
 pub(crate) use error::with_causes;
 pub use error::TimerError;

@@ -321,7 +321,7 @@ impl Harness {
         self.redrives.clear();
         self.calls.clear();
         let now = self.now();
-        self.pusher.gone(&mut self.choices, now);
+        self.pusher.gone(&mut self.ledger, &mut self.choices, now);
         self.blocked.push((now, false));
         self.model.crashed();
         // With `--sync interval` a power cut may take what was answered in the last sync

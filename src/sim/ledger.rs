@@ -56,6 +56,8 @@ struct Firing {
     /// When an ack of it was sent, and when that ack was answered.
     settled_at: Option<u64>,
     settle_answered_at: u64,
+    /// A power cut may have taken its settlement, or not: it may come again, and need not.
+    maybe_settled: bool,
     /// After a power cut since its latest delivery: the attempt whose record the cut could
     /// not take; the next delivery is a later one.
     crash_floor: Option<u32>,
@@ -168,17 +170,25 @@ impl Ledger {
                 continue;
             };
             let floor = match lost_from {
-                None => latest.attempt - 1,
+                None => latest.attempt.saturating_sub(1),
                 Some(lost_from) => {
-                    // Those made since `lost_from` may be gone for good: a later cut's
-                    // floor cannot rest on them.
-                    firing.attempts.retain(|(_, at)| *at < lost_from);
-                    firing
+                    // What the log kept is the last record before `lost_from` (a refund
+                    // follows the attempt it refunds), or any made since, which the cut
+                    // may or may not take: the lowest of them. Those made since may be
+                    // gone for good: a later cut's floor cannot rest on them.
+                    let kept = firing
                         .attempts
                         .iter()
+                        .rfind(|(_, at)| *at < lost_from)
+                        .map_or(0, |(attempt, _)| *attempt);
+                    let since = firing
+                        .attempts
+                        .iter()
+                        .filter(|(_, at)| *at >= lost_from)
                         .map(|(attempt, _)| *attempt)
-                        .max()
-                        .unwrap_or(0)
+                        .min();
+                    firing.attempts.retain(|(_, at)| *at < lost_from);
+                    since.map_or(kept, |since| since.min(kept))
                 }
             };
             firing.crash_floor = Some(firing.crash_floor.map_or(floor, |old| old.min(floor)));
@@ -186,6 +196,7 @@ impl Ledger {
             if firing.settled_at.is_some() && firing.settle_answered_at >= lost_from {
                 // Its settlement may be gone: it may come again after the restart.
                 firing.settled_at = None;
+                firing.maybe_settled = true;
             }
             if firing.redriven.is_some_and(|at| at >= lost_from) {
                 // The Redrive's record may be gone: it may be dead again, or come again.
@@ -277,6 +288,7 @@ impl Ledger {
         });
         firing.crash_floor = None;
         firing.ends_since = 0;
+        firing.maybe_settled = false;
         firing.attempts.push((delivered.attempt, receipt.at));
         let held = Held {
             namespace: expiration.namespace.to_string(),

@@ -21,7 +21,7 @@ use super::disk::SimDisk;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, ManualClock};
 use crate::domain::{
-    AckOutcome, Calendar, Delivered, DeliveryConfig, Expirations, Hold, RedriveOutcome,
+    AckOutcome, Calendar, Delivered, DeliveryConfig, Expirations, GiveBack, Hold, RedriveOutcome,
     SubscribeOptions,
 };
 use crate::local::delivery::{DeliveryHandle, SteppedDelivery, Subscription};
@@ -148,9 +148,15 @@ impl Node {
         Later::new(async move { answer.await.ok() })
     }
 
-    /// Gives back a delivery never sent, its attempt refunded; true if it was in flight.
-    pub(crate) fn give_back(&self, namespace: String, delivery_id: u64) -> Later<bool> {
-        let answer = Expirations::give_back(&self.delivery, namespace, delivery_id);
+    /// Gives back a delivery never sent, its attempt refunded, to come again as `when`
+    /// says; true if it was in flight.
+    pub(crate) fn give_back(
+        &self,
+        namespace: String,
+        delivery_id: u64,
+        when: GiveBack,
+    ) -> Later<bool> {
+        let answer = Expirations::give_back(&self.delivery, namespace, delivery_id, when);
         Later::new(async move { answer.await.ok() })
     }
 

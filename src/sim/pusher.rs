@@ -14,20 +14,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hyper::header::{HeaderMap, HeaderValue, RETRY_AFTER};
-use hyper::StatusCode;
 use tokio::time::Instant;
 
 use super::ledger::{Held, Ledger};
 use super::model::Violation;
 use super::node::{take_delivery, Later, Node};
 use super::rng::Rng;
-use crate::domain::{AckOutcome, Delivered, Hold, SubscribeOptions};
+use crate::domain::{AckOutcome, Delivered, GiveBack, Hold, SubscribeOptions};
 use crate::local::delivery::Subscription;
-use crate::sink::circuit::{Admission, Circuit, Judged};
+use crate::sink::circuit::{Admission, Circuit};
 use crate::sink::outcome::{PushOutcome, Then};
 use crate::sink::pace::Pace;
 use crate::sink::pusher::{CLAIM_SLACK, HOLD_STEP, RENEW_AHEAD};
+
+mod seen;
+mod sink;
+
+use sink::answer;
 
 /// The namespace the pusher takes; no client of the harness subscribes to it, so every
 /// delivery of it is the pusher's.
@@ -100,6 +103,9 @@ pub(crate) struct SimPusher {
     /// Marked paused: unsent deliveries are given back, the subscription ends once no
     /// push is under way, and none is taken until resumed.
     pub(crate) paused: bool,
+    /// A pause was seen while subscribed: that subscription ends (the backend sends it
+    /// nothing more once it gave a delivery back), even if resumed meanwhile.
+    ending: bool,
     circuit: Circuit,
     pace: Pace,
     /// The instant the simulation's clock origin stands for: the circuit and pace read
@@ -121,6 +127,7 @@ impl SimPusher {
         SimPusher {
             subscription: None,
             paused: false,
+            ending: false,
             circuit: Circuit::default(),
             pace: Pace::new_at(None, origin),
             origin,
@@ -136,7 +143,13 @@ impl SimPusher {
 
     /// The process is gone: so is this pusher (its circuit, pace and everything held).
     /// A start makes a new one, as tickd's registry does.
-    pub(crate) fn gone(&mut self, rng: &mut Rng, now: u64) {
+    pub(crate) fn gone(&mut self, ledger: &mut Ledger, rng: &mut Rng, now: u64) {
+        // An ack sent and never answered may have been recorded, or not.
+        for asked in &self.asked {
+            if let Asked::Ack { held, .. } = asked {
+                ledger.ack_in_doubt(held);
+            }
+        }
         let paused = self.paused;
         let salt = self.poison_salt;
         *self = SimPusher::new(rng, now);
@@ -148,12 +161,11 @@ impl SimPusher {
         self.origin + Duration::from_nanos(now.saturating_sub(self.origin_nanos))
     }
 
-    /// True if every push of the expiration `key` fails.
+    /// True if every push of the expiration `key` fails: a timer's payload the sink
+    /// cannot take, so every firing of the timer (the first of `key`) is poison.
     pub(crate) fn is_poison(&self, key: (u64, u64)) -> bool {
-        let mixed = (key.0 ^ self.poison_salt)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .wrapping_add(key.1);
-        (mixed >> 17) % POISON_ONE_IN == 0
+        let mixed = (key.0 ^ self.poison_salt).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (mixed >> 17).is_multiple_of(POISON_ONE_IN)
     }
 
     /// The claim a push needs: its timeout, then the slack the real pusher allows.
@@ -214,50 +226,6 @@ impl SimPusher {
         self.next_seq += 1;
     }
 
-    /// What the pusher holds, for a failure's message.
-    pub(crate) fn describe(&self) -> String {
-        let hands: Vec<String> = self
-            .in_hand
-            .values()
-            .map(|hand| {
-                format!(
-                    "{:x}:{:?}/{:?}/ext={}/fresh={:?}/attempt={}/unreached={}",
-                    hand.delivered.delivery_id,
-                    hand.stage,
-                    hand.admission,
-                    hand.extending,
-                    hand.fresh_key,
-                    hand.delivered.attempt,
-                    hand.unreached
-                )
-            })
-            .collect();
-        format!(
-            "pushing={} circuit={} asked={} paused={} subscribed={} in hand: {hands:?}",
-            self.pushing,
-            self.circuit.describe(),
-            self.asked.len(),
-            self.paused,
-            self.subscription.is_some()
-        )
-    }
-
-    /// Nothing in hand and nothing asked: all it took is settled or handed back.
-    pub(crate) fn idle(&self) -> bool {
-        self.in_hand.is_empty() && self.asked.is_empty()
-    }
-
-    /// The head-of-line state: the window is full and one of its places is held by an
-    /// expiration waiting out its own failure, so the expirations behind it wait for
-    /// another's failure. Never so with the real rules (a failed one is released).
-    pub(crate) fn blocked_by_a_failure(&self) -> bool {
-        self.subscription.is_some()
-            && self.in_hand.len() >= MAX_IN_FLIGHT * 2
-            && self.in_hand.values().any(|hand| {
-                hand.held_after_own_failure && matches!(hand.stage, Stage::Waiting { .. })
-            })
-    }
-
     /// The next time the pusher has something to do by itself.
     pub(crate) fn next_wakeup(&self, now: u64) -> Option<u64> {
         let answers = self.in_hand.values().filter_map(|hand| match hand.stage {
@@ -281,8 +249,10 @@ impl SimPusher {
                 } => match later.poll() {
                     None => false,
                     Some(answer) => {
-                        if let Some(outcome) = answer.clone() {
-                            ledger.acked(held, &outcome, *sent_at, now)?;
+                        match answer.clone() {
+                            Some(outcome) => ledger.acked(held, &outcome, *sent_at, now)?,
+                            // Refused (the log failed as it was written): in doubt.
+                            None => ledger.ack_in_doubt(held),
                         }
                         let ids: Vec<u64> = held.iter().map(Held::delivery_id).collect();
                         self.in_hand
@@ -374,8 +344,10 @@ impl SimPusher {
                     self.pushing -= 1;
                     self.settle(seq, &outcome, node, now, &mut acks, &mut turn);
                 }
-                Stage::Waiting { until } if *until <= now && !hand.extending && !self.paused => {
-                    self.admit(seq, node, rng, now, at, liveness, &mut turn);
+                Stage::Waiting { until }
+                    if *until <= now && !hand.extending && !self.paused && !self.ending =>
+                {
+                    self.admit(seq, node, ledger, rng, now, at, liveness, &mut turn);
                 }
                 _ => {}
             }
@@ -390,7 +362,7 @@ impl SimPusher {
             });
             turn.acted = true;
         }
-        if self.paused {
+        if self.paused || self.ending {
             turn.acted |= self.leave(node, ledger, now, &mut turn);
         }
         turn
@@ -413,12 +385,12 @@ impl SimPusher {
             self.pace.slow_down_at(*after, at);
         }
         let delivered = &hand.delivered;
-        let judged = Judged::of(delivered, hand.unreached > 0);
+        let judged = self.circuit.judge(delivered, hand.unreached > 0);
         let settlement =
             outcome.settlement(delivered.attempt, delivered.delivery_id, hand.unreached);
         let admission = hand.admission.take().unwrap_or(Admission::Push);
         if settlement.sink_answered {
-            self.circuit.sink_answered();
+            self.circuit.sink_answered(judged);
         } else {
             self.circuit.sink_failed_at(admission, judged, at);
         }
@@ -483,6 +455,7 @@ impl SimPusher {
         &mut self,
         seq: u64,
         node: &Node,
+        ledger: &mut Ledger,
         rng: &mut Rng,
         now: u64,
         at: Instant,
@@ -498,7 +471,33 @@ impl SimPusher {
             turn.acted = true;
             return;
         }
-        let judged = Judged::of(&hand.delivered, hand.unreached > 0);
+        let judged = self.circuit.judge(&hand.delivered, hand.unreached > 0);
+        if hand.admission.is_none() && judged.failed_before() {
+            match self.circuit.admit_failed_now(judged, at) {
+                Ok(admission) => hand.admission = Some(admission),
+                Err(wait) => {
+                    // It waits out the open circuit in the backend, unspent.
+                    let mut hand = self.in_hand.remove(&seq).expect("admitted in hand");
+                    // It may have waited as fresh before its timer was known to fail.
+                    self.forget(&hand, now);
+                    let again_at = now + wait.as_nanos() as u64;
+                    ledger.given_back(&mut hand.held, now, again_at);
+                    turn.events.push(format!(
+                        "give back {:x} for {wait:?} (circuit)",
+                        hand.delivered.delivery_id
+                    ));
+                    self.asked.push(Asked::GiveBack {
+                        later: node.give_back(
+                            NAMESPACE.to_owned(),
+                            hand.delivered.delivery_id,
+                            GiveBack::After(wait),
+                        ),
+                    });
+                    turn.acted = true;
+                    return;
+                }
+            }
+        }
         if hand.admission.is_none() {
             if hand.fresh_key.is_none() && self.circuit.gauge_value() != 0 {
                 hand.fresh_key = self.circuit.start_waiting(judged);
@@ -549,6 +548,7 @@ impl SimPusher {
     /// asked anything.
     fn leave(&mut self, node: &Node, ledger: &mut Ledger, now: u64, turn: &mut Turn) -> bool {
         let max_attempts = super::harness::MAX_ATTEMPTS;
+        self.ending = self.subscription.is_some();
         let unsent: Vec<u64> = self
             .in_hand
             .iter()
@@ -559,11 +559,15 @@ impl SimPusher {
         for seq in unsent {
             let mut hand = self.in_hand.remove(&seq).expect("listed above");
             self.forget(&hand, now);
-            ledger.given_back(&mut hand.held, now);
+            ledger.given_back(&mut hand.held, now, now);
             turn.events
                 .push(format!("give back {:x}", hand.delivered.delivery_id));
             self.asked.push(Asked::GiveBack {
-                later: node.give_back(NAMESPACE.to_owned(), hand.delivered.delivery_id),
+                later: node.give_back(
+                    NAMESPACE.to_owned(),
+                    hand.delivered.delivery_id,
+                    GiveBack::Leaving,
+                ),
             });
         }
         if self.in_hand.is_empty() && self.asked.is_empty() {
@@ -571,50 +575,9 @@ impl SimPusher {
                 ledger.unsubscribed(number, now, false, max_attempts);
                 turn.events.push(format!("pusher unsubscribed {number}"));
                 drop(subscription);
+                self.ending = false;
             }
         }
         asked
-    }
-}
-
-/// The simulated sink's answer to one push, and how long it took: a poison expiration is
-/// always answered 500 (at once, or slowly); the rest mostly 2xx, sometimes every other
-/// answer a sink gives. In the liveness phase only the sink's own troubles remain (slow,
-/// 429, refused), so that every healthy expiration is delivered in the end.
-fn answer(rng: &mut Rng, poison: bool, liveness: bool) -> (PushOutcome, u64) {
-    let slow = |rng: &mut Rng| 1 + rng.below(PUSH_TIMEOUT - 1);
-    let http = |status: u16, retry_after: Option<&'static str>| {
-        let mut headers = HeaderMap::new();
-        if let Some(value) = retry_after {
-            headers.insert(RETRY_AFTER, HeaderValue::from_static(value));
-        }
-        let status = StatusCode::from_u16(status).expect("a valid status");
-        PushOutcome::of_answer(status, &headers)
-    };
-    if poison {
-        let took = if rng.chance(1, 3) { slow(rng) } else { 0 };
-        return (http(500, None), took);
-    }
-    let roll = rng.below(100);
-    let roll = if liveness && (70..86).contains(&roll) {
-        roll % 55
-    } else {
-        roll
-    };
-    match roll {
-        0..=54 => (http(200, None), 0),
-        55..=69 => (http(204, None), slow(rng)),
-        70..=73 => (http(404, None), 0),
-        74..=79 => (http(503, None), 0),
-        // No answer within the push timeout.
-        80..=85 => (PushOutcome::Retry { after: None }, PUSH_TIMEOUT),
-        86..=89 => (http(429, Some("1")), 0),
-        90..=92 => (http(503, Some("0")), slow(rng)),
-        _ => (
-            PushOutcome::Unreachable {
-                reason: "connection refused".into(),
-            },
-            0,
-        ),
     }
 }

@@ -1,5 +1,7 @@
 //! A sink's circuit and back-off. The circuit judges the sink, not one expiration: it
-//! opens when pushes of [`DISTINCT_FAILURES_TO_OPEN`] different expirations failed (no
+//! opens when pushes of [`DISTINCT_FAILURES_TO_OPEN`] different timers' expirations failed
+//! (a repeating timer's firings are one timer: one bad payload that fires often is still
+//! one expiration's problem, not the sink's) (no
 //! connection, no answer in time, or an answer asking again) with no answer of the sink's
 //! among them, and then pushes wait instead of hammering a sink that is down. When it has
 //! been open long enough one push goes as a probe, and its outcome closes the circuit or
@@ -11,6 +13,12 @@
 //! with the same failing ones again and again is how bad data becomes an outage. For the
 //! same reason, a circuit opened by the failures of expirations that had all failed before
 //! lets an expiration that has not failed probe at once: the sink may be fine.
+//!
+//! An expiration that failed before never waits for an open circuit in the pusher's
+//! window ([`Circuit::admit_failed_now`]): it is given back to the backend, its attempt
+//! unspent, until the circuit may let it go. Otherwise expirations that keep failing, as
+//! many as the window, would hold every place while the circuit their failures opened
+//! stays open, and no expiration that has not failed could reach the circuit to probe it.
 //!
 //! Waits carry jitter, so that a sink coming back is not met by every retry at once.
 
@@ -24,8 +32,12 @@ use tokio::time::Instant;
 
 use crate::domain::Delivered;
 
-/// Distinct expirations whose pushes failed, with no answer among them, that open a
-/// closed circuit.
+mod failed_timers;
+
+use failed_timers::FailedTimers;
+
+/// Distinct timers whose expirations' pushes failed, with no answer among them, that
+/// open a closed circuit.
 pub(crate) const DISTINCT_FAILURES_TO_OPEN: usize = 5;
 /// How long the circuit first stays open; each failed probe of an expiration that had not
 /// failed before doubles it, up to the most.
@@ -47,8 +59,9 @@ pub(crate) enum Admission {
 /// What the circuit is told of an expiration it admits or judges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Judged {
-    /// The expiration (a timer's firing), the same across its attempts.
-    expiration: u64,
+    /// Its timer, the same across its firings and their attempts: what the circuit counts
+    /// failures of.
+    timer: u64,
     /// Its deadline then its delivery: the order in which probes are chosen.
     due: (u64, u64),
     /// Whether a push of it failed before (an earlier attempt, or this one unreachable).
@@ -57,22 +70,28 @@ pub(crate) struct Judged {
 
 impl Judged {
     /// `failed_here`: a push of this delivery already failed in this pusher.
-    pub(crate) fn of(delivered: &Delivered, failed_here: bool) -> Self {
+    fn of(delivered: &Delivered, failed_here: bool) -> Self {
         let expiration = &delivered.expiration;
         let mut hasher = rustc_hash::FxHasher::default();
-        (expiration.id.0, expiration.fired_count).hash(&mut hasher);
+        expiration.id.0.hash(&mut hasher);
         Self {
-            expiration: hasher.finish(),
+            timer: hasher.finish(),
             due: (expiration.deadline_unix, delivered.delivery_id),
             failed_before: failed_here || delivered.attempt > 1,
         }
+    }
+
+    /// Whether a push of it failed before: then it waits for an open circuit elsewhere
+    /// ([`Circuit::admit_failed_now`]).
+    pub(crate) fn failed_before(&self) -> bool {
+        self.failed_before
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Closed {
-        /// The distinct expirations failed since the sink last answered (at most
+        /// The distinct timers failed since the sink last answered (at most
         /// [`DISTINCT_FAILURES_TO_OPEN`]), and whether one had not failed before.
         failing: Vec<u64>,
         a_fresh_one_failed: bool,
@@ -110,6 +129,9 @@ impl State {
 
 struct Inner {
     state: State,
+    failed_timers: FailedTimers,
+    /// The timer of the last probe that failed, since the sink last answered.
+    last_failed_probe: Option<u64>,
     /// The expirations that have not failed waiting to be admitted, by [`Judged::due`]:
     /// the first is the next probe.
     fresh_waiting: BTreeSet<(u64, u64)>,
@@ -125,6 +147,8 @@ impl Default for Circuit {
         Self {
             inner: Mutex::new(Inner {
                 state: State::closed(),
+                failed_timers: FailedTimers::default(),
+                last_failed_probe: None,
                 fresh_waiting: BTreeSet::new(),
             }),
             changed: Notify::new(),
@@ -225,9 +249,46 @@ impl Circuit {
         }
     }
 
-    /// The sink answered (whatever it said): the circuit closes.
-    pub(crate) fn sink_answered(&self) {
+    /// One look, at `now`, for a push of an expiration that failed before: admitted now
+    /// (the circuit is closed, or this push is the probe), or how long it should wait
+    /// elsewhere before it looks again. Such a push never waits in the pusher's window
+    /// for the circuit: its place is for an expiration that has not failed, which the
+    /// circuit would rather probe with (see the module's summary).
+    pub(crate) fn admit_failed_now(
+        &self,
+        judged: Judged,
+        now: Instant,
+    ) -> Result<Admission, Duration> {
+        debug_assert!(
+            judged.failed_before,
+            "only a push that failed before waits elsewhere"
+        );
+        self.try_admit(judged, now).map_err(|until| match until {
+            // Jittered, so that those given back together do not all look again at once.
+            Some(until) => with_jitter(
+                until.saturating_duration_since(now).max(FIRST_OPEN),
+                judged.due.1,
+            ),
+            // A probe is out (its answer comes within a push's timeout), or a fresh
+            // expiration waits to probe: the circuit's first window.
+            None => with_jitter(FIRST_OPEN, judged.due.1),
+        })
+    }
+
+    /// How the circuit judges a push of `delivered`: `failed_here` if a push of this
+    /// delivery already failed in this pusher. An expiration of a timer whose last push
+    /// failed counts as one that failed before (see `failed_timers`).
+    pub(crate) fn judge(&self, delivered: &Delivered, failed_here: bool) -> Judged {
+        let mut judged = Judged::of(delivered, failed_here);
+        judged.failed_before |= self.lock().failed_timers.contains(judged.timer);
+        judged
+    }
+
+    /// The sink answered a push of `judged` (whatever it said): the circuit closes.
+    pub(crate) fn sink_answered(&self, judged: Judged) {
         let mut inner = self.lock();
+        inner.failed_timers.answered(judged.timer);
+        inner.last_failed_probe = None;
         if inner.state != State::closed() {
             inner.state = State::closed();
             self.changed.notify_waiters();
@@ -235,7 +296,7 @@ impl Circuit {
     }
 
     /// The sink failed a push of `judged` admitted as `admission`: failures of enough
-    /// distinct expirations, or a failed probe, open the circuit.
+    /// distinct timers, or a failed probe, open the circuit.
     pub(crate) fn sink_failed(&self, admission: Admission, judged: Judged) {
         self.sink_failed_at(admission, judged, Instant::now());
     }
@@ -243,10 +304,17 @@ impl Circuit {
     /// [`Circuit::sink_failed`] at `now`.
     pub(crate) fn sink_failed_at(&self, admission: Admission, judged: Judged, now: Instant) {
         let mut inner = self.lock();
+        inner.failed_timers.failed(judged.timer);
         let fresh = !judged.failed_before;
+        let probe_of_the_same_timer = inner.last_failed_probe == Some(judged.timer);
+        if admission == Admission::Probe {
+            inner.last_failed_probe = Some(judged.timer);
+        }
         let next = match (&mut inner.state, admission) {
             // A fresh probe failing is the sink's failure: open for longer. One that had
-            // failed before may be that expiration's own: open for as long again.
+            // failed before may be that expiration's own: open for as long again; and two
+            // in a row of one timer say it is that timer's (its payload, say): the circuit
+            // closes, counting failures afresh from that one.
             (
                 State::HalfOpen {
                     opened_for,
@@ -255,6 +323,11 @@ impl Circuit {
                 Admission::Probe,
             ) => Some(if fresh {
                 State::open((*opened_for * 2).min(LONGEST_OPEN), true, now)
+            } else if probe_of_the_same_timer {
+                State::Closed {
+                    failing: vec![judged.timer],
+                    a_fresh_one_failed: false,
+                }
             } else {
                 State::open(*opened_for, *by_a_fresh_one, now)
             }),
@@ -265,8 +338,8 @@ impl Circuit {
                 },
                 _,
             ) => {
-                if !failing.contains(&judged.expiration) {
-                    failing.push(judged.expiration);
+                if !failing.contains(&judged.timer) {
+                    failing.push(judged.timer);
                 }
                 *a_fresh_one_failed |= fresh;
                 debug_assert!(failing.len() <= DISTINCT_FAILURES_TO_OPEN);
@@ -307,7 +380,7 @@ impl Circuit {
 
     /// The circuit's state and the fresh expirations waiting, for the simulation's
     /// failure messages.
-    #[cfg(feature = "sim")]
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn describe(&self) -> String {
         let inner = self.lock();
         format!("{:?} fresh waiting {:?}", inner.state, inner.fresh_waiting)
@@ -342,10 +415,10 @@ pub(crate) fn backoff(attempt: u32, seed: u64) -> Duration {
 /// never shorter than half.
 fn with_jitter(wait: Duration, seed: u64) -> Duration {
     // A keyed hash of the seed: random across processes, no generator to keep. In the
-    // simulation's build a fixed key, so that a seed's run replays exactly.
-    #[cfg(not(feature = "sim"))]
+    // simulation's builds (and the tests') a fixed key, so that a seed's run replays.
+    #[cfg(not(any(test, feature = "sim")))]
     let random = std::collections::hash_map::RandomState::new().hash_one(seed);
-    #[cfg(feature = "sim")]
+    #[cfg(any(test, feature = "sim"))]
     let random = rustc_hash::FxBuildHasher.hash_one(seed);
     let half = wait / 2;
     let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);

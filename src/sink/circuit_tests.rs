@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use super::*;
 
-/// Expiration `n`, due at `n`, as a first attempt (`failed_before` false) or a retry.
+/// An expiration of timer `n`, due at `n`, as a first attempt (`failed_before` false) or
+/// a retry.
 fn expiration(n: u64, failed_before: bool) -> Judged {
     Judged {
-        expiration: n,
+        timer: n,
         due: (n, n),
         failed_before,
     }
@@ -71,7 +72,7 @@ fn an_answer_among_the_failures_starts_the_count_again() {
         for n in 0..DISTINCT_FAILURES_TO_OPEN as u64 - 1 {
             circuit.sink_failed(Admission::Push, expiration(round * 100 + n, false));
         }
-        circuit.sink_answered();
+        circuit.sink_answered(expiration(0, false));
     }
     assert_eq!(circuit.gauge_value(), 0);
 }
@@ -90,7 +91,7 @@ async fn fresh_failures_open_the_circuit_and_one_probe_decides() {
     let reopened = Instant::now();
     assert_eq!(circuit.admit(expiration(11, false)).await, Admission::Probe);
     assert!(reopened.elapsed() >= FIRST_OPEN);
-    circuit.sink_answered();
+    circuit.sink_answered(expiration(0, false));
     assert_eq!(circuit.gauge_value(), 0);
     assert_eq!(circuit.admit(expiration(12, true)).await, Admission::Push);
 }
@@ -105,7 +106,7 @@ async fn pushes_waiting_behind_a_probe_go_once_it_succeeds() {
         !waiting.is_finished() && !retry.is_finished(),
         "one probe at a time"
     );
-    circuit.sink_answered();
+    circuit.sink_answered(expiration(0, false));
     assert_eq!(waiting.await.unwrap(), Admission::Push);
     assert_eq!(retry.await.unwrap(), Admission::Push);
 }
@@ -143,7 +144,7 @@ async fn the_probe_is_the_fresh_expiration_due_soonest() {
     let sooner = admitting(&circuit, expiration(25, false)).await;
     assert_eq!(sooner.await.unwrap(), Admission::Probe);
     assert!(!later.is_finished());
-    circuit.sink_answered();
+    circuit.sink_answered(expiration(0, false));
     assert_eq!(later.await.unwrap(), Admission::Push);
 }
 
@@ -178,18 +179,89 @@ async fn a_fresh_expiration_that_stops_waiting_lets_a_retry_probe() {
 #[tokio::test(start_paused = true)]
 async fn a_probe_that_had_failed_before_failing_keeps_the_window_as_it_was() {
     let circuit = opened_by_fresh_failures();
-    for _ in 0..5 {
+    for timer in 1..=5 {
         let asked = Instant::now();
-        assert_eq!(circuit.admit(expiration(1, true)).await, Admission::Probe);
+        assert_eq!(
+            circuit.admit(expiration(timer, true)).await,
+            Admission::Probe
+        );
         assert!(
             asked.elapsed() <= FIRST_OPEN,
             "not doubled: {:?}",
             asked.elapsed()
         );
-        circuit.sink_failed(Admission::Probe, expiration(1, true));
+        circuit.sink_failed(Admission::Probe, expiration(timer, true));
     }
     // Still opened by fresh failures: a fresh one waits out the window.
     let asked = Instant::now();
     assert_eq!(circuit.admit(expiration(9, false)).await, Admission::Probe);
     assert!(asked.elapsed() >= FIRST_OPEN / 2);
+}
+
+#[test]
+fn a_repeating_timers_firings_failing_count_as_one_timer() {
+    let circuit = Circuit::default();
+    for firing in 0..100 {
+        let judged = Judged {
+            timer: 7,
+            due: (firing, firing),
+            failed_before: false,
+        };
+        circuit.sink_failed(Admission::Push, judged);
+    }
+    assert_eq!(circuit.gauge_value(), 0, "one bad timer is not a bad sink");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_meeting_an_open_circuit_is_told_to_wait_elsewhere_and_a_fresh_one_probes() {
+    let circuit = opened_by_fresh_failures();
+    let now = Instant::now();
+    let wait = circuit
+        .admit_failed_now(expiration(1, true), now)
+        .expect_err("a retry does not go while the circuit is open");
+    assert!(
+        wait >= FIRST_OPEN / 2 && wait <= FIRST_OPEN,
+        "about the circuit's window: {wait:?}"
+    );
+    // It waits elsewhere, so a fresh one is the probe once the window passes.
+    assert_eq!(circuit.admit(expiration(9, false)).await, Admission::Probe);
+    // While the probe is out, a retry waits elsewhere too, then goes once it closed.
+    assert!(circuit
+        .admit_failed_now(expiration(2, true), Instant::now())
+        .is_err());
+    circuit.sink_answered(expiration(0, false));
+    assert_eq!(
+        circuit.admit_failed_now(expiration(2, true), Instant::now()),
+        Ok(Admission::Push)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_fresh_expiration_waiting_a_retry_probes_once_the_window_passed() {
+    let circuit = Circuit::default();
+    for n in 0..DISTINCT_FAILURES_TO_OPEN as u64 {
+        circuit.sink_failed(Admission::Push, expiration(n, true));
+    }
+    tokio::time::advance(FIRST_OPEN).await;
+    assert_eq!(
+        circuit.admit_failed_now(expiration(1, true), Instant::now()),
+        Ok(Admission::Probe),
+        "a sink with only retries left is still probed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_failed_probes_in_a_row_of_one_timer_close_the_circuit() {
+    let circuit = opened_by_fresh_failures();
+    for round in 0..2 {
+        assert_eq!(circuit.admit(expiration(7, true)).await, Admission::Probe);
+        circuit.sink_failed(Admission::Probe, expiration(7, true));
+        let expected = if round == 0 { 1 } else { 0 };
+        assert_eq!(circuit.gauge_value(), expected, "after probe {round}");
+    }
+    // Counting afresh from that timer: four more distinct ones open it again.
+    for n in 100..100 + DISTINCT_FAILURES_TO_OPEN as u64 - 1 {
+        circuit.sink_failed(Admission::Push, expiration(n, false));
+    }
+    assert_eq!(circuit.gauge_value(), 1);
 }

@@ -15,10 +15,11 @@
 //! for one push and given up as it is answered), and a subscription window twice that, so
 //! that deliveries pushed and awaiting their (batched, durable) ack, or waiting for room,
 //! never stall the pushes. A delivery handed back for a retry leaves the window too
-//! ([`Hold::Released`]): expirations that keep failing never keep the others from their
-//! pushes. A sink that is down holds at most the window while the rest wait in the backend.
+//! ([`Hold::Released`]), and so does one that failed before and meets an open circuit,
+//! given back unspent to wait in the backend ([`GiveBack::After`]): expirations that keep
+//! failing never keep the others from their pushes, nor from probing the circuit. A sink
+//! that is down holds at most the window while the rest wait in the backend.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +27,7 @@ use std::time::Duration;
 use futures_util::stream::FuturesUnordered;
 use futures_util::FutureExt;
 
-use tokio::sync::{mpsc, watch, Semaphore, SemaphorePermit};
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
@@ -37,9 +37,15 @@ use super::client::SinkClient;
 use super::outcome::{PushOutcome, Then};
 use super::pace::Pace;
 use super::signing::Signing;
-use crate::domain::{Delivered, Expirations, Hold, SubscribeOptions};
+use crate::domain::{Delivered, Expirations, GiveBack, Hold, SubscribeOptions};
 use crate::metrics::sinks::SinkSeries;
 use prometheus_client::metrics::gauge::Gauge;
+
+mod acks;
+mod leaving;
+
+use acks::acknowledge_in_batches;
+use leaving::{finish, finish_pushes, paused_is, stopped, Leaving};
 
 /// Beyond the push timeout, how long a delivery's claim lasts: time to read the answer
 /// and acknowledge it before the backend would hand it to another attempt.
@@ -171,7 +177,11 @@ impl Pusher {
             }
             match self.expirations.subscribe(self.subscription()) {
                 Ok(mut deliveries) => {
-                    let paused_now = loop {
+                    // Set once a push gave a delivery back for a pause: the backend sends
+                    // this subscription nothing more, so it ends even if the pause was
+                    // lifted before this loop saw it.
+                    let given_back_for_a_pause = Arc::new(Notify::new());
+                    let for_a_pause = loop {
                         tokio::select! {
                             // Stop and pause first: a pause marked while this subscribed
                             // (PauseSink saw no subscription, and answered) is seen here
@@ -183,6 +193,7 @@ impl Pusher {
                                 return finish(pushes, acks, acker).await;
                             }
                             () = paused_is(&mut paused, true) => break true,
+                            () = given_back_for_a_pause.notified() => break true,
                             Some(ended) = pushes.next(), if !pushes.is_empty() => {
                                 // A push that panicked is one delivery's loss of a moment
                                 // (its claim ends and it comes back), not the sink's.
@@ -192,7 +203,11 @@ impl Pusher {
                             }
                             next = deliveries.next() => match next {
                                 Some(delivered) => {
-                                    let leaving = Leaving { paused: paused.clone(), stop: stop.clone() };
+                                    let leaving = Leaving {
+                                        paused: paused.clone(),
+                                        stop: stop.clone(),
+                                        given_back: given_back_for_a_pause.clone(),
+                                    };
                                     let push = self.clone().deliver(delivered, acks.clone(), leaving);
                                     pushes.push(AssertUnwindSafe(push).catch_unwind());
                                 }
@@ -205,7 +220,7 @@ impl Pusher {
                     };
                     // Those under way may finish (a pause waits for any push already
                     // sent); the rest come back from the backend.
-                    let grace = if paused_now {
+                    let grace = if for_a_pause {
                         self.push_budget() + CLAIM_SLACK
                     } else {
                         STOP_GRACE
@@ -216,7 +231,7 @@ impl Pusher {
                     // No push is left: a probe among those dropped never answered, and
                     // the circuit must not wait for it.
                     self.circuit.probe_abandoned();
-                    if paused_now {
+                    if for_a_pause {
                         info!(namespace = %self.namespace, "a sink is paused: no push leaves until it is resumed");
                         continue;
                     }
@@ -248,18 +263,32 @@ impl Pusher {
         let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK / 2;
         let mut unreached = 0;
         loop {
-            let judged = Judged::of(&delivered, unreached > 0);
+            let judged = self.circuit.judge(&delivered, unreached > 0);
+            // One that failed before waits out an open circuit in the backend, its place
+            // here for one that may probe (see `circuit`).
+            let mut admission = None;
+            if judged.failed_before() {
+                match self.circuit.admit_failed_now(judged, Instant::now()) {
+                    Ok(admitted) => admission = Some(admitted),
+                    Err(wait) => {
+                        debug!(namespace = %self.namespace, ?wait, "a failed expiration waits out the open circuit in the backend");
+                        return self
+                            .give_back_unsent(&delivered, GiveBack::After(wait))
+                            .await;
+                    }
+                }
+            }
             let admitted = tokio::select! {
                 biased;
-                () = leaving.now() => return self.give_back_unsent(&delivered).await,
-                admitted = self.admitted(&delivered, judged, &mut claim_until) => admitted,
+                () = leaving.now() => return self.leave_unsent(&delivered, &leaving).await,
+                admitted = self.admitted(&delivered, judged, admission, &mut claim_until) => admitted,
             };
             let Some((admission, room)) = admitted else {
                 return;
             };
             if leaving.is_now() {
                 drop(room);
-                return self.give_back_unsent(&delivered).await;
+                return self.leave_unsent(&delivered, &leaving).await;
             }
             // The claim must outlive the push and its ack.
             if claim_until < Instant::now() + self.claim_needed()
@@ -289,7 +318,7 @@ impl Pusher {
             let settlement =
                 outcome.settlement(delivered.attempt, delivered.delivery_id, unreached);
             if settlement.sink_answered {
-                self.circuit_answered();
+                self.circuit_answered(judged);
             } else {
                 self.circuit_failed(admission, judged);
             }
@@ -321,7 +350,7 @@ impl Pusher {
                         return;
                     }
                     tokio::select! {
-                        () = leaving.now() => return self.give_back_unsent(&delivered).await,
+                        () = leaving.now() => return self.leave_unsent(&delivered, &leaving).await,
                         () = tokio::time::sleep(wait) => {}
                     }
                     continue;
@@ -348,12 +377,20 @@ impl Pusher {
         }
     }
 
-    /// Hands back a delivery a pause or stop caught before it was sent, its attempt
-    /// refunded; if that fails it comes back when its claim ends, as the next attempt.
-    async fn give_back_unsent(&self, delivered: &Delivered) {
+    /// Gives back a delivery a pause or stop caught unsent, to another subscriber: the
+    /// backend sends this subscription nothing more, so it ends.
+    async fn leave_unsent(&self, delivered: &Delivered, leaving: &Leaving) {
+        leaving.given_back.notify_one();
+        self.give_back_unsent(delivered, GiveBack::Leaving).await;
+    }
+
+    /// Hands back a delivery that was not sent (a pause or stop caught it, or it waits
+    /// out an open circuit elsewhere), its attempt refunded; if that fails it comes back
+    /// when its claim ends, as the next attempt.
+    async fn give_back_unsent(&self, delivered: &Delivered, when: GiveBack) {
         let given = self
             .expirations
-            .give_back(self.namespace.clone(), delivered.delivery_id)
+            .give_back(self.namespace.clone(), delivered.delivery_id, when)
             .await;
         if let Err(error) = given {
             debug!(namespace = %self.namespace, %error, "giving back an unsent push failed; it comes back when its claim ends");
@@ -367,10 +404,10 @@ impl Pusher {
         &self,
         delivered: &Delivered,
         judged: Judged,
+        mut admission: Option<Admission>,
         claim_until: &mut Instant,
     ) -> Option<(Admission, SemaphorePermit<'_>)> {
         // Kept across the claim's renewals: a probe once admitted stays the probe.
-        let mut admission = None;
         loop {
             let renew_at = claim_until
                 .checked_sub(self.claim_needed() + RENEW_AHEAD)
@@ -472,9 +509,9 @@ impl Pusher {
         outcome
     }
 
-    fn circuit_answered(&self) {
+    fn circuit_answered(&self, judged: Judged) {
         let was = self.circuit.gauge_value();
-        self.circuit.sink_answered();
+        self.circuit.sink_answered(judged);
         if was != 0 {
             info!(namespace = %self.namespace, sink = %self.shown_as, "a sink answers again: pushing");
         }
@@ -510,83 +547,4 @@ impl Drop for CountedInFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
     }
-}
-
-/// What makes a push not yet sent leave: a pause of the sink, or the pusher stopping.
-struct Leaving {
-    paused: watch::Receiver<bool>,
-    stop: watch::Receiver<bool>,
-}
-
-impl Leaving {
-    /// Resolves once the sink is paused or the pusher stops.
-    async fn now(&mut self) {
-        tokio::select! {
-            () = paused_is(&mut self.paused, true) => {}
-            () = stopped(&mut self.stop) => {}
-        }
-    }
-
-    fn is_now(&self) -> bool {
-        *self.paused.borrow() || *self.stop.borrow()
-    }
-}
-
-/// Resolves once the sink's pause is `wanted` (never, if its sender is gone).
-async fn paused_is(paused: &mut watch::Receiver<bool>, wanted: bool) {
-    if paused.wait_for(|paused| *paused == wanted).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// Resolves once `stop` says true (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
-}
-
-/// Lets the pushes in flight finish for a moment, then drops the rest; then the acks of
-/// those delivered go out.
-async fn finish(
-    mut pushes: FuturesUnordered<impl Future>,
-    acks: mpsc::UnboundedSender<u64>,
-    acker: tokio::task::JoinHandle<()>,
-) {
-    finish_pushes(&mut pushes, STOP_GRACE).await;
-    drop(acks);
-    let _ = tokio::time::timeout(STOP_GRACE, acker).await;
-}
-
-/// Lets the pushes in flight finish for at most `grace`, then drops the rest.
-async fn finish_pushes(pushes: &mut FuturesUnordered<impl Future>, grace: Duration) {
-    let _ = tokio::time::timeout(grace, async { while pushes.next().await.is_some() {} }).await;
-    pushes.clear();
-}
-
-/// Acknowledges pushed deliveries in batches: whatever was delivered while the previous
-/// Ack calls were answered goes in one call, with a few calls in flight. Under load that
-/// is one Ack (and one log record) for many pushes instead of one each.
-async fn acknowledge_in_batches(
-    expirations: Arc<dyn Expirations>,
-    namespace: String,
-    mut delivered_ids: mpsc::UnboundedReceiver<u64>,
-) {
-    let mut batch = Vec::with_capacity(ACK_BATCH);
-    let mut in_flight = JoinSet::new();
-    while delivered_ids.recv_many(&mut batch, ACK_BATCH).await > 0 {
-        while in_flight.len() >= ACKS_IN_FLIGHT {
-            in_flight.join_next().await;
-        }
-        let answer = expirations.ack(namespace.clone(), std::mem::take(&mut batch));
-        let namespace = namespace.clone();
-        in_flight.spawn(async move {
-            match answer.await {
-                Ok(outcome) if outcome.unknown.is_empty() => {}
-                // Their claims ended first (a push outlived one): delivered again, at
-                // least once.
-                Ok(outcome) => debug!(%namespace, unknown = outcome.unknown.len(), "pushed expirations' claims had ended before their ack"),
-                Err(error) => debug!(%namespace, %error, "acknowledging pushes failed"),
-            }
-        });
-    }
-    while in_flight.join_next().await.is_some() {}
 }

@@ -20,7 +20,7 @@ use crate::cluster::notifications::{Wakeups, FIRED_CHANNEL};
 use crate::cluster::shared::Shared;
 use crate::domain::DeliveryConfig;
 use crate::domain::{
-    AckOutcome, Answer, DeadList, DeliveryStream, Expirations, Hold, RedriveOutcome,
+    AckOutcome, Answer, DeadList, DeliveryStream, Expirations, GiveBack, Hold, RedriveOutcome,
     SubscribeOptions, TimerError,
 };
 use crate::metrics::Metrics;
@@ -209,19 +209,29 @@ impl ClusterDeliveries {
 impl ClusterDeliveries {
     /// Ends the claim of one live attempt that never reached its client, whichever
     /// replica delivered it, with its attempt refunded: it is claimed next as the attempt
-    /// it was. Its place in the window of the subscriber here that held it is freed, and
-    /// the namespace's subscribers on every replica are woken to claim it.
+    /// it was, once `when` lets it. Its place in the window of the subscriber here that
+    /// held it is freed, and the namespace's subscribers on every replica are woken to
+    /// claim it (or to look again when it may be claimed).
     pub(crate) async fn give_back(
         &self,
         namespace: String,
         delivery_id: u64,
+        when: GiveBack,
     ) -> Result<bool, TimerError> {
         let (seq, attempts) = split_delivery_id(delivery_id);
+        let after = match when {
+            GiveBack::Leaving => Duration::ZERO,
+            GiveBack::After(after) => after,
+        };
+        let after_micros = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
         let released = self
             .connections
             .client()
             .await?
-            .query(GIVE_BACK, &[&namespace, &seq, &attempts, &FIRED_CHANNEL])
+            .query(
+                GIVE_BACK,
+                &[&namespace, &seq, &attempts, &FIRED_CHANNEL, &after_micros],
+            )
             .await
             .map_err(ClusterError::query("giving a delivery back"))?;
         if released.is_empty() {
@@ -290,12 +300,14 @@ const RETRY_LATER_RELEASED: &str = concat!(
     retry_later_conditions!()
 );
 
-/// Ends the claim (see `retry_later_conditions`) with its attempt taken back, and wakes
-/// the namespace's subscribers (`$4` is the channel they listen on).
+/// Ends the claim (see `retry_later_conditions`) with its attempt taken back, claimable
+/// again `$5` microseconds from now (no subscriber's meanwhile, as a released retry), and
+/// wakes the namespace's subscribers (`$4` is the channel they listen on).
 const GIVE_BACK: &str = concat!(
     "WITH released AS (
         UPDATE tickd_expirations
-        SET claimed_by = NULL, claim_until = NULL, attempts = attempts - 1",
+        SET claimed_by = NULL, attempts = attempts - 1,
+            claim_until = clock_timestamp() + $5::INT8 * INTERVAL '1 microsecond'",
     retry_later_conditions!(),
     " RETURNING namespace)
      SELECT pg_notify($4, namespace)::TEXT FROM released"
@@ -333,10 +345,10 @@ impl Expirations for ClusterDeliveries {
         })
     }
 
-    fn give_back(&self, namespace: String, delivery_id: u64) -> Answer<bool> {
+    fn give_back(&self, namespace: String, delivery_id: u64, when: GiveBack) -> Answer<bool> {
         let deliveries = self.clone();
         Answer::work(async move {
-            ClusterDeliveries::give_back(&deliveries, namespace, delivery_id).await
+            ClusterDeliveries::give_back(&deliveries, namespace, delivery_id, when).await
         })
     }
 

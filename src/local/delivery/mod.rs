@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryConfig, DeliveryStream, Expiration,
-    Expirations, Handoff, Hold, RedriveOutcome, SubscribeOptions, TimerError,
+    Expirations, GiveBack, Handoff, Hold, RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::local::live_namespaces::LiveNamespaces;
 use crate::local::store::StoreHandle;
@@ -311,10 +311,11 @@ impl Expirations for DeliveryHandle {
         })
     }
 
-    fn give_back(&self, namespace: String, delivery_id: u64) -> Answer<bool> {
+    fn give_back(&self, namespace: String, delivery_id: u64, when: GiveBack) -> Answer<bool> {
         self.ask(|reply| Request::GiveBack {
             namespace,
             delivery_id,
+            when,
             reply,
         })
     }

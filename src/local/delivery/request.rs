@@ -49,6 +49,7 @@ pub(super) enum Request {
     GiveBack {
         namespace: String,
         delivery_id: u64,
+        when: crate::domain::GiveBack,
         reply: oneshot::Sender<bool>,
     },
     Dead {

@@ -91,10 +91,11 @@ impl Delivery {
             Request::GiveBack {
                 namespace,
                 delivery_id,
+                when,
                 reply,
             } => {
                 let namespace: std::sync::Arc<str> = namespace.as_str().into();
-                let _ = reply.send(self.give_back(&namespace, delivery_id));
+                let _ = reply.send(self.give_back(&namespace, delivery_id, when));
             }
             Request::Dead { namespace, reply } => {
                 let _ = reply.send(self.dead(namespace.as_deref()));

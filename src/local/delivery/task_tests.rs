@@ -9,8 +9,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::clock::SystemClock;
 use crate::domain::{
-    DeadList, Delivered, DeliveryConfig, Expiration, Handoff, RedriveOutcome, SubscribeOptions,
-    TimerId,
+    DeadList, Delivered, DeliveryConfig, Expiration, GiveBack, Handoff, RedriveOutcome,
+    SubscribeOptions, TimerId,
 };
 use crate::local::live_namespaces::LiveNamespaces;
 use crate::metrics::Metrics;
@@ -398,9 +398,9 @@ fn a_delivery_that_never_reached_its_client_comes_back_as_the_attempt_it_was() {
     let taken = stream.try_recv().expect("delivered");
     let given = stream.try_recv().expect("delivered");
     let left_inside = stream.try_recv().expect("delivered");
-    assert!(delivery.give_back(&Arc::from("orders"), given.delivery_id));
+    assert!(delivery.give_back(&Arc::from("orders"), given.delivery_id, GiveBack::Leaving));
     assert!(
-        !delivery.give_back(&Arc::from("orders"), given.delivery_id),
+        !delivery.give_back(&Arc::from("orders"), given.delivery_id, GiveBack::Leaving),
         "given back once"
     );
     // Who gives back is leaving: nothing more goes to its stream, not even that one.

@@ -3,11 +3,14 @@
 //! turns run until it asks nothing more, its pauses, and the head-of-line bound.
 //!
 //! **Head of line.** After every step the harness notes whether the pusher's window is
-//! full with one of its places held by an expiration waiting out its own failure. With
-//! the real rules that never happens: a failed push is handed back released (it waits in
-//! the backend, taking no place), a 429 slows the whole sink, a refused connection is the
-//! sink's and holds only while the sink is down, and every other wait of a due expiration
-//! is for pushes under way, unanswered acks, the circuit or the pace, all the sink's. So a
+//! full with one of its places held by an expiration waiting out its own failure, or by
+//! one that failed before waiting for an open circuit. With the real rules that never
+//! happens: a failed push is handed back released (it waits in the backend, taking no
+//! place), one that failed before and meets an open circuit is given back unspent to wait
+//! in the backend too, a 429 slows the whole sink, a refused connection is the sink's and
+//! holds only while the sink is down, and every other wait of a due expiration is for
+//! pushes under way, unanswered acks, the pace, or a circuit a fresh expiration's failure
+//! opened, all the sink's. So a
 //! healthy expiration's wait, counted only over stretches between two steps that both
 //! saw that state, must stay within [`HEAD_OF_LINE_BOUND`]: the one clock advance between
 //! two steps (at most 40 ms) with room to spare, below the shortest back-off (100 ms, the
@@ -22,8 +25,11 @@ use crate::sim::pusher::NAMESPACE;
 /// See the module's summary.
 const HEAD_OF_LINE_BOUND: u64 = 50 * MILLISECOND;
 /// Turns of the pusher (each followed by a run of the process) within one step at most:
-/// it settles what was answered, the backend answers, it pushes what it may.
-const TURNS_PER_STEP: usize = 8;
+/// it settles what was answered, the backend answers, it pushes what it may, and gives
+/// back what may not go yet, until it asks nothing more. The real pusher does so as fast
+/// as the backend answers; a backlog of expirations waiting out an open circuit takes a
+/// turn per window's worth.
+const TURNS_PER_STEP: usize = 4_096;
 
 impl Harness {
     /// Reads the pusher's stream: each delivery checked as a client's, then held.
@@ -79,8 +85,8 @@ impl Harness {
 
     /// Notes the head-of-line state after a step.
     pub(super) fn note_blocked(&mut self) {
-        let blocked = self.node.is_some() && self.pusher.blocked_by_a_failure();
         let now = self.now();
+        let blocked = self.node.is_some() && self.pusher.blocked_by_a_failure(now);
         self.blocked.push((now, blocked));
     }
 

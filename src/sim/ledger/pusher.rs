@@ -33,16 +33,35 @@ impl Ledger {
         }
     }
 
-    /// `held` was given back at `now`, never sent: it may come again at once, and as the
-    /// attempt it was (its attempt refunded), never lower.
-    pub(crate) fn given_back(&mut self, held: &mut Held, now: u64) {
-        self.claim_moved(held, now);
+    /// `held` was given back at `now`, never sent: it may come again from `again_at` (at
+    /// once, or after the wait it was given back for), and as the attempt it was (its
+    /// attempt refunded, and recorded so: a crash after the refund is durable counts from
+    /// it), never lower.
+    pub(crate) fn given_back(&mut self, held: &mut Held, now: u64, again_at: u64) {
+        self.claim_moved(held, again_at);
         let Some(firing) = self.firings.get_mut(&held.firing) else {
             return;
         };
         if let Some(latest) = firing.latest.as_mut() {
             if latest.delivery_id == held.delivery_id && latest.boot == held.boot {
                 latest.attempt = latest.attempt.saturating_sub(1);
+                firing.attempts.push((latest.attempt, now));
+            }
+        }
+    }
+
+    /// An ack of `held` was sent and the process ended before it was answered: each may
+    /// be settled, or come again.
+    pub(crate) fn ack_in_doubt(&mut self, held: &[Held]) {
+        for delivery in held {
+            let Some(firing) = self.firings.get_mut(&delivery.firing) else {
+                continue;
+            };
+            let current = firing
+                .latest
+                .is_some_and(|latest| latest.delivery_id == delivery.delivery_id);
+            if current {
+                firing.maybe_settled = true;
             }
         }
     }
@@ -76,11 +95,13 @@ impl Ledger {
         }
     }
 
-    /// The last attempt of `key` if it is delivered, not acknowledged and not dead.
+    /// The last attempt of `key` if it is delivered, not acknowledged (nor maybe, its
+    /// ack's record in a power cut's reach) and not dead.
     pub(crate) fn unsettled(&self, key: (u64, u64), max_attempts: u32) -> Option<u32> {
         let firing = self.firings.get(&key)?;
         let latest = firing.latest?;
         let dead = latest.attempt.saturating_add(firing.ends_since) >= max_attempts;
-        (firing.settled_at.is_none() && !dead).then_some(latest.attempt)
+        let settled = firing.settled_at.is_some() || firing.maybe_settled;
+        (!settled && !dead).then_some(latest.attempt)
     }
 }

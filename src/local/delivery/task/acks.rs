@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::dead::OUT_OF_ATTEMPTS;
 use super::journal::attempted;
 use super::state::Delivery;
-use crate::domain::{AckOutcome, Dead, Hold};
+use crate::domain::{AckOutcome, Dead, GiveBack, Hold};
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::Batch;
 
@@ -99,8 +99,16 @@ impl Delivery {
     }
 
     /// Puts an unacknowledged delivery back in line, or buries it once it has used up its
-    /// attempts.
+    /// attempts. One whose subscriber held it when its deadline passed (it did not ack in
+    /// time) goes first, as the oldest; one handed back to wait for its retry, or given
+    /// back for later, takes its turn behind those waiting: an expiration that keeps
+    /// failing never goes before the others.
     pub(super) fn take_back(&mut self, namespace: &Arc<str>, delivery_id: u64) {
+        let waited_elsewhere = self
+            .namespaces
+            .get(namespace)
+            .and_then(|queue| queue.in_flight.get(&delivery_id))
+            .is_some_and(|in_flight| in_flight.subscriber.is_none());
         let Some(waiting) = self.settle(namespace, delivery_id) else {
             return;
         };
@@ -115,37 +123,62 @@ impl Delivery {
             let mut dropped = Vec::new();
             self.bury(namespace, dead, &mut dropped);
             self.journal_settled(&dropped, None);
-        } else {
-            self.queue(namespace).waiting.push_front(waiting);
-            self.metrics.delivery_buffered.inc();
+            return;
         }
+        let line = &mut self.queue(namespace).waiting;
+        if waited_elsewhere {
+            line.push_back(waiting);
+        } else {
+            line.push_front(waiting);
+        }
+        self.metrics.delivery_buffered.inc();
     }
 
-    /// Puts an unacknowledged delivery that never reached its client back in line as the
-    /// attempt it was: the attempt its dispatch counted is refunded, and recorded so,
-    /// so that a restart counts it no more than this does. False if it is not in flight.
-    pub(super) fn give_back(&mut self, namespace: &Arc<str>, delivery_id: u64) -> bool {
-        let holder = self
+    /// Gives back an unacknowledged delivery that never reached its client as the attempt
+    /// it was: the attempt its dispatch counted is refunded, and recorded so, so that a
+    /// restart counts it no more than this does. It comes again as `when` says (see
+    /// [`GiveBack`]). False if it is not in flight.
+    pub(super) fn give_back(
+        &mut self,
+        namespace: &Arc<str>,
+        delivery_id: u64,
+        when: GiveBack,
+    ) -> bool {
+        let Some(in_flight) = self
             .namespaces
-            .get(namespace)
-            .and_then(|queue| queue.in_flight.get(&delivery_id))
-            .and_then(|in_flight| in_flight.subscriber);
-        let Some(mut waiting) = self.settle(namespace, delivery_id) else {
+            .get_mut(namespace)
+            .and_then(|queue| queue.in_flight.get_mut(&delivery_id))
+        else {
             return false;
         };
-        // Who gives back is leaving: what it gives back goes to another subscriber (or
-        // waits), never to the stream about to be dropped with it inside.
-        if let Some(subscriber) = holder.and_then(|id| self.queue(namespace).subscriber_mut(id)) {
-            subscriber.leaving = true;
-        }
-        waiting.attempts = waiting.attempts.saturating_sub(1);
+        in_flight.waiting.attempts = in_flight.waiting.attempts.saturating_sub(1);
+        let holder = in_flight.subscriber;
+        let refund = attempted(&in_flight.waiting.expiration, in_flight.waiting.attempts);
         if self.store.is_some() {
-            let mut refund = Batch::default();
-            refund.record(&attempted(&waiting.expiration, waiting.attempts));
-            self.append_then(refund, None);
+            let mut batch = Batch::default();
+            batch.record(&refund);
+            self.append_then(batch, None);
         }
-        self.queue(namespace).waiting.push_front(waiting);
-        self.metrics.delivery_buffered.inc();
+        match when {
+            GiveBack::Leaving => {
+                let waiting = self.settle(namespace, delivery_id).expect("found above");
+                // Who gives back is leaving: what it gives back goes to another subscriber
+                // (or waits), never to the stream about to be dropped with it inside.
+                if let Some(subscriber) =
+                    holder.and_then(|id| self.queue(namespace).subscriber_mut(id))
+                {
+                    subscriber.leaving = true;
+                }
+                self.queue(namespace).waiting.push_front(waiting);
+                self.metrics.delivery_buffered.inc();
+            }
+            // It waits out `after` in flight, no subscriber's, as a retry does: its
+            // deadline then puts it back in line (see `take_back`).
+            GiveBack::After(after) => {
+                let released = self.retry_later(namespace, delivery_id, after, Hold::Released);
+                debug_assert!(released, "in flight above");
+            }
+        }
         self.dispatch(namespace);
         true
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::state::Delivery;
-use crate::domain::{Delivered, SubscribeOptions, SubscriberRules};
+use crate::domain::{Delivered, GiveBack, SubscribeOptions, SubscriberRules};
 use crate::local::delivery::queue::Subscriber;
 
 impl Delivery {
@@ -69,7 +69,7 @@ impl Delivery {
             if reached {
                 self.take_back(namespace, delivery_id);
             } else {
-                self.give_back(namespace, delivery_id);
+                self.give_back(namespace, delivery_id, GiveBack::Leaving);
             }
         }
         self.dispatch(namespace);
