@@ -386,16 +386,13 @@ impl Harness {
         // Not the end of the newest log segment: damage to its last record reads as a
         // torn append, which recovery cannot tell from one (docs/durability.md, what it
         // does not check).
-        let newest_log = self
-            .disk
-            .files()
-            .into_iter()
-            .map(|(path, _)| path)
+        let files = self.disk.files();
+        let newest_log = files
+            .iter()
+            .map(|(path, _)| path.clone())
             .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
             .max();
-        let files: Vec<_> = self
-            .disk
-            .files()
+        let files: Vec<_> = files
             .into_iter()
             .map(|(path, length)| {
                 let length = if Some(&path) == newest_log.as_ref() {

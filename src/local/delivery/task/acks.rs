@@ -171,15 +171,16 @@ impl Delivery {
                 }
                 self.queue(namespace).waiting.push_front(waiting);
                 self.metrics.delivery_buffered.inc();
+                self.dispatch(namespace);
             }
             // It waits out `after` in flight, no subscriber's, as a retry does: its
-            // deadline then puts it back in line (see `take_back`).
+            // deadline then puts it back in line (see `take_back`). Releasing its place
+            // dispatches what may take it.
             GiveBack::After(after) => {
                 let released = self.retry_later(namespace, delivery_id, after, Hold::Released);
                 debug_assert!(released, "in flight above");
             }
         }
-        self.dispatch(namespace);
         true
     }
 
