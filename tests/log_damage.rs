@@ -17,6 +17,9 @@ use common::daemon::{tickd_command, Daemon};
 use common::data_dir::*;
 use common::*;
 use tickd::local::store::frame::{self, FILE_HEADER, HEADER_BYTES};
+
+/// The smallest unit a disk writes whole: where space a crash left unwritten can begin.
+const SECTOR_BYTES: usize = 512;
 use tickd::local::store::records::{self as durable, record::Kind, Record};
 use tickd::local::store::{repair, Store, StoreError, SyncMode};
 use tickd::metrics::Metrics;
@@ -211,7 +214,8 @@ async fn a_damaged_length_stops_start_up_and_recover_truncate_sets_the_rest_asid
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_final_record_is_dropped_with_a_warning_zeros_after_it_or_not() {
     // Cut mid-record; and the record's end never written, zeros in its place and past it, as
-    // a crash can leave space whose data never reached the disk.
+    // a crash can leave space whose data never reached the disk: from a sector boundary
+    // inside the record, or from the record's start if none is inside it.
     for zero_filled in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
@@ -220,7 +224,8 @@ async fn a_torn_final_record_is_dropped_with_a_warning_zeros_after_it_or_not() {
         let bytes = std::fs::read(&segment).unwrap();
         let last = *frame_offsets(&bytes).last().unwrap();
         let torn = if zero_filled {
-            let mut torn = bytes[..last + HEADER_BYTES + 4].to_vec();
+            let unwritten_from = (last + HEADER_BYTES + 4) / SECTOR_BYTES * SECTOR_BYTES;
+            let mut torn = bytes[..unwritten_from.max(last)].to_vec();
             torn.resize(bytes.len() + 4096, 0);
             torn
         } else {
@@ -239,6 +244,28 @@ async fn a_torn_final_record_is_dropped_with_a_warning_zeros_after_it_or_not() {
         stop(daemon);
         assert_eq!(std::fs::read(&segment).unwrap(), bytes[..last]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_last_record_whose_final_byte_turned_to_zero_stops_start_up() {
+    // What the simulation found (seed 12,753): a bit flip left the newest segment's final
+    // record whole in length but ending in a zero. Taken for a torn append, it was cut and
+    // an acknowledged record lost; it is damage, and refused.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    registered_then_stopped(&data, 20).await;
+    let segment = segments(&data).pop().unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let last = *frame_offsets(&bytes).last().unwrap();
+    let final_byte = bytes.last_mut().unwrap();
+    assert_ne!(*final_byte, 0, "the final record ends in a non-zero byte");
+    *final_byte = 0;
+    std::fs::write(&segment, &bytes).unwrap();
+    let before = snapshot_dir(&data);
+
+    let log = refused(&data, |_| {});
+    assert!(log.contains(&format!("byte offset {last}")), "{log}");
+    assert_eq!(snapshot_dir(&data), before, "nothing cut or rewritten");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

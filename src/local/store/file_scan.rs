@@ -109,9 +109,10 @@ fn stop_at(
     })
 }
 
-/// [`frame::is_torn`] on the file's bytes from `offset`. Trailing zeros are found first,
-/// reading in chunks, so a long run of them (preallocated space) is not held in memory,
-/// nor is a written tail longer than any frame, which cannot be a torn one.
+/// [`frame::is_torn`] on the file's bytes from `offset`. The last non-zero byte is found
+/// first, reading in chunks, so a long run of zeros after it (preallocated or unwritten
+/// space, [`frame::written_part`]) is not held in memory, nor is a written tail longer than
+/// any frame, which cannot be a torn one.
 fn torn_tail(
     disk: &dyn Disk,
     path: &Path,
@@ -136,7 +137,7 @@ fn torn_tail(
     if written > (format.header_bytes() + frame::MAX_RECORD_BYTES) as u64 {
         return Ok(false);
     }
-    let mut rest = vec![0; written as usize];
+    let mut rest = vec![0; frame::written_part(offset, written, read) as usize];
     disk.read_from(path, offset)?.read_exact(&mut rest)?;
     Ok(frame::is_torn(format, damage, &rest))
 }

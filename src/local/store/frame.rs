@@ -191,43 +191,72 @@ fn read_fully(reader: &mut impl Read, buffer: &mut [u8]) -> io::Result<bool> {
     }
 }
 
-/// Whether the damage at the start of `rest` (the bytes from the damaged frame to the end
-/// of the file) is a torn final record: what a crash in the middle of an append leaves,
-/// which recovery may drop from the newest segment. Anything else is damage.
+/// The smallest unit a disk writes whole. Space a crash left unwritten (a file's size can
+/// reach the disk before its data, and unwritten blocks read as zeros) starts where an
+/// append began or on a sector boundary, never in the middle of a sector that was written.
+const SECTOR_BYTES: u64 = 512;
+
+/// How many of the `length` bytes from a damaged frame at `offset` to the end of the file
+/// may have been written, given that the last non-zero one ends `nonzero` bytes after
+/// `offset`: the rest is space a crash can have left unwritten, and [`is_torn`] looks only
+/// at the written part.
 ///
-/// Zero bytes at the very end are space the crash left unwritten (a file's size can reach
-/// the disk before its data, and unwritten blocks read as zeros), so they are set aside
-/// first. What remains is torn only if it is a strict prefix of one frame: a header cut
-/// short, or a header whose record runs past the end. In format 2 the header's checksum
-/// must hold, so a damaged length is never taken for a cut; in format 1 nothing checks the
-/// length, so the tail is torn only if no intact frame starts anywhere inside it.
+/// Only zeros from the damaged frame's start or from a sector boundary can be unwritten
+/// space. Zeros that end a written sector are data: a whole final record whose last bytes
+/// were flipped to zeros is damage, not a record whose end never reached the disk.
+pub(crate) fn written_part(offset: u64, nonzero: u64, length: u64) -> u64 {
+    debug_assert!(
+        nonzero <= length,
+        "the last non-zero byte is inside the file"
+    );
+    if nonzero == 0 {
+        return 0;
+    }
+    ((offset + nonzero).next_multiple_of(SECTOR_BYTES) - offset).min(length)
+}
+
+/// Whether the damage at the start of `written` (the bytes from the damaged frame to the
+/// end of the file, without the space a crash may have left unwritten: [`written_part`])
+/// is a torn final record: what a crash in the middle of an append leaves, which recovery
+/// may drop from the newest segment. Anything else is damage.
 ///
-/// The cost of setting zeros aside: a final record that is whole but corrupt, and whose
-/// last bytes happen to be zeros, is taken for one whose end was never written, and dropped.
-pub(crate) fn is_torn(format: Format, damage: Damage, rest: &[u8]) -> bool {
+/// It is torn only if it is a strict prefix of one frame: a header cut short, or a header
+/// whose record runs past the written part. In format 2 the header's checksum must hold,
+/// so a damaged length is never taken for a cut; in format 1 nothing checks the length,
+/// so the tail is torn only if no intact frame starts anywhere inside it.
+///
+/// The cost of forgiving unwritten space: a final record that is whole but corrupt, whose
+/// corrupt bytes are zeros from a sector boundary to its end, is taken for one whose end
+/// was never written, and dropped. Telling the two apart would take a format change.
+pub(crate) fn is_torn(format: Format, damage: Damage, written: &[u8]) -> bool {
     match damage {
         Damage::FileHeaderCut => return true,
         Damage::UnknownVersion(_) => return false,
         _ => {}
     }
-    let written = rest
-        .iter()
-        .rposition(|&byte| byte != 0)
-        .map_or(0, |last| last + 1);
-    let rest = &rest[..written];
-    let Some(header) = rest.get(..format.header_bytes()) else {
+    let Some(header) = written.get(..format.header_bytes()) else {
         return true;
     };
     let Ok((length, _)) = parse_header(format, header) else {
         return false;
     };
-    if format.header_bytes() + length <= written {
+    if format.header_bytes() + length <= written.len() {
         return false;
     }
     match format {
         Format::Checked => true,
-        Format::Legacy => !legacy_frame_follows(rest),
+        Format::Legacy => !legacy_frame_follows(written),
     }
+}
+
+/// [`is_torn`] on all the bytes from a damaged frame at `offset` to the end of the file.
+fn tail_is_torn(format: Format, damage: Damage, offset: usize, rest: &[u8]) -> bool {
+    let nonzero = rest
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |last| last + 1);
+    let written = written_part(offset as u64, nonzero as u64, rest.len() as u64);
+    is_torn(format, damage, &rest[..written as usize])
 }
 
 /// Whether an intact format-1 frame with a record in it starts anywhere in `bytes` after
@@ -262,7 +291,7 @@ pub fn decode_all(bytes: &[u8]) -> Decoded {
         records,
         valid_bytes: offset,
         damage: Some(damage),
-        torn: is_torn(format, damage, &bytes[offset..]),
+        torn: tail_is_torn(format, damage, offset, &bytes[offset..]),
     };
     let (format, mut offset) = match file_format(&bytes[..bytes.len().min(FILE_HEADER.len())]) {
         Ok(found) => found,
@@ -389,28 +418,56 @@ mod tests {
     }
 
     #[test]
-    fn zeros_at_the_end_are_unwritten_space_but_not_before_other_bytes() {
-        let (mut bytes, starts) = file(3);
-        let whole = bytes.len();
-        // The last record's end never written: zeros up to and past its declared end.
-        bytes[starts[2] + HEADER_BYTES + 1..].fill(0);
-        bytes.extend_from_slice(&[0; 4096]);
-        let decoded = decode_all(&bytes);
-        assert_eq!(decoded.valid_bytes, starts[2]);
+    fn zeros_from_a_frame_start_or_a_sector_boundary_are_unwritten_space() {
+        // Enough records that one straddles the first sector boundary.
+        let (bytes, starts) = file(40);
+        let straddling = starts
+            .iter()
+            .rposition(|&start| start < SECTOR_BYTES as usize)
+            .unwrap();
+        let end = starts[straddling + 1];
+        assert!(end > SECTOR_BYTES as usize);
+        // The last record's end never written: zeros from the sector boundary to past its
+        // declared end.
+        let mut cut = bytes[..end].to_vec();
+        cut[SECTOR_BYTES as usize..].fill(0);
+        cut.extend_from_slice(&[0; 4096]);
+        let decoded = decode_all(&cut);
+        assert_eq!(decoded.valid_bytes, starts[straddling]);
         assert!(decoded.torn);
+        // Nothing of the last append written: zeros from its frame's start.
+        let mut cut = bytes[..end].to_vec();
+        cut[starts[straddling]..].fill(0);
+        assert!(decode_all(&cut).torn);
         // Preallocated space after whole frames.
-        let (mut bytes, _) = file(3);
-        bytes.extend_from_slice(&[0; 100]);
-        let decoded = decode_all(&bytes);
-        assert_eq!((decoded.valid_bytes, decoded.torn), (whole, true));
+        let mut spare = bytes.clone();
+        spare.extend_from_slice(&[0; 100]);
+        let decoded = decode_all(&spare);
+        assert_eq!((decoded.valid_bytes, decoded.torn), (bytes.len(), true));
         // Zeros with something written after them are damage.
-        bytes.push(1);
-        assert!(!decode_all(&bytes).torn);
+        spare.push(1);
+        assert!(!decode_all(&spare).torn);
         // No frame of format 2 is all zeros.
         assert_eq!(
             parse_header(Format::Checked, &[0; HEADER_BYTES]),
             Err(Damage::HeaderChecksum)
         );
+    }
+
+    #[test]
+    fn a_whole_last_record_whose_final_bytes_turned_to_zeros_is_damage_not_torn() {
+        // What the simulation's seed 12,753 found: a flipped bit made the last byte of the
+        // newest segment's final record a zero, in the middle of a written sector.
+        let (mut bytes, starts) = file(3);
+        let last = bytes.len() - 1;
+        bytes[last] = 0;
+        let decoded = decode_all(&bytes);
+        assert_eq!(decoded.valid_bytes, starts[2]);
+        assert_eq!(decoded.damage, Some(Damage::BodyChecksum));
+        assert!(!decoded.torn);
+        // The same with preallocated space after it.
+        bytes.extend_from_slice(&[0; 1000]);
+        assert!(!decode_all(&bytes).torn);
     }
 
     #[test]
