@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost_types::{Duration as ProtoDuration, Timestamp};
 
-use crate::domain::{Calendar, Expiration, Target, TimerError, TimerRef, TimerView};
+use crate::domain::{Calendar, Expiration, Target, TimerError, TimerRef, TimerView, TraceContext};
 use crate::proto;
 
 /// Bounds on what one request may ask for.
@@ -198,6 +198,7 @@ pub(crate) fn expiration(
         attempt,
         late: expiration.late,
         lease: expiration.ttl.is_some(),
+        trace_context: expiration.trace.as_deref().map(trace_context),
     }
 }
 
@@ -232,4 +233,13 @@ fn cron_text(calendar: Option<&Calendar>) -> String {
 
 fn zone_text(calendar: Option<&Calendar>) -> String {
     calendar.map_or_else(String::new, |calendar| calendar.time_zone().to_owned())
+}
+
+/// A kept trace context as the API (and a push's body) shows it.
+pub(crate) fn trace_context(context: &TraceContext) -> proto::TraceContext {
+    proto::TraceContext {
+        traceparent: context.traceparent().to_owned(),
+        tracestate: context.tracestate().to_owned(),
+        baggage: context.baggage().to_owned(),
+    }
 }

@@ -95,6 +95,7 @@ impl Manual {
                 timer: reference(key),
                 due,
                 payload: Some("moved".into()),
+                trace: None,
                 reply,
             })))
             .unwrap();
@@ -167,6 +168,7 @@ fn plain_timer(key: &str, due: Due) -> NewTimer {
         ttl: None,
         calendar: None,
         replace: false,
+        trace: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn new_timer(name: &str, delay_ms: u64) -> NewTimer {
         ttl: None,
         calendar: None,
         replace: false,
+        trace: None,
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost_types::{Duration as ProtoDuration, Timestamp};
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::auth::grant_of;
@@ -14,7 +15,7 @@ use super::service::TimersService;
 use super::status::item_error;
 use crate::convert::{self, unix_now, Limits};
 use crate::cron::CalendarSchedule;
-use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerView};
+use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerView, TraceContext};
 use crate::proto;
 
 pub(super) async fn new_timeout(
@@ -23,11 +24,15 @@ pub(super) async fn new_timeout(
 ) -> Result<Response<proto::NewTimeoutResponse>, Status> {
     let grant = grant_of(&request);
     let _in_flight = service.hold_request(&request)?;
+    let trace = trace_context_of(request.metadata());
     let spec = request
         .into_inner()
         .timer
         .ok_or_else(|| TimerError::invalid("timer", "is required"))?;
-    let timer = service.limits.new_timer(spec)?;
+    let timer = NewTimer {
+        trace,
+        ..service.limits.new_timer(spec)?
+    };
     grant.check(Some(&timer.namespace))?;
     let registered = service
         .timers
@@ -44,6 +49,7 @@ pub(super) async fn new_timeouts(
 ) -> Result<Response<proto::NewTimeoutsResponse>, Status> {
     let grant = grant_of(&request);
     let _in_flight = service.hold_request(&request)?;
+    let trace = trace_context_of(request.metadata());
     let specs = request.into_inner().timers;
     if specs.len() > service.limits.max_batch {
         return Err(Status::resource_exhausted(format!(
@@ -56,7 +62,10 @@ pub(super) async fn new_timeouts(
     let validated: Vec<_> = specs
         .into_iter()
         .map(|spec| {
-            let timer = service.limits.new_timer(spec)?;
+            let timer = NewTimer {
+                trace: trace.clone(),
+                ..service.limits.new_timer(spec)?
+            };
             grant.check(Some(&timer.namespace))?;
             Ok(timer)
         })
@@ -103,6 +112,7 @@ pub(super) async fn reschedule(
 ) -> Result<Response<proto::RescheduleResponse>, Status> {
     let grant = grant_of(&request);
     let _in_flight = service.hold_request(&request)?;
+    let trace = trace_context_of(request.metadata());
     let request = request.into_inner();
     let timer = service.authorized_ref(&grant, request.timer)?;
     let due = service
@@ -112,10 +122,30 @@ pub(super) async fn reschedule(
         .payload
         .map(|payload| service.limits.payload(&payload))
         .transpose()?;
-    let view = service.timers.reschedule(timer, due, payload).await?;
+    let view = service
+        .timers
+        .reschedule(timer, due, payload, trace)
+        .await?;
     Ok(Response::new(proto::RescheduleResponse {
         timer: Some(registered_timer(view)),
     }))
+}
+
+/// The W3C trace context of a registering call (`traceparent`, `tracestate`, `baggage`
+/// metadata), kept with the timer; none when `traceparent` is absent or malformed, which
+/// never refuses the call. A value that is not text counts as absent.
+fn trace_context_of(metadata: &MetadataMap) -> Option<Arc<TraceContext>> {
+    let text = |name: &str| {
+        metadata
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+    };
+    let traceparent = text("traceparent");
+    if traceparent.is_empty() {
+        return None;
+    }
+    TraceContext::parse(traceparent, text("tracestate"), text("baggage"))
 }
 
 /// A backend answered a batch with fewer items than it was given: it stopped mid-way.
@@ -215,6 +245,8 @@ impl Limits {
             ttl,
             calendar,
             replace: spec.replace,
+            // The call's, not the spec's: set by the handler from its metadata.
+            trace: None,
         })
     }
 

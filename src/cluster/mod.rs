@@ -50,6 +50,7 @@ mod sinks;
 mod store_url;
 pub(crate) mod timers;
 pub(crate) mod tls;
+mod trace_column;
 
 pub use connections::Connections;
 pub use database::Database;

@@ -126,6 +126,12 @@ const MIGRATIONS: &[&str] = &[
         set_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
     );
     ",
+    // 8: the registering call's W3C trace context (an encoded `tickd.v1.TraceContext`;
+    // NULL: none), copied into each of the timer's expirations (see `cluster::trace_column`).
+    r"
+    ALTER TABLE tickd_timers ADD COLUMN trace_context BYTEA;
+    ALTER TABLE tickd_expirations ADD COLUMN trace_context BYTEA;
+    ",
 ];
 
 /// Brings the schema to the latest version, then makes sure the partitions exist. The

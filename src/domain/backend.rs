@@ -17,6 +17,7 @@ use super::page::{PendingPage, PendingQuery};
 use super::sink_store::SinkStore;
 use super::subscriber::SubscribeOptions;
 use super::timer::{Due, NewTimer, Registered, TimerRef, TimerView};
+use super::trace_context::TraceContext;
 
 /// What the health watch makes of a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +69,15 @@ pub trait Timers: Send + Sync + 'static {
     /// Moves a pending timer's next firing to `due`, and replaces its payload if one is
     /// given. A lease keeps its ttl; a cron timer moves this firing only. NOT_FOUND if the
     /// timer is no longer pending (it fired, or was cancelled). As with `register`, the
-    /// answer's view may leave the payload out.
-    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView>;
+    /// answer's view may leave the payload out. A trace context given replaces the
+    /// timer's: the call that moved the firing is the one its handler continues.
+    fn reschedule(
+        &self,
+        timer: TimerRef,
+        due: Due,
+        payload: Option<Bytes>,
+        trace: Option<Arc<TraceContext>>,
+    ) -> Answer<TimerView>;
 }
 
 /// What the API asks of delivery: streams of expirations, their acks, the dead ones.

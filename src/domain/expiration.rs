@@ -9,6 +9,7 @@ use bytes::Bytes;
 use tokio_stream::Stream;
 
 use super::timer::{Calendar, TimerId};
+use super::trace_context::TraceContext;
 use crate::budget::MemoryReservation;
 
 /// One firing of a timer, on its way to delivery.
@@ -27,6 +28,8 @@ pub struct Expiration {
     pub fired_count: u64,
     /// The deadline passed while the server was down.
     pub late: bool,
+    /// The trace context of the call that registered (or last rescheduled) the timer.
+    pub trace: Option<Arc<TraceContext>>,
     /// Its share of the memory budget, given back when the last copy of it is dropped
     /// (settled, or dropped from the dead list).
     pub memory: MemoryReservation,

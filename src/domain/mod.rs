@@ -18,6 +18,7 @@ mod page;
 mod sink_store;
 mod subscriber;
 mod timer;
+mod trace_context;
 
 pub use answer::Answer;
 pub use backend::{Backend, Expirations, GiveBack, Health, Hold, Stopping, Timers};
@@ -33,3 +34,4 @@ pub(crate) use sink_store::too_many_sinks;
 pub use sink_store::{SinkStore, StoredSinks, MAX_SINKS};
 pub use subscriber::{SubscribeOptions, SubscriberDefaults, SubscriberRules};
 pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
+pub use trace_context::{TraceContext, MAX_BAGGAGE_BYTES, MAX_TRACESTATE_BYTES};

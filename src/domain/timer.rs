@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::error::TimerError;
+use super::trace_context::TraceContext;
 use crate::cron::CalendarSchedule;
 
 /// The server-assigned id of a timer, shown to clients as 16 hex digits (a string, so no
@@ -54,6 +55,8 @@ pub struct NewTimer {
     pub calendar: Option<Calendar>,
     /// With a key: a pending timer under it is replaced whole instead of returned.
     pub replace: bool,
+    /// The registering call's trace context, carried into every firing.
+    pub trace: Option<Arc<TraceContext>>,
 }
 
 /// A cron expression in a time zone, shared (not copied) between a registration, the

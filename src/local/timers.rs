@@ -5,6 +5,7 @@
 //! commands are sent with [`WorkerHandle::try_send_light`]: while the worker sleeps they
 //! are applied on the caller's thread, and the reply is there before the answer is polled.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -15,7 +16,7 @@ use bytes::Bytes;
 
 use crate::domain::{
     Answer, Due, NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
-    Timers,
+    Timers, TraceContext,
 };
 
 /// The worker's command queue, seen as the API's [`Timers`].
@@ -96,12 +97,19 @@ impl Timers for LocalTimers {
         self.ask_fallible(|reply| Command::Pending { query, reply })
     }
 
-    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView> {
+    fn reschedule(
+        &self,
+        timer: TimerRef,
+        due: Due,
+        payload: Option<Bytes>,
+        trace: Option<Arc<TraceContext>>,
+    ) -> Answer<TimerView> {
         self.ask_fallible(|reply| {
             Command::Reschedule(Box::new(Reschedule {
                 timer,
                 due,
                 payload,
+                trace,
                 reply,
             }))
         })

@@ -291,6 +291,13 @@ impl Model {
             .get(token as usize)
             .ok_or_else(|| Violation(format!("timer {id:016x}: unknown token {token}")))?
             .clone();
+        if expiration.trace != trace_of(token) {
+            return Err(Violation(format!(
+                "timer {id:016x} fired with trace context {:?}; registration {token} carried {:?}",
+                expiration.trace,
+                trace_of(token)
+            )));
+        }
         if registration.outcome == Outcome::Refused {
             return Err(Violation(format!(
                 "registration {token} was refused, yet timer {id:016x} fired from it"
@@ -462,6 +469,16 @@ fn check_cron_firing(
 /// The payload that carries registration `token`.
 pub(crate) fn payload_of(token: u64) -> bytes::Bytes {
     bytes::Bytes::from(format!("r{token}"))
+}
+
+/// The trace context registration `token` carries: one registration in two has one, its
+/// trace id naming the token, so that a firing shows whose context it kept.
+pub(crate) fn trace_of(token: u64) -> Option<std::sync::Arc<crate::domain::TraceContext>> {
+    let traceparent = format!("00-{:032x}-{:016x}-01", token + 1, token + 1);
+    (token % 2 == 1).then(|| {
+        crate::domain::TraceContext::parse(&traceparent, "sim=1", "")
+            .expect("a well-formed traceparent")
+    })
 }
 
 fn token_of(payload: &[u8]) -> Option<u64> {

@@ -118,6 +118,14 @@ impl GrpcSink {
             metadata.insert("webhook-timestamp", ascii(signature.timestamp)?);
             metadata.insert("webhook-signature", ascii(signature.signatures)?);
         }
+        for (name, value) in delivered
+            .expiration
+            .trace
+            .iter()
+            .flat_map(|trace| trace.headers())
+        {
+            metadata.insert(name, ascii(value.to_owned())?);
+        }
         if let Some(authorization) = self.security.authorization() {
             let authorization = AsciiMetadataValue::try_from(authorization.as_bytes())
                 .map_err(|error| format!("metadata: {error}"))?;

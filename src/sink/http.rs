@@ -149,6 +149,14 @@ impl HttpSink {
                 .header("webhook-timestamp", signature.timestamp)
                 .header("webhook-signature", once(signature.signatures)?);
         }
+        for (name, value) in delivered
+            .expiration
+            .trace
+            .iter()
+            .flat_map(|trace| trace.headers())
+        {
+            request = request.header(name, value);
+        }
         // The URL's own credentials first, then --sink-token-file's.
         if let Some(authorization) = &self.target.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());

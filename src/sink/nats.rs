@@ -131,6 +131,14 @@ impl NatsSink {
         headers.insert("Tickd-Delivery-Id", body.labels.delivery_id.as_str());
         headers.insert("Tickd-Attempt", delivered.attempt.to_string().as_str());
         headers.insert("Tickd-Namespace", body.labels.namespace.as_str());
+        for (name, value) in delivered
+            .expiration
+            .trace
+            .iter()
+            .flat_map(|trace| trace.headers())
+        {
+            headers.insert(name, value);
+        }
         if let Some(signature) = &body.labels.signature {
             headers.insert("webhook-id", signature.id.as_str());
             headers.insert("webhook-timestamp", signature.timestamp.as_str());

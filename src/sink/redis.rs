@@ -112,6 +112,14 @@ impl RedisSink {
             .arg(&body.labels.namespace)
             .arg("timer_id")
             .arg(delivered.expiration.id.to_string());
+        for (name, value) in delivered
+            .expiration
+            .trace
+            .iter()
+            .flat_map(|trace| trace.headers())
+        {
+            command.arg(name).arg(value);
+        }
         if let Some(signature) = &body.labels.signature {
             command
                 .arg("webhook_id")

@@ -177,6 +177,7 @@ fn new_timer(
         ttl: None,
         calendar: (variant == Variant::Cron).then(|| calendars[index % calendars.len()].clone()),
         replace: false,
+        trace: None,
     }
 }
 

@@ -159,6 +159,7 @@ mod tests {
         Delivered {
             delivery_id: 1,
             expiration: Arc::new(Expiration {
+                trace: None,
                 namespace: Arc::from("ns"),
                 id: TimerId(1),
                 key: None,

@@ -9,12 +9,13 @@ use bytes::Bytes;
 use tokio_postgres::Row;
 
 use crate::cluster::timers::stored_calendar;
+use crate::cluster::trace_column::stored_trace;
 use crate::domain::{Expiration, TimerId};
 
 /// The columns an [`Expiration`] is read from, in [`expiration_of`]'s order.
 pub(super) const EXPIRATION_COLUMNS: &str =
     "seq, attempts, namespace, timer_id, key, payload, deadline, fired_at, \
-     repeat_nanos, ttl_nanos, fired_count, late, cron, time_zone";
+     repeat_nanos, ttl_nanos, fired_count, late, cron, time_zone, trace_context";
 
 /// Delivery ids name one attempt of one expiration, so an ack of an attempt whose deadline
 /// passed (and was delivered again) is told apart from an ack of the current one.
@@ -50,6 +51,7 @@ pub(super) fn expiration_at(row: &Row, first: usize) -> Expiration {
         ttl: nanos(9),
         fired_count: row.get::<_, i64>(first + 10) as u64,
         calendar: stored_calendar(row, first + 12),
+        trace: stored_trace(row.get(first + 14)),
         late: row.get(first + 11),
     }
 }

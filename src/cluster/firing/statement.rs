@@ -63,7 +63,8 @@ once AS (
       AND (t.cron IS NULL OR (t.version = due.version AND due.next_deadline IS NULL))
     RETURNING t.namespace, t.id, t.key, t.payload, t.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count + 1 AS fired_count, t.partition, NULL::INT8 AS next_deadline,
-              t.version, due.late, t.cron, t.time_zone, due.claimer, due.claim_millis
+              t.version, due.late, t.cron, t.time_zone, due.claimer, due.claim_millis,
+              t.trace_context
 ),
 again AS (
     UPDATE tickd_timers t
@@ -74,7 +75,7 @@ again AS (
       AND t.partition + 0 = due.partition AND t.repeat_nanos IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
-              t.cron, t.time_zone, due.claimer, due.claim_millis
+              t.cron, t.time_zone, due.claimer, due.claim_millis, t.trace_context
 ),
 calendar AS (
     UPDATE tickd_timers t
@@ -85,7 +86,7 @@ calendar AS (
       AND t.version = due.version AND due.next_deadline IS NOT NULL
     RETURNING t.namespace, t.id, t.key, t.payload, due.deadline, t.repeat_nanos, t.ttl_nanos,
               t.fired_count, t.partition, t.deadline AS next_deadline, t.version, due.late,
-              t.cron, t.time_zone, due.claimer, due.claim_millis
+              t.cron, t.time_zone, due.claimer, due.claim_millis, t.trace_context
 ),
 unscheduled AS (
     SELECT t.namespace, t.id, t.partition, t.deadline, t.version, t.cron, t.time_zone
@@ -108,9 +109,10 @@ placed AS (
 recorded AS (
     INSERT INTO tickd_expirations
         (namespace, timer_id, key, payload, deadline, fired_at, repeat_nanos, ttl_nanos,
-         fired_count, late, cron, time_zone, attempts, claimed_by, claim_until, dead)
+         fired_count, late, cron, time_zone, trace_context, attempts, claimed_by, claim_until,
+         dead)
     SELECT namespace, id, key, payload, deadline, $5, repeat_nanos, ttl_nanos, fired_count,
-           late, cron, time_zone,
+           late, cron, time_zone, trace_context,
            CASE WHEN NOT room THEN $14 WHEN claimer IS NOT NULL THEN 1 ELSE 0 END,
            CASE WHEN room THEN claimer END,
            CASE WHEN room AND claimer IS NOT NULL
@@ -130,12 +132,12 @@ SELECT f.namespace, f.id, f.partition, f.next_deadline, f.version,
        r.seq, r.attempts, f.namespace, f.id, f.key,
        CASE WHEN r.claimed_by IS NOT NULL THEN f.payload END, f.deadline, $5::INT8,
        f.repeat_nanos, f.ttl_nanos, f.fired_count, f.late, f.cron, f.time_zone,
-       r.claimed_by, (SELECT left_millis FROM lease)
+       f.trace_context, r.claimed_by, (SELECT left_millis FROM lease)
 FROM fired f JOIN recorded r ON r.timer_id = f.id AND r.namespace = f.namespace
 UNION ALL
 SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL
+       NULL, NULL, NULL
 FROM unscheduled",
         buffered = delivery::buffered("$13")
     )
@@ -148,7 +150,7 @@ FROM unscheduled",
 pub(super) const EXPIRATION: usize = 9;
 
 /// After [`EXPIRATION`]'s columns: the claimer, then the lease left.
-pub(super) const CLAIMED_BY: usize = EXPIRATION + 14;
+pub(super) const CLAIMED_BY: usize = EXPIRATION + 15;
 pub(super) const LEASE_LEFT: usize = CLAIMED_BY + 1;
 
 /// The column of [`FIRE`]'s rows that counts the expirations of the statement that went

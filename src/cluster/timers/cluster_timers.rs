@@ -20,9 +20,10 @@ use crate::cluster::connections::Connections;
 use crate::cluster::error::ClusterError;
 use crate::cluster::namespaces::NamespaceCap;
 use crate::cluster::shared::Shared;
+use crate::cluster::trace_column::trace_column;
 use crate::domain::{
     Answer, Due, NewTimer, PageToken, PendingPage, PendingQuery, Registered, Target, TimerError,
-    TimerRef, TimerView, Timers, ALL_NAMESPACES,
+    TimerRef, TimerView, Timers, TraceContext, ALL_NAMESPACES,
 };
 use crate::metrics::Metrics;
 
@@ -136,7 +137,7 @@ impl ClusterTimers {
                 timer,
                 "ttl_nanos = COALESCE($3, ttl_nanos), deadline = $4 + COALESCE($3, ttl_nanos)",
                 "COALESCE($3, ttl_nanos) IS NOT NULL",
-                [&nanos(ttl), &(now as i64)],
+                &[&nanos(ttl), &(now as i64)],
                 "touching a timer",
             )
             .await?;
@@ -159,16 +160,19 @@ impl ClusterTimers {
         timer: &TimerRef,
         due: Due,
         payload: Option<Bytes>,
+        trace: Option<Arc<TraceContext>>,
     ) -> Result<TimerView, TimerError> {
         let now = self.shared.unix_now();
         let deadline = deadline_of(due, now) as i64;
         let payload = payload.as_deref();
+        let trace = trace_column(trace.as_deref());
         let moved = self
             .move_deadline(
                 timer,
-                "deadline = $3, payload = COALESCE($4, payload)",
+                "deadline = $3, payload = COALESCE($4, payload), \
+                 trace_context = COALESCE($5, trace_context)",
                 "TRUE",
-                [&deadline, &payload],
+                &[&deadline, &payload, &trace],
                 "rescheduling a timer",
             )
             .await?;
@@ -186,7 +190,7 @@ impl ClusterTimers {
         timer: &TimerRef,
         set: &str,
         only_if: &str,
-        values: [&(dyn ToSql + Sync); 2],
+        values: &[&(dyn ToSql + Sync)],
         what: &'static str,
     ) -> Result<Option<Row>, TimerError> {
         let (condition, target) = target_condition(&timer.target);
@@ -196,23 +200,17 @@ impl ClusterTimers {
                 WHERE namespace = $1 AND {condition} AND {only_if}
                 RETURNING {VIEW_COLUMNS}, partition, version)
              SELECT {VIEW_COLUMNS}, {} FROM moved",
-            announce_if_due(5)
+            announce_if_due(3 + values.len())
         );
-        let [third, fourth] = values;
+        let announce_until = self.announce_until();
+        let mut parameters: Vec<&(dyn ToSql + Sync)> = vec![&timer.namespace, &*target];
+        parameters.extend_from_slice(values);
+        parameters.push(&announce_until);
         let row = self
             .connections
             .client()
             .await?
-            .query_opt(
-                &statement,
-                &[
-                    &timer.namespace,
-                    &*target,
-                    third,
-                    fourth,
-                    &self.announce_until(),
-                ],
-            )
+            .query_opt(&statement, &parameters)
             .await
             .map_err(ClusterError::query(what))?;
         Ok(row)
@@ -337,7 +335,15 @@ impl Timers for ClusterTimers {
         self.spawn(|replica| async move { replica.pending(query).await })
     }
 
-    fn reschedule(&self, timer: TimerRef, due: Due, payload: Option<Bytes>) -> Answer<TimerView> {
-        self.spawn(move |replica| async move { replica.reschedule(&timer, due, payload).await })
+    fn reschedule(
+        &self,
+        timer: TimerRef,
+        due: Due,
+        payload: Option<Bytes>,
+        trace: Option<Arc<TraceContext>>,
+    ) -> Answer<TimerView> {
+        self.spawn(
+            move |replica| async move { replica.reschedule(&timer, due, payload, trace).await },
+        )
     }
 }

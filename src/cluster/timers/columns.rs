@@ -6,18 +6,21 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::nanos;
 use crate::cluster::shared::Shared;
+use crate::cluster::trace_column::trace_column;
 use crate::domain::NewTimer;
 
 /// The columns a registration writes, in the order of [`TimerColumns::parameters`].
 pub(super) const INSERTED_COLUMNS: &str =
-    "id, namespace, key, partition, deadline, payload, repeat_nanos, ttl_nanos, cron, time_zone";
+    "id, namespace, key, partition, deadline, payload, repeat_nanos, ttl_nanos, cron, time_zone, \
+     trace_context";
 
-/// The rows of [`INSERTED_COLUMNS`] built from `$1` to `$10`, one array each.
+/// The rows of [`INSERTED_COLUMNS`] built from `$1` to `$11`, one array each.
 pub(super) const INSERTED_ROWS: &str = "SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], \
-     $4::INT4[], $5::INT8[], $6::BYTEA[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[])";
+     $4::INT4[], $5::INT8[], $6::BYTEA[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[], \
+     $11::BYTEA[])";
 
-/// The announcement limit follows the ten columns.
-pub(super) const ANNOUNCE_LIMIT: usize = 11;
+/// The announcement limit follows the eleven columns.
+pub(super) const ANNOUNCE_LIMIT: usize = 12;
 
 /// A batch's registrations as SQL arrays, one per column of [`INSERTED_COLUMNS`].
 pub(super) struct TimerColumns<'a> {
@@ -31,6 +34,7 @@ pub(super) struct TimerColumns<'a> {
     ttls: Vec<Option<i64>>,
     crons: Vec<Option<&'a str>>,
     time_zones: Vec<Option<&'a str>>,
+    traces: Vec<Option<Vec<u8>>>,
 }
 
 impl<'a> TimerColumns<'a> {
@@ -55,14 +59,18 @@ impl<'a> TimerColumns<'a> {
             ttls: timers.iter().map(|t| nanos(t.ttl)).collect(),
             crons: calendars().map(|c| c.map(|c| c.expression())).collect(),
             time_zones: calendars().map(|c| c.map(|c| c.time_zone())).collect(),
+            traces: timers
+                .iter()
+                .map(|t| trace_column(t.trace.as_deref()))
+                .collect(),
         }
     }
 
-    /// `$1` to `$10`, then the announcement limit (`$11`).
+    /// `$1` to `$11`, then the announcement limit (`$12`).
     pub(super) fn parameters<'p>(
         &'p self,
         announce_until: &'p i64,
-    ) -> [&'p (dyn ToSql + Sync); 11] {
+    ) -> [&'p (dyn ToSql + Sync); 12] {
         [
             &self.ids,
             &self.namespaces,
@@ -74,6 +82,7 @@ impl<'a> TimerColumns<'a> {
             &self.ttls,
             &self.crons,
             &self.time_zones,
+            &self.traces,
             announce_until,
         ]
     }

@@ -23,7 +23,8 @@ use crate::domain::{NewTimer, Registered, TimerError};
 /// fires nothing at the old one.
 const REPLACED: &str = "deadline = EXCLUDED.deadline, payload = EXCLUDED.payload, \
      repeat_nanos = EXCLUDED.repeat_nanos, ttl_nanos = EXCLUDED.ttl_nanos, \
-     cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, version = tickd_timers.version + 1";
+     cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, \
+     trace_context = EXCLUDED.trace_context, version = tickd_timers.version + 1";
 
 impl ClusterTimers {
     pub(super) async fn register(

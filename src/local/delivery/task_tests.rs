@@ -17,6 +17,7 @@ use crate::metrics::Metrics;
 
 fn expiration(namespace: &str, id: u64) -> Expiration {
     Expiration {
+        trace: None,
         id: TimerId(id),
         namespace: Arc::from(namespace),
         key: None,

@@ -23,6 +23,10 @@ pub(crate) struct TimerFields<'a> {
     /// A cron timer's expression and zone; empty otherwise.
     pub(crate) cron: &'a str,
     pub(crate) time_zone: &'a str,
+    /// The registering call's trace context; all empty when it carried none.
+    pub(crate) traceparent: &'a str,
+    pub(crate) tracestate: &'a str,
+    pub(crate) baggage: &'a str,
 }
 
 /// Field numbers of `records.proto`, for the records encoded by hand.
@@ -53,6 +57,9 @@ impl TimerFields<'_> {
             + length_delimited_len(5, self.payload.len())
             + length_delimited_len(9, self.cron.len())
             + length_delimited_len(10, self.time_zone.len())
+            + length_delimited_len(11, self.traceparent.len())
+            + length_delimited_len(12, self.tracestate.len())
+            + length_delimited_len(13, self.baggage.len())
     }
 
     /// The message body, fields in number order as prost writes them.
@@ -67,6 +74,9 @@ impl TimerFields<'_> {
         put_uint64(8, self.fired_count, out);
         put_length_delimited(9, self.cron.as_bytes(), out);
         put_length_delimited(10, self.time_zone.as_bytes(), out);
+        put_length_delimited(11, self.traceparent.as_bytes(), out);
+        put_length_delimited(12, self.tracestate.as_bytes(), out);
+        put_length_delimited(13, self.baggage.as_bytes(), out);
     }
 }
 
@@ -188,6 +198,7 @@ mod hand_encoding_tests {
             key_len in length(256),
             payload_len in length(64 * 1024),
             cron_len in length(200),
+            baggage_len in length(8192),
         ) {
             let [id, deadline, repeat, ttl, fired_count, fired_unix, rearmed] = numbers;
             let namespace = "n".repeat(namespace_len);
@@ -195,7 +206,17 @@ mod hand_encoding_tests {
             let payload = vec![0xab_u8; payload_len];
             let cron = "*".repeat(cron_len);
             let time_zone = if cron_len > 0 { "Europe/Berlin" } else { "" };
+            let traceparent = if baggage_len % 2 == 1 {
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            } else {
+                ""
+            };
+            let tracestate = if baggage_len % 3 == 1 { "congo=t61rcWkgMzE" } else { "" };
+            let baggage = "b".repeat(baggage_len);
             let fields = TimerFields {
+                traceparent,
+                tracestate,
+                baggage: &baggage,
                 id,
                 namespace: &namespace,
                 key: &key,
@@ -218,6 +239,9 @@ mod hand_encoding_tests {
                 fired_count,
                 cron: cron.clone(),
                 time_zone: time_zone.to_owned(),
+                traceparent: traceparent.to_owned(),
+                tracestate: tracestate.to_owned(),
+                baggage: baggage.clone(),
             };
             let registered = Record { kind: Some(Kind::Registered(timer.clone())) };
             let fired = Record {

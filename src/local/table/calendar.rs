@@ -6,13 +6,18 @@
 //! `Registered` record), which replay puts back in place of the older copy: each grows the
 //! log, so each asks the disk budget first ([`TimerTable::admit_to_log`]).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::record::{duration_nanos, timer_fields, TimerRecord};
 use super::timer_table::TimerTable;
+use super::traces::trace_held_bytes;
 use crate::budget::memory::held_bytes;
 use crate::clock::Now;
-use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView};
+use crate::domain::{
+    Calendar, Due, NewTimer, Registered, TimerError, TimerRef, TimerView, TraceContext,
+};
 use crate::wheel::Handle;
 
 /// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
@@ -65,19 +70,24 @@ impl TimerTable {
         timer: &TimerRef,
         due: Due,
         payload: Option<Bytes>,
+        trace: Option<Arc<TraceContext>>,
         now: Now,
     ) -> Result<TimerView, TimerError> {
         let handle = self.lookup_pending(timer)?;
         let (deadline_monotonic, deadline_unix) = first_deadline(due, None, now)?;
         let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
+        let id = current.id;
         let payload_len = payload.as_ref().map_or(current.payload().len(), Bytes::len);
         let key_len = current.key().map_or(0, str::len);
         let namespace_len = self.namespaces[current.namespace].name.len();
-        self.admit_to_log(namespace_len, key_len, payload_len)?;
-        if let Some(payload) = &payload {
-            let after = held_bytes(key_len, payload.len(), current.calendar);
-            self.recharge_memory(current.held_bytes(), after)?;
-        }
+        let trace = trace.or_else(|| self.traces.get(id).cloned());
+        let trace_len = trace.as_ref().map_or(0, |trace| trace.stored_bytes());
+        self.admit_to_log(namespace_len, key_len, payload_len + trace_len)?;
+        let before = current.held_bytes() + self.trace_bytes_of(id);
+        let after =
+            held_bytes(key_len, payload_len, current.calendar) + trace_held_bytes(trace.as_ref());
+        self.recharge_memory(before, after)?;
+        self.replace_trace(id, trace);
         let (_, record) = self
             .wheel
             .get_mut(handle)
@@ -105,10 +115,17 @@ impl TimerTable {
         let (deadline_monotonic, deadline_unix) =
             first_deadline(timer.due, timer.calendar.as_ref(), now)?;
         let key_len = timer.key.as_ref().map_or(0, String::len);
-        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
+        let trace_len = timer.trace.as_ref().map_or(0, |trace| trace.stored_bytes());
+        self.admit_to_log(
+            timer.namespace.len(),
+            key_len,
+            timer.payload.len() + trace_len,
+        )?;
         let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
-        let after = held_bytes(key_len, timer.payload.len(), timer.calendar.is_some());
-        self.recharge_memory(current.held_bytes(), after)?;
+        let before = current.held_bytes() + self.trace_bytes_of(current.id);
+        let after = held_bytes(key_len, timer.payload.len(), timer.calendar.is_some())
+            + trace_held_bytes(timer.trace.as_ref());
+        self.recharge_memory(before, after)?;
         let (_, record) = self
             .wheel
             .get_mut(handle)
@@ -125,6 +142,7 @@ impl TimerTable {
             Some(calendar) => self.calendars.insert(id, calendar),
             None => drop(self.calendars.remove(id)),
         }
+        self.replace_trace(id, timer.trace);
         self.wheel.reschedule(handle, deadline_monotonic);
         self.log_whole(handle);
         Ok(Registered {
@@ -151,7 +169,12 @@ impl TimerTable {
     pub(super) fn log_whole(&mut self, handle: Handle) {
         if let Some(journal) = &mut self.journal {
             let (_, record) = self.wheel.get(handle).expect("indexed handles are live");
-            journal.record_registered(&timer_fields(&self.namespaces, &self.calendars, record));
+            journal.record_registered(&timer_fields(
+                &self.namespaces,
+                &self.calendars,
+                &self.traces,
+                record,
+            ));
         }
     }
 }

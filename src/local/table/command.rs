@@ -2,6 +2,7 @@
 //! carrying the channel its answer goes back on. Only `worker::local` builds them, and only
 //! the table reads them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -9,6 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::domain::{
     Due, NewTimer, PendingPage, PendingQuery, Registered, TimerError, TimerRef, TimerView,
+    TraceContext,
 };
 
 type Reply<T> = oneshot::Sender<T>;
@@ -66,6 +68,8 @@ pub struct Reschedule {
     pub timer: TimerRef,
     pub due: Due,
     pub payload: Option<Bytes>,
+    /// Replaces the timer's trace context when the call carried one.
+    pub trace: Option<Arc<TraceContext>>,
     pub reply: Reply<Result<TimerView, TimerError>>,
 }
 

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use super::calendar;
 use super::record::{next_repeat, timer_fields, TimerRecord};
 use super::timer_table::TimerTable;
+use super::traces::trace_held_bytes;
 use crate::budget::MemoryReservation;
 use crate::clock::Now;
 use crate::domain::{Expiration, Handoff, TimerId};
@@ -34,7 +35,12 @@ impl TimerTable {
         // for its firing (given back by `unindex` below), which is charged even past the
         // budget, by its bookkeeping's few hundred bytes at most: a one-shot firing is never
         // turned away, and registrations wait until its ack gives the bytes back.
-        let held = record.expiration_held_bytes(self.journal.is_some());
+        // Its trace context is shared with the timer while it repeats, and the store keeps
+        // a copy in its record of the firing.
+        let trace = self.traces.get(record.id).cloned();
+        let logged = self.journal.is_some();
+        let held = record.expiration_held_bytes(logged)
+            + trace_held_bytes(trace.as_ref()) * (1 + u64::from(logged));
         let (memory, over_memory_budget) = match next {
             Some(_) => match self.memory.try_reserve(held) {
                 Ok(reservation) => (reservation, false),
@@ -53,13 +59,14 @@ impl TimerTable {
             ttl: record.ttl.get(),
             fired_count: record.fired_count,
             calendar,
+            trace,
             late: record.late,
             memory,
             over_memory_budget,
         };
         if let Some(journal) = &mut self.journal {
             let rearmed_deadline = next.map_or(0, |(unix, _)| unix);
-            let fields = timer_fields(&self.namespaces, &self.calendars, &record);
+            let fields = timer_fields(&self.namespaces, &self.calendars, &self.traces, &record);
             journal.record_fired(&fields, now.unix, rearmed_deadline);
         }
         match next {

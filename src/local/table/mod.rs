@@ -20,6 +20,7 @@ mod replay;
 mod snapshot_pacing_tests;
 mod stored_schedules;
 mod timer_table;
+mod traces;
 mod view;
 
 use crate::clock::Now;
@@ -70,9 +71,10 @@ impl TimerState for TimerTable {
                     timer,
                     due,
                     payload,
+                    trace,
                     reply,
                 } = *reschedule;
-                let moved = self.reschedule(&timer, due, payload, now);
+                let moved = self.reschedule(&timer, due, payload, trace, now);
                 self.respond(reply, moved);
             }
         }

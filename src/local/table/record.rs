@@ -8,12 +8,13 @@ use smallvec::SmallVec;
 
 use crate::budget::memory::{expiration_held_bytes, held_bytes, logged_firing_bytes};
 use crate::clock::Now;
-use crate::domain::{Calendar, Expiration, TimerId};
+use crate::domain::{Calendar, Expiration, TimerId, TraceContext};
 use crate::local::store::frame::TimerFields;
 use crate::local::store::records as durable;
 use crate::local::table::namespaces::Namespaces;
 
 use super::stored_schedules::StoredSchedules;
+use super::traces::Traces;
 
 /// What the wheel holds for each pending timer. Every pending timer has one, so it is kept
 /// to 72 bytes: with the wheel's own fields an entry is 96 bytes, and a timer whose key and
@@ -109,10 +110,15 @@ pub(super) fn next_repeat(
 pub(super) fn timer_fields<'a>(
     namespaces: &'a Namespaces,
     calendars: &'a Calendars,
+    traces: &'a Traces,
     record: &'a TimerRecord,
 ) -> TimerFields<'a> {
     let calendar = record.calendar.then(|| calendars.get(record.id)).flatten();
+    let trace = traces.get(record.id);
     TimerFields {
+        traceparent: trace.map_or("", |trace| trace.traceparent()),
+        tracestate: trace.map_or("", |trace| trace.tracestate()),
+        baggage: trace.map_or("", |trace| trace.baggage()),
         cron: calendar.map_or("", |calendar| calendar.expression()),
         time_zone: calendar.map_or("", |calendar| calendar.time_zone()),
         id: record.id,
@@ -165,6 +171,7 @@ pub(super) fn recovered_expiration(
         ttl: OptionalNanos(timer.ttl_nanos).get(),
         fired_count: timer.fired_count,
         calendar: schedules.stored(&timer.cron, &timer.time_zone),
+        trace: TraceContext::stored(&timer.traceparent, &timer.tracestate, &timer.baggage),
         late: false,
         memory: Default::default(),
         over_memory_budget: false,

@@ -8,6 +8,7 @@ use super::calendar;
 use super::namespaces::Admission;
 use super::record::{duration_nanos, timer_fields, TimerRecord};
 use super::timer_table::TimerTable;
+use super::traces::trace_held_bytes;
 use crate::budget::memory::held_bytes;
 use crate::budget::Refusal;
 use crate::clock::Now;
@@ -43,7 +44,12 @@ impl TimerTable {
         let (deadline_monotonic, deadline_unix) =
             calendar::first_deadline(timer.due, timer.calendar.as_ref(), now)?;
         let key_len = timer.key.as_ref().map_or(0, String::len);
-        self.admit_to_log(timer.namespace.len(), key_len, timer.payload.len())?;
+        let trace_len = timer.trace.as_ref().map_or(0, |trace| trace.stored_bytes());
+        self.admit_to_log(
+            timer.namespace.len(),
+            key_len,
+            timer.payload.len() + trace_len,
+        )?;
         // Refused registrations must not leave a namespace (and its metric series) behind.
         if self.wheel.len() >= self.wheel.max_pending() {
             self.metrics.budgets.refused(Refusal::Pending);
@@ -56,7 +62,7 @@ impl TimerTable {
             timer.key.as_ref().map_or(0, String::len),
             timer.payload.len(),
             timer.calendar.is_some(),
-        );
+        ) + trace_held_bytes(timer.trace.as_ref());
         self.charge_memory(held)?;
         let namespace = match self.namespaces.intern(&timer.namespace, Admission::Checked) {
             Ok(namespace) => namespace,
@@ -96,11 +102,17 @@ impl TimerTable {
         if let Some(calendar) = timer.calendar {
             self.calendars.insert(self.next_id - 1, calendar);
         }
+        self.replace_trace(self.next_id - 1, timer.trace);
         self.index(handle);
         self.metrics.timers_registered.inc();
         if let Some(journal) = &mut self.journal {
             let (_, record) = self.wheel.get(handle).expect("just inserted");
-            journal.record_registered(&timer_fields(&self.namespaces, &self.calendars, record));
+            journal.record_registered(&timer_fields(
+                &self.namespaces,
+                &self.calendars,
+                &self.traces,
+                record,
+            ));
         }
         Ok(Registered {
             timer: self.answer_of(handle, now),
@@ -123,6 +135,7 @@ impl TimerTable {
         if record.calendar {
             self.calendars.remove(record.id);
         }
+        self.forget_trace(record.id);
         self.namespaces
             .remove(record.namespace, record.key(), now.monotonic);
     }

@@ -9,10 +9,11 @@ use super::journal::{SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNK_TIMERS};
 use super::namespaces::Admission;
 use super::record::{recovered_expiration, timer_fields, OptionalNanos, TimerRecord};
 use super::timer_table::{TimerTable, SCAN_POSITIONS};
+use super::traces::trace_held_bytes;
 use crate::budget::memory::{expiration_held_bytes, logged_firing_bytes};
 use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::clock::Now;
-use crate::domain::Expiration;
+use crate::domain::{Expiration, TraceContext};
 use crate::local::store::records::{self as durable, record::Kind, Record};
 use crate::local::store::RecoveredFiring;
 use crate::wheel::Handle;
@@ -140,10 +141,14 @@ impl TimerTable {
                 if let Some(calendar) = calendar {
                     self.calendars.insert(id, calendar);
                 }
+                let trace =
+                    TraceContext::stored(&timer.traceparent, &timer.tracestate, &timer.baggage);
                 // Charged even past the budget: what was accepted comes back whole, and
                 // registrations are refused until enough of it has left.
                 let (_, record) = self.wheel.get(handle).expect("just readmitted");
-                self.memory.charge(record.held_bytes());
+                self.memory
+                    .charge(record.held_bytes() + trace_held_bytes(trace.as_ref()));
+                self.replace_trace(id, trace);
                 self.index(handle);
             }
             Err(full) => {
@@ -182,7 +187,8 @@ impl TimerTable {
                 let key = expiration.key.as_ref().map_or(0, String::len);
                 let payload = expiration.payload.len();
                 let held = expiration_held_bytes(key, payload, expiration.calendar.is_some())
-                    + logged_firing_bytes(key, payload);
+                    + logged_firing_bytes(key, payload)
+                    + 2 * trace_held_bytes(expiration.trace.as_ref());
                 expiration.memory = MemoryReservation::forced(memory, held);
                 Some((expiration, attempts))
             })
@@ -215,7 +221,12 @@ impl TimerTable {
             resume_at = position.checked_add(1);
             if let Some((_, _, record)) = timer {
                 bytes += record.key_and_payload.len();
-                timers.push(timer_fields(&self.namespaces, &self.calendars, record));
+                timers.push(timer_fields(
+                    &self.namespaces,
+                    &self.calendars,
+                    &self.traces,
+                    record,
+                ));
             }
         }
         let more =

@@ -36,6 +36,7 @@ fn timer(number: usize, delay: Duration) -> NewTimer {
         ttl: None,
         calendar: None,
         replace: false,
+        trace: None,
     }
 }
 

@@ -57,6 +57,8 @@ pub struct TimerTable {
     pub(super) namespaces: Namespaces,
     /// The schedules of cron timers (see [`calendar`]).
     pub(super) calendars: record::Calendars,
+    /// The trace contexts of the timers whose registration carried one.
+    pub(super) traces: super::traces::Traces,
     /// Until recovery ends ([`TimerTable::held_again`]): the schedules it has read back.
     pub(super) stored_schedules: StoredSchedules,
     pub(super) next_id: u64,
@@ -93,6 +95,7 @@ impl TimerTable {
             handles: IdIndex::default(),
             namespaces: Namespaces::new(config.max_namespaces, metrics.clone(), clock),
             calendars: record::Calendars::default(),
+            traces: Default::default(),
             stored_schedules: StoredSchedules::default(),
             next_id: 1,
             journal: None,

@@ -11,7 +11,7 @@ use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, SubscribeOptions, Target, TimerId, TimerRef};
 use crate::local::table::command::{Command, Reschedule};
 use crate::sim::ledger::{Held, Ledger};
-use crate::sim::model::{payload_of, Outcome, Registration};
+use crate::sim::model::{payload_of, trace_of, Outcome, Registration};
 use crate::sim::node::Node;
 
 /// The cron schedules registrations use: every 1, 2 or 5 seconds, in UTC. Parsed once for
@@ -99,6 +99,7 @@ impl Harness {
                 ttl: ttl.map(Duration::from_nanos),
                 calendar,
                 replace,
+                trace: trace_of(token),
             }],
             reply,
         });
@@ -186,6 +187,7 @@ impl Harness {
             },
             due: Due::AtUnix(asked),
             payload: None,
+            trace: None,
             reply,
         })));
         self.calls.push(Call::Reschedule { id, asked, answer });
