@@ -39,5 +39,6 @@ pub mod server;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod sink;
+pub mod telemetry;
 pub mod wheel;
 pub mod worker;

@@ -12,6 +12,7 @@ use super::streams::StreamKind;
 use crate::convert;
 use crate::domain::SubscribeOptions;
 use crate::proto;
+use crate::telemetry::{self, spans};
 
 pub(super) async fn subscribe(
     service: &TimersService,
@@ -42,6 +43,7 @@ pub(super) async fn subscribe(
     let stream = subscription.map(move |delivered| {
         // The stream's place is given back when the stream ends.
         let _permit = &permit;
+        spans::delivery_sent(&delivered);
         Ok(proto::SubscribeResponse {
             expiration: Some(convert::expiration(
                 delivered.delivery_id,
@@ -61,7 +63,15 @@ pub(super) async fn ack(
     let request = request.into_inner();
     let namespace = service.authorized_namespace(&grant, &request.namespace)?;
     let (delivery_ids, mut unknown) = convert::parse_delivery_ids(request.delivery_ids);
+    let asked = telemetry::exporting().then(|| (namespace.clone(), delivery_ids.clone()));
     let outcome = service.expirations.ack(namespace, delivery_ids).await?;
+    if let Some((namespace, asked)) = asked {
+        let settled: Vec<u64> = asked
+            .into_iter()
+            .filter(|id| !outcome.unknown.contains(id))
+            .collect();
+        spans::acknowledged(&namespace, &settled);
+    }
     unknown.extend(outcome.unknown.into_iter().map(convert::delivery_id));
     Ok(Response::new(proto::AckResponse {
         acknowledged: outcome.acknowledged,

@@ -17,6 +17,9 @@ use crate::convert::{self, unix_now, Limits};
 use crate::cron::CalendarSchedule;
 use crate::domain::{Calendar, Due, NewTimer, Registered, TimerError, TimerView, TraceContext};
 use crate::proto;
+use crate::telemetry::{self, spans};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 pub(super) async fn new_timeout(
     service: &TimersService,
@@ -34,9 +37,11 @@ pub(super) async fn new_timeout(
         ..service.limits.new_timer(spec)?
     };
     grant.check(Some(&timer.namespace))?;
+    let span = register_span(timer.trace.as_deref(), &timer.namespace, 1);
     let registered = service
         .timers
         .register(vec![timer])
+        .instrument(span)
         .await?
         .pop()
         .ok_or_else(unanswered)??;
@@ -75,7 +80,17 @@ pub(super) async fn new_timeouts(
         .filter_map(|item| item.as_ref().ok())
         .cloned()
         .collect();
-    let mut registered = service.timers.register(valid).await?.into_iter();
+    let valid: Vec<NewTimer> = valid;
+    let span = match valid.first() {
+        Some(first) => register_span(trace.as_deref(), &first.namespace, valid.len()),
+        None => tracing::Span::none(),
+    };
+    let mut registered = service
+        .timers
+        .register(valid)
+        .instrument(span)
+        .await?
+        .into_iter();
     let results = validated
         .into_iter()
         .map(|item| {
@@ -122,9 +137,11 @@ pub(super) async fn reschedule(
         .payload
         .map(|payload| service.limits.payload(&payload))
         .transpose()?;
+    let span = register_span(trace.as_deref(), &timer.namespace, 1);
     let view = service
         .timers
         .reschedule(timer, due, payload, trace)
+        .instrument(span)
         .await?;
     Ok(Response::new(proto::RescheduleResponse {
         timer: Some(registered_timer(view)),
@@ -146,6 +163,26 @@ fn trace_context_of(metadata: &MetadataMap) -> Option<Arc<TraceContext>> {
         return None;
     }
     TraceContext::parse(traceparent, text("tracestate"), text("baggage"))
+}
+
+/// The span of a registering call (`tickd.register`), a child of the caller's span; none
+/// unless export is on and the call carried a context.
+fn register_span(trace: Option<&TraceContext>, namespace: &str, timers: usize) -> tracing::Span {
+    let Some(parent) = trace
+        .filter(|_| telemetry::exporting())
+        .and_then(spans::parent_of)
+    else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!(
+        "tickd.register",
+        otel.kind = "server",
+        tickd.namespace = namespace,
+        tickd.timers = timers
+    );
+    // Fails only without the export layer, when the span is exported by nothing anyway.
+    let _ = span.set_parent(parent);
+    span
 }
 
 /// A backend answered a batch with fewer items than it was given: it stopped mid-way.

@@ -16,6 +16,7 @@ use tickd::config::{Command, Config, LogFormat};
 use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
 use tickd::server::Listeners;
+use tickd::telemetry::Export;
 
 /// mimalloc instead of glibc's malloc: the gRPC path allocates many small buffers from
 /// many threads, where glibc's arenas cost about a third of the server's CPU.
@@ -41,12 +42,29 @@ fn parse_config() -> Config {
 #[tokio::main]
 async fn main() -> ExitCode {
     let config = parse_config();
-    init_logging(config.log_format);
     if let Some(Command::Check { dir }) = &config.command {
+        init_logging(config.log_format, None);
         return check(&config, dir);
     }
+    let export = match Export::start(config.otlp_endpoint.as_deref()) {
+        Ok(export) => export,
+        Err(message) => {
+            init_logging(config.log_format, None);
+            error!(error = %message, "tickd failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(config.log_format, export.as_ref());
+    if export.is_some() {
+        info!("exporting traces over OTLP/gRPC");
+    }
     tickd::server::raise_open_file_limit();
-    match serve(config).await {
+    let served = serve(config).await;
+    if let Some(export) = export {
+        // Flushing waits on the exporter, which runs on this runtime: off its threads.
+        let _ = tokio::task::spawn_blocking(move || export.shutdown()).await;
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             error!(error = %message, "tickd failed");
@@ -55,23 +73,31 @@ async fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, export: Option<&Export>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, Registry};
     // The NATS client logs each connection event at info; tickd says itself when a sink
     // is unreachable, so by default only its warnings show.
     let filter = tracing_subscriber::EnvFilter::try_from_env("TICKD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(colour_logs())
         // A log line that cannot be written (its reader went away, as when a supervisor
         // closes the pipe before stopping tickd) is dropped: the default reports it with
         // `eprintln!`, which panics when standard error is closed too, and the drain never ends
         // with its status 0.
         .log_internal_errors(false);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => lines.boxed(),
+        LogFormat::Json => lines.json().boxed(),
+    };
+    // The filter applies to the log lines only: the registering call's span is exported
+    // whatever TICKD_LOG says.
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(export.map(|export| export.layer()))
+        .init();
 }
 
 /// Colours only for a person watching: the log goes to standard output, and escape codes

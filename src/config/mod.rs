@@ -307,6 +307,12 @@ pub struct Config {
     /// probes, which can do neither TLS nor tokens, when --listen uses TLS.
     #[arg(long, env = "TICKD_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
+    /// Export traces over OTLP/gRPC to this collector (e.g. `http://otel-collector:4317`):
+    /// spans of registration, firing, delivery and ack for timers registered under a
+    /// sampled trace context. Off unless this or `OTEL_EXPORTER_OTLP_ENDPOINT` is set;
+    /// `OTEL_SERVICE_NAME` names the service (`tickd` by default).
+    #[arg(long, env = "TICKD_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Prometheus metrics listen address (`/metrics`).
     #[arg(long, env = "TICKD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,

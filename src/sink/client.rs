@@ -67,6 +67,16 @@ impl SinkClient {
         }
     }
 
+    /// The kind of sink, as its push spans name it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            SinkClient::Http(_) => "http",
+            SinkClient::Grpc(_) => "grpc",
+            SinkClient::Nats(_) => "nats",
+            SinkClient::Redis(_) => "redis",
+        }
+    }
+
     /// The longest a push may take beyond `timeout`: making its connection. An HTTP or
     /// gRPC push has `CONNECT_TIMEOUT` for it within its own deadline; a broker's kept
     /// connection may take longer (see [`NatsSink::connect_budget`]).

@@ -39,6 +39,7 @@ use super::pace::Pace;
 use super::signing::Signing;
 use crate::domain::{Delivered, Expirations, GiveBack, Hold, SubscribeOptions};
 use crate::metrics::sinks::SinkSeries;
+use crate::telemetry::spans;
 use prometheus_client::metrics::gauge::Gauge;
 
 mod acks;
@@ -493,9 +494,17 @@ impl Pusher {
     /// One push, counted in the sink's metrics.
     async fn push(&self, delivered: &Delivered) -> PushOutcome {
         let in_flight = CountedInFlight::start(&self.series.in_flight);
+        let span = spans::push_started(delivered, self.sink.kind());
         let started = Instant::now();
         let outcome = self.sink.push(delivered, self.signing.as_deref()).await;
         drop(in_flight);
+        if let Some(span) = span {
+            match outcome {
+                // Acknowledged by the pusher right after (see `Then::Ack`).
+                PushOutcome::Delivered => span.acknowledged(),
+                _ => span.answered(outcome.label(), outcome.failure().is_some()),
+            }
+        }
         self.series
             .push_seconds
             .observe(started.elapsed().as_secs_f64());
