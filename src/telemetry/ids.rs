@@ -14,15 +14,18 @@ use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
 thread_local! {
-    static NEXT: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+    static NEXT_TRACE: Cell<Option<TraceId>> = const { Cell::new(None) };
+    static NEXT_SPAN: Cell<Option<SpanId>> = const { Cell::new(None) };
 }
 
 /// Runs `start` (which starts one span) with that span's ids chosen: `trace` if the span is
 /// a root (a child keeps its parent's trace), `span` in any case.
 pub(crate) fn with_ids<T>(trace: TraceId, span: SpanId, start: impl FnOnce() -> T) -> T {
-    NEXT.with(|next| next.set(Some((trace, span))));
+    NEXT_TRACE.with(|next| next.set(Some(trace)));
+    NEXT_SPAN.with(|next| next.set(Some(span)));
     let started = start();
-    NEXT.with(|next| next.set(None));
+    NEXT_TRACE.with(|next| next.set(None));
+    NEXT_SPAN.with(|next| next.set(None));
     started
 }
 
@@ -34,15 +37,15 @@ pub(crate) struct ChosenIds {
 
 impl IdGenerator for ChosenIds {
     fn new_trace_id(&self) -> TraceId {
-        match NEXT.with(Cell::get) {
-            Some((trace, _)) => trace,
+        match NEXT_TRACE.with(Cell::take) {
+            Some(trace) => trace,
             None => self.random.new_trace_id(),
         }
     }
 
     fn new_span_id(&self) -> SpanId {
-        match NEXT.with(|next| next.take()) {
-            Some((_, span)) => span,
+        match NEXT_SPAN.with(Cell::take) {
+            Some(span) => span,
             None => self.random.new_span_id(),
         }
     }
@@ -111,8 +114,9 @@ mod tests {
         let ids = ChosenIds::default();
         let (trace, span) = (TraceId::from(7_u128), SpanId::from(9_u64));
         with_ids(trace, span, || {
-            assert_eq!(ids.new_trace_id(), trace);
+            // The SDK asks for the span id first.
             assert_eq!(ids.new_span_id(), span);
+            assert_eq!(ids.new_trace_id(), trace);
             assert_ne!(ids.new_span_id(), span, "the next span is not named");
         });
         assert_ne!(ids.new_trace_id(), trace);

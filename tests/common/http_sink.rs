@@ -45,6 +45,8 @@ pub(crate) struct Push {
     /// The Standard Webhooks headers (`webhook-id`, `webhook-timestamp`,
     /// `webhook-signature`), each if sent.
     pub webhook: [Option<String>; 3],
+    /// The W3C trace headers (`traceparent`, `tracestate`, `baggage`), each if sent.
+    pub trace: [Option<String>; 3],
     pub body: Bytes,
     pub at: Instant,
 }
@@ -374,6 +376,7 @@ async fn answer(
         client_certificate,
         version: request.version(),
         webhook: ["webhook-id", "webhook-timestamp", "webhook-signature"].map(header),
+        trace: ["traceparent", "tracestate", "baggage"].map(header),
         body: Bytes::new(),
         at: Instant::now(),
     };

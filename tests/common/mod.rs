@@ -39,6 +39,7 @@ pub(crate) mod data_dir;
 pub(crate) mod grpc_sink;
 pub(crate) mod http_sink;
 pub(crate) mod metrics;
+pub(crate) mod otlp;
 pub(crate) mod pg_proxy;
 pub(crate) mod pki;
 pub(crate) mod poison;
