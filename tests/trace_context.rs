@@ -373,3 +373,99 @@ async fn a_collector_that_is_down_changes_no_delivery_and_holds_no_memory() {
         "resident {rss} bytes after {TIMERS} traced firings, {rss_after_first} after {FIRST}"
     );
 }
+
+/// `message` as a request with `traceparent` metadata, if given.
+fn traced<T>(message: T, traceparent: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(traceparent) = traceparent {
+        request
+            .metadata_mut()
+            .insert("traceparent", traceparent.parse().unwrap());
+    }
+    request
+}
+
+/// A Reschedule or a replacing registration that carries a context gives the timer that
+/// one; a Reschedule without one keeps the timer's; a repeating timer carries its
+/// registration's context into each firing. The changes are answered before a SIGKILL,
+/// and the firings come after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reschedule_and_replace_change_the_context_and_each_repeat_keeps_it() {
+    let first = format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01");
+    let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned();
+    let collector = Collector::start().await;
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut daemon = start(data_dir.path(), &collector, &[]);
+    let mut client = client_of(&daemon).await;
+    let keyed = |key: &str, delay_ms: u64| TimerSpec {
+        key: key.into(),
+        ..spec(NAMESPACE, delay_ms, key.as_bytes())
+    };
+    for key in ["moved", "kept", "swapped"] {
+        let request = NewTimeoutRequest {
+            timer: Some(keyed(key, 600_000)),
+        };
+        client
+            .new_timeout(traced(request, Some(&first)))
+            .await
+            .unwrap();
+    }
+    let repeating = TimerSpec {
+        repeat: Some(millis(300)),
+        ..keyed("every", 2_000)
+    };
+    let request = NewTimeoutRequest {
+        timer: Some(repeating),
+    };
+    client
+        .new_timeout(traced(request, Some(&first)))
+        .await
+        .unwrap();
+    for (key, traceparent) in [("moved", Some(second.as_str())), ("kept", None)] {
+        let request = RescheduleRequest {
+            timer: by_key(NAMESPACE, key),
+            delay: Some(millis(2_000)),
+            ..Default::default()
+        };
+        client
+            .reschedule(traced(request, traceparent))
+            .await
+            .unwrap();
+    }
+    let replacing = NewTimeoutRequest {
+        timer: Some(TimerSpec {
+            replace: true,
+            ..keyed("swapped", 2_000)
+        }),
+    };
+    let answer = client
+        .new_timeout(traced(replacing, Some(&second)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.replaced);
+    daemon.kill();
+
+    let _daemon = start(data_dir.path(), &collector, &[]);
+    let mut client = client_of(&_daemon).await;
+    let mut stream = subscribe(&mut client, NAMESPACE, 60_000, 100).await;
+    let mut seen: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+    while seen.len() < 4 || seen["every"].len() < 2 {
+        let expiration = within(next_expiration(&mut stream)).await;
+        let key = expiration.timer.as_ref().unwrap().key.clone();
+        ack(&mut client, NAMESPACE, vec![expiration.delivery_id.clone()]).await;
+        seen.entry(key)
+            .or_default()
+            .push(expiration.trace_context.map(|context| context.traceparent));
+    }
+    assert_eq!(seen["moved"], [Some(second.clone())]);
+    assert_eq!(seen["kept"], [Some(first.clone())]);
+    assert_eq!(seen["swapped"], [Some(second.clone())]);
+    assert!(
+        seen["every"]
+            .iter()
+            .all(|context| *context == Some(first.clone())),
+        "{:?}",
+        seen["every"]
+    );
+}
