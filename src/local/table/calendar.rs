@@ -20,6 +20,15 @@ use crate::domain::{
 };
 use crate::wheel::Handle;
 
+/// What a new timer's record and trace context cost the memory budget.
+pub(super) fn new_timer_held_bytes(timer: &NewTimer) -> u64 {
+    held_bytes(
+        timer.key.as_ref().map_or(0, String::len),
+        timer.payload.len(),
+        timer.calendar.is_some(),
+    ) + trace_held_bytes(timer.trace.as_ref())
+}
+
 /// When a timer is next due `due` from `now`, as (monotonic, wall clock); for a cron timer,
 /// the first cron time at or after that.
 pub(super) fn first_deadline(
@@ -114,18 +123,10 @@ impl TimerTable {
     ) -> Result<Registered, TimerError> {
         let (deadline_monotonic, deadline_unix) =
             first_deadline(timer.due, timer.calendar.as_ref(), now)?;
-        let key_len = timer.key.as_ref().map_or(0, String::len);
-        let trace_len = timer.trace.as_ref().map_or(0, |trace| trace.stored_bytes());
-        self.admit_to_log(
-            timer.namespace.len(),
-            key_len,
-            timer.payload.len() + trace_len,
-        )?;
+        self.admit_new_timer_to_log(&timer)?;
         let (_, current) = self.wheel.get(handle).expect("indexed handles are live");
         let before = current.held_bytes() + self.trace_bytes_of(current.id);
-        let after = held_bytes(key_len, timer.payload.len(), timer.calendar.is_some())
-            + trace_held_bytes(timer.trace.as_ref());
-        self.recharge_memory(before, after)?;
+        self.recharge_memory(before, new_timer_held_bytes(&timer))?;
         let (_, record) = self
             .wheel
             .get_mut(handle)
@@ -163,6 +164,17 @@ impl TimerTable {
         self.journal
             .as_ref()
             .map_or(Ok(()), |journal| journal.admit(namespace, key, payload))
+    }
+
+    /// [`Self::admit_to_log`] for a new timer's record: its key, payload and trace context.
+    pub(super) fn admit_new_timer_to_log(&self, timer: &NewTimer) -> Result<(), TimerError> {
+        let key_len = timer.key.as_ref().map_or(0, String::len);
+        let trace_len = timer.trace.as_ref().map_or(0, |trace| trace.stored_bytes());
+        self.admit_to_log(
+            timer.namespace.len(),
+            key_len,
+            timer.payload.len() + trace_len,
+        )
     }
 
     /// Logs the timer whole, as it now is: replay puts it back in place of the older copy.

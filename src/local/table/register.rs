@@ -8,8 +8,6 @@ use super::calendar;
 use super::namespaces::Admission;
 use super::record::{duration_nanos, timer_fields, TimerRecord};
 use super::timer_table::TimerTable;
-use super::traces::trace_held_bytes;
-use crate::budget::memory::held_bytes;
 use crate::budget::Refusal;
 use crate::clock::Now;
 use crate::domain::{NewTimer, Registered, Target, TimerError, TimerRef, TimerView};
@@ -43,13 +41,7 @@ impl TimerTable {
         }
         let (deadline_monotonic, deadline_unix) =
             calendar::first_deadline(timer.due, timer.calendar.as_ref(), now)?;
-        let key_len = timer.key.as_ref().map_or(0, String::len);
-        let trace_len = timer.trace.as_ref().map_or(0, |trace| trace.stored_bytes());
-        self.admit_to_log(
-            timer.namespace.len(),
-            key_len,
-            timer.payload.len() + trace_len,
-        )?;
+        self.admit_new_timer_to_log(&timer)?;
         // Refused registrations must not leave a namespace (and its metric series) behind.
         if self.wheel.len() >= self.wheel.max_pending() {
             self.metrics.budgets.refused(Refusal::Pending);
@@ -58,11 +50,7 @@ impl TimerTable {
                 self.wheel.max_pending()
             )));
         }
-        let held = held_bytes(
-            timer.key.as_ref().map_or(0, String::len),
-            timer.payload.len(),
-            timer.calendar.is_some(),
-        ) + trace_held_bytes(timer.trace.as_ref());
+        let held = calendar::new_timer_held_bytes(&timer);
         self.charge_memory(held)?;
         let namespace = match self.namespaces.intern(&timer.namespace, Admission::Checked) {
             Ok(namespace) => namespace,
