@@ -21,6 +21,7 @@ type clientOptions struct {
 	retry       RetryPolicy
 	keepalive   keepalive.ClientParameters
 	dialOptions []grpc.DialOption
+	tracing     Tracing
 }
 
 // TLS names the PEM files of a TLS connection. CAFile is the authority that signed tickd's

@@ -259,7 +259,10 @@ func (s *Subscriber) dispatch(ctx, runCtx context.Context, expiration *Expiratio
 }
 
 func (s *Subscriber) handle(ctx context.Context, expiration *Expiration, streamEnded <-chan struct{}) {
-	if err := s.handler(ctx, expiration); err != nil {
+	handlerCtx, endSpan := s.startHandler(ctx, expiration)
+	err := s.handler(handlerCtx, expiration)
+	endSpan(err)
+	if err != nil {
 		if s.options.OnHandlerError != nil {
 			s.options.OnHandlerError(expiration, err)
 		} else {

@@ -13,6 +13,7 @@ import (
 // Register registers one timer. It is retried on UNAVAILABLE only when the spec has a Key
 // (see RetryPolicy for why keyless registrations are not).
 func (c *Client) Register(ctx context.Context, spec TimerSpec) (*Registration, error) {
+	ctx = c.traced(ctx)
 	request := &tickdpb.NewTimeoutRequest{Timer: c.specToProto(spec)}
 	var response *tickdpb.NewTimeoutResponse
 	err := c.call(ctx, "NewTimeout", spec.Key != "", func(ctx context.Context) (err error) {
@@ -29,6 +30,7 @@ func (c *Client) Register(ctx context.Context, spec TimerSpec) (*Registration, e
 // spec, in order; an invalid item fails alone (its Err is an *Error), the others register.
 // The error returned is for the call as a whole. Retried only when every spec has a Key.
 func (c *Client) RegisterBatch(ctx context.Context, specs []TimerSpec) ([]BatchResult, error) {
+	ctx = c.traced(ctx)
 	request := &tickdpb.NewTimeoutsRequest{Timers: make([]*tickdpb.TimerSpec, len(specs))}
 	allKeyed := true
 	for i, spec := range specs {
@@ -113,6 +115,7 @@ type Reschedule struct {
 // Reschedule moves a pending timer's next firing. It answers the timer without its payload.
 // Retried only with a Deadline: a retried Delay would be counted again from a later now.
 func (c *Client) Reschedule(ctx context.Context, ref Ref, move Reschedule) (*Timer, error) {
+	ctx = c.traced(ctx)
 	request := &tickdpb.RescheduleRequest{Timer: c.refToProto(ref)}
 	if move.Deadline.IsZero() {
 		request.Delay = durationpb.New(move.Delay)

@@ -90,6 +90,8 @@ type Expiration struct {
 	Late bool
 	// Lease: the timer was a lease whose heartbeats stopped.
 	Lease bool
+	// TraceContext: the registering call's trace context (see Tracing); empty when it sent none.
+	TraceContext TraceContext
 }
 
 func (c *Client) specToProto(spec TimerSpec) *tickdpb.TimerSpec {
@@ -179,5 +181,10 @@ func expirationFromProto(message *tickdpb.Expiration) *Expiration {
 		Attempt:    message.GetAttempt(),
 		Late:       message.GetLate(),
 		Lease:      message.GetLease(),
+		TraceContext: TraceContext{
+			Traceparent: message.GetTraceContext().GetTraceparent(),
+			Tracestate:  message.GetTraceContext().GetTracestate(),
+			Baggage:     message.GetTraceContext().GetBaggage(),
+		},
 	}
 }

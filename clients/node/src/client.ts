@@ -26,6 +26,7 @@ import { toPayloadBytes, toTimerRef, toTimerSpec } from "./timer-inputs";
 import type { TimerOptions, TimerTarget } from "./timer-inputs";
 import { withMillis } from "./timer";
 import type { Timer } from "./timer";
+import { withTraceContext } from "./tracing";
 import { callOnce } from "./unary-call";
 import type { UnaryMethod } from "./unary-call";
 
@@ -102,7 +103,7 @@ export class TickdClient {
   /** Registers one timer. Retried on UNAVAILABLE only when it has a key. */
   async register(timer: TimerOptions, options?: CallOptions): Promise<Registration> {
     const request = { timer: toTimerSpec(timer, this.namespace) };
-    const response = await this.unary(this.stub.newTimeout.bind(this.stub), request, hasKey(timer), options);
+    const response = await this.unary(this.stub.newTimeout.bind(this.stub), request, hasKey(timer), options, true);
     return toRegistration(response);
   }
 
@@ -113,7 +114,7 @@ export class TickdClient {
   async registerBatch(timers: readonly TimerOptions[], options?: CallOptions): Promise<BatchResult[]> {
     const request = { timers: timers.map((timer) => toTimerSpec(timer, this.namespace)) };
     const idempotent = timers.every(hasKey);
-    const response = await this.unary(this.stub.newTimeouts.bind(this.stub), request, idempotent, options);
+    const response = await this.unary(this.stub.newTimeouts.bind(this.stub), request, idempotent, options, true);
     return response.results.map((result): BatchResult => {
       if (result.registered !== undefined) return { registration: toRegistration(result.registered) };
       if (result.error !== undefined) return { error: TickdError.fromItemError(result.error) };
@@ -154,7 +155,7 @@ export class TickdClient {
       payload: reschedule.payload === undefined ? undefined : toPayloadBytes(reschedule.payload),
     };
     const idempotent = reschedule.deadline !== undefined;
-    const response = await this.unary(this.stub.reschedule.bind(this.stub), request, idempotent, options);
+    const response = await this.unary(this.stub.reschedule.bind(this.stub), request, idempotent, options, true);
     return requireTimer(response.timer);
   }
 
@@ -286,11 +287,14 @@ export class TickdClient {
     request: Request,
     idempotent: boolean,
     options: CallOptions | undefined,
+    traced = false,
   ): Promise<Response> {
     const deadlineMs = options?.deadlineMs ?? this.deadlineMs;
     const signal = options?.signal;
+    // Registering calls carry the active span's trace context (read now, in the caller's context).
+    const metadata = traced ? withTraceContext(this.metadata.clone()) : this.metadata;
     return callWithRetries(
-      (deadline) => callOnce(method, request, this.metadata.clone(), deadline, signal),
+      (deadline) => callOnce(method, request, metadata.clone(), deadline, signal),
       idempotent,
       this.retry,
       deadlineMs,

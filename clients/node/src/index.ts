@@ -25,6 +25,7 @@ export type {
   RedriveResponse,
   TimerRef,
   TimerSpec,
+  TraceContext,
 } from "./gen/tickd/v1/tickd";
 export type { SetSinkOptions, SinkChange, SinkStatusScope } from "./sinks";
 export { SinkOrigin, SinkCircuit } from "./gen/tickd/v1/sinks";

@@ -7,6 +7,7 @@ import { SubscribeRequest_Mode } from "./gen/tickd/v1/tickd";
 import type { AckResponse, Expiration } from "./gen/tickd/v1/tickd";
 import { ReconnectLoop, streamEnd } from "./reconnect-loop";
 import type { StreamSession } from "./reconnect-loop";
+import { runInHandlerSpan } from "./tracing";
 
 /** What a handler gets besides the expiration. */
 export interface ExpirationContext {
@@ -208,7 +209,7 @@ export class Subscriber extends EventEmitter<SubscriberEvents> {
       },
     };
     try {
-      await this.options.handler(expiration, context);
+      await runInHandlerSpan(expiration, this.namespace, async () => this.options.handler(expiration, context));
     } catch (error) {
       if (this.listenerCount("handlerError") > 0) {
         this.emit("handlerError", error, expiration);

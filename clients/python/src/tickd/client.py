@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import grpc
 
-from . import retry
+from . import retry, tracing
 from ._convert import Seconds
 from ._requests import BatchResult, Requests, batch_results
 from .lease_keeper import LeaseKeeper
@@ -65,10 +65,12 @@ class Client:
         *,
         idempotent: bool,
         timeout: float | None = None,
+        traced: bool = False,
     ) -> Response:
         """One unary call with the client's metadata, retried if ``idempotent``; ``timeout``
-        (default: the client's) bounds the whole call, each attempt getting the time left."""
-        metadata = self.options.metadata()
+        (default: the client's) bounds the whole call, each attempt getting the time left;
+        with ``traced``, the current trace context goes along (see :mod:`tickd.tracing`)."""
+        metadata = self.options.metadata() + (tracing.trace_metadata() if traced else ())
         return retry.call_blocking(
             self.options.retry, idempotent, self.options.timeout if timeout is None else timeout,
             lambda time_left: method(request, timeout=time_left, metadata=metadata),
@@ -78,13 +80,14 @@ class Client:
         """Registers one timer: its id and deadline (no payload), ``created`` (False for a known
         key) and ``replaced``. Retried on UNAVAILABLE only when the spec has a key."""
         request, idempotent = self.requests.register(spec)
-        return self.call(self.stub.NewTimeout, request, idempotent=idempotent, timeout=timeout)
+        return self.call(self.stub.NewTimeout, request, idempotent=idempotent, timeout=timeout, traced=True)
 
     def register_batch(self, specs: Sequence[TimerSpec], *, timeout: float | None = None) -> list[BatchResult]:
         """Registers many timers at once; each result is the registration or that item's
         :class:`TickdError`. Retried only when every spec has a key."""
         request, idempotent = self.requests.register_batch(specs)
-        return batch_results(self.call(self.stub.NewTimeouts, request, idempotent=idempotent, timeout=timeout))
+        response = self.call(self.stub.NewTimeouts, request, idempotent=idempotent, timeout=timeout, traced=True)
+        return batch_results(response)
 
     def cancel(
         self, timer_id: str | None = None, *, key: str | None = None, namespace: str | None = None,
@@ -119,7 +122,7 @@ class Client:
         """Moves a pending timer's next firing; ``payload`` (when not None) replaces its payload.
         Not retried: with ``delay``, a retry would count from a later now."""
         request = self.requests.reschedule(self.requests.timer_ref(timer_id, key, namespace), delay, deadline, payload)
-        return self.call(self.stub.Reschedule, request, idempotent=False, timeout=timeout).timer
+        return self.call(self.stub.Reschedule, request, idempotent=False, timeout=timeout, traced=True).timer
 
     def pending_page(
         self, namespace: str | None = None, *, page_size: int = 0, page_token: str = "",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 import grpc.aio
 
-from .. import retry
+from .. import retry, tracing
 from .._convert import Seconds
 from .._requests import BatchResult, Requests, batch_results
 from ..lease_table import LostLease
@@ -71,10 +71,12 @@ class AsyncClient:
         *,
         idempotent: bool,
         timeout: float | None = None,
+        traced: bool = False,
     ) -> Response:
         """One unary call with the client's metadata, retried if ``idempotent``; ``timeout``
-        (default: the client's) bounds the whole call, each attempt getting the time left."""
-        metadata = self.options.metadata()
+        (default: the client's) bounds the whole call, each attempt getting the time left;
+        with ``traced``, the current trace context goes along (see :mod:`tickd.tracing`)."""
+        metadata = self.options.metadata() + (tracing.trace_metadata() if traced else ())
 
         async def attempt(time_left: float | None) -> Response:
             return await method(request, timeout=time_left, metadata=metadata)
@@ -86,12 +88,13 @@ class AsyncClient:
     async def register(self, spec: TimerSpec, *, timeout: float | None = None) -> pb.NewTimeoutResponse:
         """See :meth:`tickd.Client.register` (retried only with a key)."""
         request, idempotent = self.requests.register(spec)
-        return await self.call(self.stub.NewTimeout, request, idempotent=idempotent, timeout=timeout)
+        return await self.call(self.stub.NewTimeout, request, idempotent=idempotent, timeout=timeout, traced=True)
 
     async def register_batch(self, specs: Sequence[TimerSpec], *, timeout: float | None = None) -> list[BatchResult]:
         """See :meth:`tickd.Client.register_batch` (retried only when every spec has a key)."""
         request, idempotent = self.requests.register_batch(specs)
-        return batch_results(await self.call(self.stub.NewTimeouts, request, idempotent=idempotent, timeout=timeout))
+        response = await self.call(self.stub.NewTimeouts, request, idempotent=idempotent, timeout=timeout, traced=True)
+        return batch_results(response)
 
     async def cancel(
         self, timer_id: str | None = None, *, key: str | None = None, namespace: str | None = None,
@@ -120,7 +123,7 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> pb.Timer:
         request = self.requests.reschedule(self.requests.timer_ref(timer_id, key, namespace), delay, deadline, payload)
-        return (await self.call(self.stub.Reschedule, request, idempotent=False, timeout=timeout)).timer
+        return (await self.call(self.stub.Reschedule, request, idempotent=False, timeout=timeout, traced=True)).timer
 
     async def pending_page(
         self, namespace: str | None = None, *, page_size: int = 0, page_token: str = "",

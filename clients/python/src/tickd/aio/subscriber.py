@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from .. import tracing
 from ..backoff import Backoff
 from ..errors import TickdError
 from ..subscriber import AckListener
@@ -170,7 +171,8 @@ class AsyncSubscriber:
     async def _run_handler(self, expiration: pb.Expiration) -> bool:
         """True if the handler returned; one that raised leaves the expiration unacknowledged."""
         try:
-            await self._handler(expiration)
+            with tracing.handler_span(expiration, self.namespace):
+                await self._handler(expiration)
             return True
         except Exception:
             log.exception("handler failed on timer %s (attempt %d): left unacknowledged",

@@ -685,6 +685,7 @@ class Expiration(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     LATE_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     delivery_id: _builtins.str
     """Pass to Ack."""
     attempt: _builtins.int
@@ -697,6 +698,13 @@ class Expiration(_message.Message):
     def timer(self) -> Global___Timer: ...
     @_builtins.property
     def fired_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def trace_context(self) -> Global___TraceContext:
+        """The W3C trace context of the call that registered (or last rescheduled) the timer,
+        read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+        carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+        """
+
     def __init__(
         self,
         *,
@@ -706,14 +714,48 @@ class Expiration(_message.Message):
         attempt: _builtins.int = ...,
         late: _builtins.bool = ...,
         lease: _builtins.bool = ...,
+        trace_context: Global___TraceContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "timer", b"timer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fired_at", b"fired_at", "timer", b"timer", "trace_context", b"trace_context"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "delivery_id", b"delivery_id", "fired_at", b"fired_at", "late", b"late", "lease", b"lease", "timer", b"timer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "delivery_id", b"delivery_id", "fired_at", b"fired_at", "late", b"late", "lease", b"lease", "timer", b"timer", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Expiration: _TypeAlias = Expiration  # noqa: Y015
+
+@_typing.final
+class TraceContext(_message.Message):
+    """W3C Trace Context (https://www.w3.org/TR/trace-context/) and W3C Baggage, as the
+    registering call sent them: a consumer continues the trace from here (a child for the
+    first attempt, a link for later ones).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
+    TRACESTATE_FIELD_NUMBER: _builtins.int
+    BAGGAGE_FIELD_NUMBER: _builtins.int
+    traceparent: _builtins.str
+    """`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`."""
+    tracestate: _builtins.str
+    """Empty when the call sent none."""
+    baggage: _builtins.str
+    """Empty when the call sent none."""
+    def __init__(
+        self,
+        *,
+        traceparent: _builtins.str = ...,
+        tracestate: _builtins.str = ...,
+        baggage: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baggage", b"baggage", "traceparent", b"traceparent", "tracestate", b"tracestate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TraceContext: _TypeAlias = TraceContext  # noqa: Y015
 
 @_typing.final
 class AckRequest(_message.Message):

@@ -294,6 +294,26 @@ export interface Expiration {
   late: boolean;
   /** The timer was a lease (it had a ttl) whose heartbeats stopped. */
   lease: boolean;
+  /**
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   */
+  traceContext: TraceContext | undefined;
+}
+
+/**
+ * W3C Trace Context (https://www.w3.org/TR/trace-context/) and W3C Baggage, as the
+ * registering call sent them: a consumer continues the trace from here (a child for the
+ * first attempt, a link for later ones).
+ */
+export interface TraceContext {
+  /** `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`. */
+  traceparent: string;
+  /** Empty when the call sent none. */
+  tracestate: string;
+  /** Empty when the call sent none. */
+  baggage: string;
 }
 
 export interface AckRequest {
@@ -2554,7 +2574,15 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
 };
 
 function createBaseExpiration(): Expiration {
-  return { deliveryId: "", timer: undefined, firedAt: undefined, attempt: 0, late: false, lease: false };
+  return {
+    deliveryId: "",
+    timer: undefined,
+    firedAt: undefined,
+    attempt: 0,
+    late: false,
+    lease: false,
+    traceContext: undefined,
+  };
 }
 
 export const Expiration: MessageFns<Expiration> = {
@@ -2576,6 +2604,9 @@ export const Expiration: MessageFns<Expiration> = {
     }
     if (message.lease !== false) {
       writer.uint32(48).bool(message.lease);
+    }
+    if (message.traceContext !== undefined) {
+      TraceContext.encode(message.traceContext, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -2641,6 +2672,14 @@ export const Expiration: MessageFns<Expiration> = {
             message.lease = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.traceContext = TraceContext.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2669,6 +2708,11 @@ export const Expiration: MessageFns<Expiration> = {
       attempt: isSet(object.attempt) ? globalThis.Number(object.attempt) : 0,
       late: isSet(object.late) ? globalThis.Boolean(object.late) : false,
       lease: isSet(object.lease) ? globalThis.Boolean(object.lease) : false,
+      traceContext: isSet(object.traceContext)
+        ? TraceContext.fromJSON(object.traceContext)
+        : isSet(object.trace_context)
+        ? TraceContext.fromJSON(object.trace_context)
+        : undefined,
     };
   },
 
@@ -2692,6 +2736,9 @@ export const Expiration: MessageFns<Expiration> = {
     if (message.lease !== false) {
       obj.lease = message.lease;
     }
+    if (message.traceContext !== undefined) {
+      obj.traceContext = TraceContext.toJSON(message.traceContext);
+    }
     return obj;
   },
 
@@ -2706,6 +2753,110 @@ export const Expiration: MessageFns<Expiration> = {
     message.attempt = object.attempt ?? 0;
     message.late = object.late ?? false;
     message.lease = object.lease ?? false;
+    message.traceContext = (object.traceContext !== undefined && object.traceContext !== null)
+      ? TraceContext.fromPartial(object.traceContext)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseTraceContext(): TraceContext {
+  return { traceparent: "", tracestate: "", baggage: "" };
+}
+
+export const TraceContext: MessageFns<TraceContext> = {
+  encode(message: TraceContext, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.traceparent !== "") {
+      writer.uint32(10).string(message.traceparent);
+    }
+    if (message.tracestate !== "") {
+      writer.uint32(18).string(message.tracestate);
+    }
+    if (message.baggage !== "") {
+      writer.uint32(26).string(message.baggage);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TraceContext {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTraceContext();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.traceparent = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tracestate = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baggage = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TraceContext {
+    return {
+      traceparent: isSet(object.traceparent) ? globalThis.String(object.traceparent) : "",
+      tracestate: isSet(object.tracestate) ? globalThis.String(object.tracestate) : "",
+      baggage: isSet(object.baggage) ? globalThis.String(object.baggage) : "",
+    };
+  },
+
+  toJSON(message: TraceContext): unknown {
+    const obj: any = {};
+    if (message.traceparent !== "") {
+      obj.traceparent = message.traceparent;
+    }
+    if (message.tracestate !== "") {
+      obj.tracestate = message.tracestate;
+    }
+    if (message.baggage !== "") {
+      obj.baggage = message.baggage;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TraceContext>, I>>(base?: I): TraceContext {
+    return TraceContext.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TraceContext>, I>>(object: I): TraceContext {
+    const message = createBaseTraceContext();
+    message.traceparent = object.traceparent ?? "";
+    message.tracestate = object.tracestate ?? "";
+    message.baggage = object.baggage ?? "";
     return message;
   },
 };

@@ -190,8 +190,13 @@ public final class Subscriber implements AutoCloseable {
     }
 
     private void runHandler(Delivery delivery) {
-        try {
-            handler.handle(delivery);
+        try (TracingHook.HandlerScope span = client.tracing().startHandler(HandlerSpan.of(delivery))) {
+            try {
+                handler.handle(delivery);
+            } catch (Throwable error) {
+                span.failed(error);
+                throw error;
+            }
         } catch (Throwable error) {
             LOG.log(Level.FINE, "handler failed for " + delivery, error);
             listener.onHandlerFailed(delivery, error);

@@ -72,16 +72,18 @@ public final class TickdClient implements AutoCloseable {
     private final RetryPolicy reconnectPolicy;
     private final RetryingCaller caller;
     private final Sinks sinks;
+    private final TracingHook tracing;
 
     TickdClient(ManagedChannel ownedChannel, Channel channel, List<ClientInterceptor> interceptors,
             String bearerToken, String namespace, Duration callDeadline, RetryPolicy retryPolicy,
-            RetryPolicy reconnectPolicy) {
-        this(ownedChannel, ownedChannel, intercepted(channel, interceptors, bearerToken), namespace, callDeadline,
-                retryPolicy, reconnectPolicy);
+            RetryPolicy reconnectPolicy, TracingHook tracing) {
+        this(ownedChannel, ownedChannel, intercepted(channel, interceptors, bearerToken, tracing), namespace,
+                callDeadline, retryPolicy, reconnectPolicy, tracing);
     }
 
     private TickdClient(ManagedChannel ownedChannel, ManagedChannel wakeableChannel, Channel channel,
-            String namespace, Duration callDeadline, RetryPolicy retryPolicy, RetryPolicy reconnectPolicy) {
+            String namespace, Duration callDeadline, RetryPolicy retryPolicy, RetryPolicy reconnectPolicy,
+            TracingHook tracing) {
         this.ownedChannel = ownedChannel;
         this.wakeableChannel = wakeableChannel;
         this.channel = channel;
@@ -93,10 +95,15 @@ public final class TickdClient implements AutoCloseable {
         this.reconnectPolicy = reconnectPolicy;
         this.caller = new RetryingCaller(retryPolicy, wakeableChannel);
         this.sinks = new Sinks(channel, namespace, callDeadline, caller);
+        this.tracing = tracing;
     }
 
-    private static Channel intercepted(Channel channel, List<ClientInterceptor> interceptors, String bearerToken) {
+    private static Channel intercepted(Channel channel, List<ClientInterceptor> interceptors, String bearerToken,
+            TracingHook tracing) {
         List<ClientInterceptor> all = new ArrayList<>(interceptors);
+        if (tracing != TracingHook.NONE) {
+            all.add(new TraceContextInterceptor(tracing));
+        }
         if (bearerToken != null) {
             all.add(new BearerTokenInterceptor(bearerToken));
         }
@@ -111,17 +118,20 @@ public final class TickdClient implements AutoCloseable {
         if (deadline.isNegative() || deadline.isZero()) {
             throw new IllegalArgumentException("the call deadline must be positive");
         }
-        return new TickdClient(null, wakeableChannel, channel, namespace, deadline, retryPolicy, reconnectPolicy);
+        return new TickdClient(null, wakeableChannel, channel, namespace, deadline, retryPolicy, reconnectPolicy,
+                tracing);
     }
 
     /** The same client in another default namespace. Closing the derived client leaves the channel open. */
     public TickdClient withNamespace(String otherNamespace) {
-        return new TickdClient(null, wakeableChannel, channel, otherNamespace, callDeadline, retryPolicy, reconnectPolicy);
+        return new TickdClient(null, wakeableChannel, channel, otherNamespace, callDeadline, retryPolicy,
+                reconnectPolicy, tracing);
     }
 
     /** The same client with another retry policy. Closing the derived client leaves the channel open. */
     public TickdClient withRetryPolicy(RetryPolicy policy) {
-        return new TickdClient(null, wakeableChannel, channel, namespace, callDeadline, policy, reconnectPolicy);
+        return new TickdClient(null, wakeableChannel, channel, namespace, callDeadline, policy, reconnectPolicy,
+                tracing);
     }
 
     public static TickdClientBuilder builder() {
@@ -324,6 +334,11 @@ public final class TickdClient implements AutoCloseable {
     }
 
     // ---- plumbing ---------------------------------------------------------------------
+
+    /** How registrations and handlers are traced ({@link TracingHook#NONE}: not at all). */
+    public TracingHook tracing() {
+        return tracing;
+    }
 
     /** The stub for streams (no deadline: streams live until closed). */
     TimersGrpc.TimersStub asyncStub() {

@@ -36,6 +36,7 @@ public final class TickdClientBuilder {
     private Duration keepAliveTime = Duration.ofSeconds(30);
     private Duration keepAliveTimeout = Duration.ofSeconds(20);
     private final List<ClientInterceptor> interceptors = new ArrayList<>();
+    private TracingHook tracing = TracingHook.NONE;
 
     TickdClientBuilder() {
     }
@@ -144,12 +145,24 @@ public final class TickdClientBuilder {
         return this;
     }
 
+    /**
+     * Traces registrations and handlers with this hook (see {@link TracingHook}): register,
+     * registerAll and reschedule send the W3C context it names, and each subscriber's handler
+     * runs inside the span it starts. Default {@link TracingHook#NONE}.
+     */
+    public TickdClientBuilder tracing(TracingHook hook) {
+        this.tracing = Objects.requireNonNull(hook);
+        return this;
+    }
+
     public TickdClient build() {
         if (channel != null) {
-            return new TickdClient(null, channel, interceptors, bearerToken, namespace, callDeadline, retryPolicy, reconnectPolicy);
+            return new TickdClient(null, channel, interceptors, bearerToken, namespace, callDeadline, retryPolicy,
+                    reconnectPolicy, tracing);
         }
         ManagedChannel owned = buildChannel();
-        return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy, reconnectPolicy);
+        return new TickdClient(owned, owned, interceptors, bearerToken, namespace, callDeadline, retryPolicy,
+                reconnectPolicy, tracing);
     }
 
     /**

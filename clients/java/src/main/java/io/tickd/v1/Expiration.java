@@ -192,6 +192,50 @@ private static final long serialVersionUID = 0L;
     return lease_;
   }
 
+  public static final int TRACE_CONTEXT_FIELD_NUMBER = 7;
+  private io.tickd.v1.TraceContext traceContext_;
+  /**
+   * <pre>
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   * </pre>
+   *
+   * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+   * @return Whether the traceContext field is set.
+   */
+  @java.lang.Override
+  public boolean hasTraceContext() {
+    return traceContext_ != null;
+  }
+  /**
+   * <pre>
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   * </pre>
+   *
+   * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+   * @return The traceContext.
+   */
+  @java.lang.Override
+  public io.tickd.v1.TraceContext getTraceContext() {
+    return traceContext_ == null ? io.tickd.v1.TraceContext.getDefaultInstance() : traceContext_;
+  }
+  /**
+   * <pre>
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   * </pre>
+   *
+   * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+   */
+  @java.lang.Override
+  public io.tickd.v1.TraceContextOrBuilder getTraceContextOrBuilder() {
+    return traceContext_ == null ? io.tickd.v1.TraceContext.getDefaultInstance() : traceContext_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -224,6 +268,9 @@ private static final long serialVersionUID = 0L;
     if (lease_ != false) {
       output.writeBool(6, lease_);
     }
+    if (traceContext_ != null) {
+      output.writeMessage(7, getTraceContext());
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -255,6 +302,10 @@ private static final long serialVersionUID = 0L;
     if (lease_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(6, lease_);
+    }
+    if (traceContext_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(7, getTraceContext());
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -289,6 +340,11 @@ private static final long serialVersionUID = 0L;
         != other.getLate()) return false;
     if (getLease()
         != other.getLease()) return false;
+    if (hasTraceContext() != other.hasTraceContext()) return false;
+    if (hasTraceContext()) {
+      if (!getTraceContext()
+          .equals(other.getTraceContext())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -318,6 +374,10 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + LEASE_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getLease());
+    if (hasTraceContext()) {
+      hash = (37 * hash) + TRACE_CONTEXT_FIELD_NUMBER;
+      hash = (53 * hash) + getTraceContext().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -465,6 +525,11 @@ private static final long serialVersionUID = 0L;
       attempt_ = 0;
       late_ = false;
       lease_ = false;
+      traceContext_ = null;
+      if (traceContextBuilder_ != null) {
+        traceContextBuilder_.dispose();
+        traceContextBuilder_ = null;
+      }
       return this;
     }
 
@@ -519,6 +584,11 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.lease_ = lease_;
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.traceContext_ = traceContextBuilder_ == null
+            ? traceContext_
+            : traceContextBuilder_.build();
       }
     }
 
@@ -586,6 +656,9 @@ private static final long serialVersionUID = 0L;
       if (other.getLease() != false) {
         setLease(other.getLease());
       }
+      if (other.hasTraceContext()) {
+        mergeTraceContext(other.getTraceContext());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -646,6 +719,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 48
+            case 58: {
+              input.readMessage(
+                  getTraceContextFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 58
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1123,6 +1203,179 @@ private static final long serialVersionUID = 0L;
       lease_ = false;
       onChanged();
       return this;
+    }
+
+    private io.tickd.v1.TraceContext traceContext_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        io.tickd.v1.TraceContext, io.tickd.v1.TraceContext.Builder, io.tickd.v1.TraceContextOrBuilder> traceContextBuilder_;
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     * @return Whether the traceContext field is set.
+     */
+    public boolean hasTraceContext() {
+      return ((bitField0_ & 0x00000040) != 0);
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     * @return The traceContext.
+     */
+    public io.tickd.v1.TraceContext getTraceContext() {
+      if (traceContextBuilder_ == null) {
+        return traceContext_ == null ? io.tickd.v1.TraceContext.getDefaultInstance() : traceContext_;
+      } else {
+        return traceContextBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    public Builder setTraceContext(io.tickd.v1.TraceContext value) {
+      if (traceContextBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        traceContext_ = value;
+      } else {
+        traceContextBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    public Builder setTraceContext(
+        io.tickd.v1.TraceContext.Builder builderForValue) {
+      if (traceContextBuilder_ == null) {
+        traceContext_ = builderForValue.build();
+      } else {
+        traceContextBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    public Builder mergeTraceContext(io.tickd.v1.TraceContext value) {
+      if (traceContextBuilder_ == null) {
+        if (((bitField0_ & 0x00000040) != 0) &&
+          traceContext_ != null &&
+          traceContext_ != io.tickd.v1.TraceContext.getDefaultInstance()) {
+          getTraceContextBuilder().mergeFrom(value);
+        } else {
+          traceContext_ = value;
+        }
+      } else {
+        traceContextBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    public Builder clearTraceContext() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      traceContext_ = null;
+      if (traceContextBuilder_ != null) {
+        traceContextBuilder_.dispose();
+        traceContextBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    public io.tickd.v1.TraceContext.Builder getTraceContextBuilder() {
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return getTraceContextFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    public io.tickd.v1.TraceContextOrBuilder getTraceContextOrBuilder() {
+      if (traceContextBuilder_ != null) {
+        return traceContextBuilder_.getMessageOrBuilder();
+      } else {
+        return traceContext_ == null ?
+            io.tickd.v1.TraceContext.getDefaultInstance() : traceContext_;
+      }
+    }
+    /**
+     * <pre>
+     * The W3C trace context of the call that registered (or last rescheduled) the timer,
+     * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+     * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+     * </pre>
+     *
+     * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        io.tickd.v1.TraceContext, io.tickd.v1.TraceContext.Builder, io.tickd.v1.TraceContextOrBuilder> 
+        getTraceContextFieldBuilder() {
+      if (traceContextBuilder_ == null) {
+        traceContextBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            io.tickd.v1.TraceContext, io.tickd.v1.TraceContext.Builder, io.tickd.v1.TraceContextOrBuilder>(
+                getTraceContext(),
+                getParentForChildren(),
+                isClean());
+        traceContext_ = null;
+      }
+      return traceContextBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

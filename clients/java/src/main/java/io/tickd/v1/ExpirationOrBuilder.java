@@ -86,4 +86,37 @@ public interface ExpirationOrBuilder extends
    * @return The lease.
    */
   boolean getLease();
+
+  /**
+   * <pre>
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   * </pre>
+   *
+   * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+   * @return Whether the traceContext field is set.
+   */
+  boolean hasTraceContext();
+  /**
+   * <pre>
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   * </pre>
+   *
+   * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+   * @return The traceContext.
+   */
+  io.tickd.v1.TraceContext getTraceContext();
+  /**
+   * <pre>
+   * The W3C trace context of the call that registered (or last rescheduled) the timer,
+   * read from its `traceparent`, `tracestate` and `baggage` metadata; unset when the call
+   * carried no valid `traceparent`. Every firing of a repeating or cron timer carries it.
+   * </pre>
+   *
+   * <code>.tickd.v1.TraceContext trace_context = 7;</code>
+   */
+  io.tickd.v1.TraceContextOrBuilder getTraceContextOrBuilder();
 }

@@ -125,6 +125,11 @@ public final class TickdProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_tickd_v1_Expiration_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_tickd_v1_TraceContext_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_tickd_v1_TraceContext_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_tickd_v1_AckRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -220,44 +225,47 @@ public final class TickdProto {
       "(\r\022\020\n\010auto_ack\030\005 \001(\010\"*\n\004Mode\022\017\n\013MODE_SHA" +
       "RED\020\000\022\021\n\rMODE_OBSERVER\020\001\"=\n\021SubscribeRes" +
       "ponse\022(\n\nexpiration\030\001 \001(\0132\024.tickd.v1.Exp" +
-      "iration\"\235\001\n\nExpiration\022\023\n\013delivery_id\030\001 " +
+      "iration\"\314\001\n\nExpiration\022\023\n\013delivery_id\030\001 " +
       "\001(\t\022\036\n\005timer\030\002 \001(\0132\017.tickd.v1.Timer\022,\n\010f" +
       "ired_at\030\003 \001(\0132\032.google.protobuf.Timestam" +
       "p\022\017\n\007attempt\030\004 \001(\r\022\014\n\004late\030\005 \001(\010\022\r\n\005leas" +
-      "e\030\006 \001(\010\"5\n\nAckRequest\022\021\n\tnamespace\030\001 \001(\t" +
-      "\022\024\n\014delivery_ids\030\002 \003(\t\"4\n\013AckResponse\022\024\n" +
-      "\014acknowledged\030\001 \001(\r\022\017\n\007unknown\030\002 \003(\t\"\260\001\n" +
-      "\021RescheduleRequest\022!\n\005timer\030\001 \001(\0132\022.tick" +
-      "d.v1.TimerRef\022(\n\005delay\030\002 \001(\0132\031.google.pr" +
-      "otobuf.Duration\022,\n\010deadline\030\003 \001(\0132\032.goog" +
-      "le.protobuf.Timestamp\022\024\n\007payload\030\004 \001(\014H\000" +
-      "\210\001\001B\n\n\010_payload\"4\n\022RescheduleResponse\022\036\n" +
-      "\005timer\030\001 \001(\0132\017.tickd.v1.Timer\"9\n\016Redrive" +
-      "Request\022\021\n\tnamespace\030\001 \001(\t\022\024\n\014delivery_i" +
-      "ds\030\002 \003(\t\"5\n\017RedriveResponse\022\020\n\010redriven\030" +
-      "\001 \001(\r\022\020\n\010not_dead\030\002 \003(\t2\327\005\n\006Timers\022G\n\nNe" +
-      "wTimeout\022\033.tickd.v1.NewTimeoutRequest\032\034." +
-      "tickd.v1.NewTimeoutResponse\022J\n\013NewTimeou" +
-      "ts\022\034.tickd.v1.NewTimeoutsRequest\032\035.tickd" +
-      ".v1.NewTimeoutsResponse\022;\n\006Cancel\022\027.tick" +
-      "d.v1.CancelRequest\032\030.tickd.v1.CancelResp" +
-      "onse\022>\n\007Pending\022\030.tickd.v1.PendingReques" +
-      "t\032\031.tickd.v1.PendingResponse\0222\n\003Get\022\024.ti" +
-      "ckd.v1.GetRequest\032\025.tickd.v1.GetResponse" +
-      "\0228\n\005Touch\022\026.tickd.v1.TouchRequest\032\027.tick" +
-      "d.v1.TouchResponse\022H\n\tKeepAlive\022\032.tickd." +
-      "v1.KeepAliveRequest\032\033.tickd.v1.KeepAlive" +
-      "Response(\0010\001\022F\n\tSubscribe\022\032.tickd.v1.Sub" +
-      "scribeRequest\032\033.tickd.v1.SubscribeRespon" +
-      "se0\001\0222\n\003Ack\022\024.tickd.v1.AckRequest\032\025.tick" +
-      "d.v1.AckResponse\022G\n\nReschedule\022\033.tickd.v" +
-      "1.RescheduleRequest\032\034.tickd.v1.Reschedul" +
-      "eResponse\022>\n\007Redrive\022\030.tickd.v1.RedriveR" +
-      "equest\032\031.tickd.v1.RedriveResponseBv\n\013io." +
-      "tickd.v1B\nTickdProtoP\001Z1github.com/tickd" +
-      "/tickd/clients/go/tickdpb;tickdpb\242\002\003TKD\252" +
-      "\002\010Tickd.V1\312\002\010Tickd\\V1\352\002\tTickd::V1b\006proto" +
-      "3"
+      "e\030\006 \001(\010\022-\n\rtrace_context\030\007 \001(\0132\026.tickd.v" +
+      "1.TraceContext\"H\n\014TraceContext\022\023\n\013tracep" +
+      "arent\030\001 \001(\t\022\022\n\ntracestate\030\002 \001(\t\022\017\n\007bagga" +
+      "ge\030\003 \001(\t\"5\n\nAckRequest\022\021\n\tnamespace\030\001 \001(" +
+      "\t\022\024\n\014delivery_ids\030\002 \003(\t\"4\n\013AckResponse\022\024" +
+      "\n\014acknowledged\030\001 \001(\r\022\017\n\007unknown\030\002 \003(\t\"\260\001" +
+      "\n\021RescheduleRequest\022!\n\005timer\030\001 \001(\0132\022.tic" +
+      "kd.v1.TimerRef\022(\n\005delay\030\002 \001(\0132\031.google.p" +
+      "rotobuf.Duration\022,\n\010deadline\030\003 \001(\0132\032.goo" +
+      "gle.protobuf.Timestamp\022\024\n\007payload\030\004 \001(\014H" +
+      "\000\210\001\001B\n\n\010_payload\"4\n\022RescheduleResponse\022\036" +
+      "\n\005timer\030\001 \001(\0132\017.tickd.v1.Timer\"9\n\016Redriv" +
+      "eRequest\022\021\n\tnamespace\030\001 \001(\t\022\024\n\014delivery_" +
+      "ids\030\002 \003(\t\"5\n\017RedriveResponse\022\020\n\010redriven" +
+      "\030\001 \001(\r\022\020\n\010not_dead\030\002 \003(\t2\327\005\n\006Timers\022G\n\nN" +
+      "ewTimeout\022\033.tickd.v1.NewTimeoutRequest\032\034" +
+      ".tickd.v1.NewTimeoutResponse\022J\n\013NewTimeo" +
+      "uts\022\034.tickd.v1.NewTimeoutsRequest\032\035.tick" +
+      "d.v1.NewTimeoutsResponse\022;\n\006Cancel\022\027.tic" +
+      "kd.v1.CancelRequest\032\030.tickd.v1.CancelRes" +
+      "ponse\022>\n\007Pending\022\030.tickd.v1.PendingReque" +
+      "st\032\031.tickd.v1.PendingResponse\0222\n\003Get\022\024.t" +
+      "ickd.v1.GetRequest\032\025.tickd.v1.GetRespons" +
+      "e\0228\n\005Touch\022\026.tickd.v1.TouchRequest\032\027.tic" +
+      "kd.v1.TouchResponse\022H\n\tKeepAlive\022\032.tickd" +
+      ".v1.KeepAliveRequest\032\033.tickd.v1.KeepAliv" +
+      "eResponse(\0010\001\022F\n\tSubscribe\022\032.tickd.v1.Su" +
+      "bscribeRequest\032\033.tickd.v1.SubscribeRespo" +
+      "nse0\001\0222\n\003Ack\022\024.tickd.v1.AckRequest\032\025.tic" +
+      "kd.v1.AckResponse\022G\n\nReschedule\022\033.tickd." +
+      "v1.RescheduleRequest\032\034.tickd.v1.Reschedu" +
+      "leResponse\022>\n\007Redrive\022\030.tickd.v1.Redrive" +
+      "Request\032\031.tickd.v1.RedriveResponseBv\n\013io" +
+      ".tickd.v1B\nTickdProtoP\001Z1github.com/tick" +
+      "d/tickd/clients/go/tickdpb;tickdpb\242\002\003TKD" +
+      "\252\002\010Tickd.V1\312\002\010Tickd\\V1\352\002\tTickd::V1b\006prot" +
+      "o3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -396,39 +404,45 @@ public final class TickdProto {
     internal_static_tickd_v1_Expiration_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_Expiration_descriptor,
-        new java.lang.String[] { "DeliveryId", "Timer", "FiredAt", "Attempt", "Late", "Lease", });
-    internal_static_tickd_v1_AckRequest_descriptor =
+        new java.lang.String[] { "DeliveryId", "Timer", "FiredAt", "Attempt", "Late", "Lease", "TraceContext", });
+    internal_static_tickd_v1_TraceContext_descriptor =
       getDescriptor().getMessageTypes().get(22);
+    internal_static_tickd_v1_TraceContext_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_tickd_v1_TraceContext_descriptor,
+        new java.lang.String[] { "Traceparent", "Tracestate", "Baggage", });
+    internal_static_tickd_v1_AckRequest_descriptor =
+      getDescriptor().getMessageTypes().get(23);
     internal_static_tickd_v1_AckRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_AckRequest_descriptor,
         new java.lang.String[] { "Namespace", "DeliveryIds", });
     internal_static_tickd_v1_AckResponse_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_tickd_v1_AckResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_AckResponse_descriptor,
         new java.lang.String[] { "Acknowledged", "Unknown", });
     internal_static_tickd_v1_RescheduleRequest_descriptor =
-      getDescriptor().getMessageTypes().get(24);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_tickd_v1_RescheduleRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_RescheduleRequest_descriptor,
         new java.lang.String[] { "Timer", "Delay", "Deadline", "Payload", "Payload", });
     internal_static_tickd_v1_RescheduleResponse_descriptor =
-      getDescriptor().getMessageTypes().get(25);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_tickd_v1_RescheduleResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_RescheduleResponse_descriptor,
         new java.lang.String[] { "Timer", });
     internal_static_tickd_v1_RedriveRequest_descriptor =
-      getDescriptor().getMessageTypes().get(26);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_tickd_v1_RedriveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_RedriveRequest_descriptor,
         new java.lang.String[] { "Namespace", "DeliveryIds", });
     internal_static_tickd_v1_RedriveResponse_descriptor =
-      getDescriptor().getMessageTypes().get(27);
+      getDescriptor().getMessageTypes().get(28);
     internal_static_tickd_v1_RedriveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_tickd_v1_RedriveResponse_descriptor,
