@@ -39,11 +39,15 @@ pub(super) async fn subscribe(
         false => StreamKind::Subscribe,
     };
     let permit = service.streams.acquire(kind, connection.as_ref())?;
+    // An observer's copies are not deliveries: they make no spans.
+    let delivering = !options.observer;
     let subscription = service.expirations.subscribe(options)?;
     let stream = subscription.map(move |delivered| {
         // The stream's place is given back when the stream ends.
         let _permit = &permit;
-        spans::delivery_sent(&delivered);
+        if delivering {
+            spans::delivery_sent(&delivered);
+        }
         Ok(proto::SubscribeResponse {
             expiration: Some(convert::expiration(
                 delivered.delivery_id,

@@ -37,7 +37,12 @@ pub(super) async fn new_timeout(
         ..service.limits.new_timer(spec)?
     };
     grant.check(Some(&timer.namespace))?;
-    let span = register_span(timer.trace.as_deref(), &timer.namespace, 1);
+    let span = register_span(
+        "tickd.register",
+        timer.trace.as_deref(),
+        &timer.namespace,
+        1,
+    );
     let registered = service
         .timers
         .register(vec![timer])
@@ -75,14 +80,18 @@ pub(super) async fn new_timeouts(
             Ok(timer)
         })
         .collect();
-    let valid = validated
+    let valid: Vec<NewTimer> = validated
         .iter()
         .filter_map(|item| item.as_ref().ok())
         .cloned()
         .collect();
-    let valid: Vec<NewTimer> = valid;
     let span = match valid.first() {
-        Some(first) => register_span(trace.as_deref(), &first.namespace, valid.len()),
+        Some(first) => register_span(
+            "tickd.register",
+            trace.as_deref(),
+            &first.namespace,
+            valid.len(),
+        ),
         None => tracing::Span::none(),
     };
     let mut registered = service
@@ -137,7 +146,7 @@ pub(super) async fn reschedule(
         .payload
         .map(|payload| service.limits.payload(&payload))
         .transpose()?;
-    let span = register_span(trace.as_deref(), &timer.namespace, 1);
+    let span = register_span("tickd.reschedule", trace.as_deref(), &timer.namespace, 1);
     let view = service
         .timers
         .reschedule(timer, due, payload, trace)
@@ -167,7 +176,12 @@ fn trace_context_of(metadata: &MetadataMap) -> Option<Arc<TraceContext>> {
 
 /// The span of a registering call (`tickd.register`), a child of the caller's span; none
 /// unless export is on and the call carried a context.
-fn register_span(trace: Option<&TraceContext>, namespace: &str, timers: usize) -> tracing::Span {
+fn register_span(
+    name: &'static str,
+    trace: Option<&TraceContext>,
+    namespace: &str,
+    timers: usize,
+) -> tracing::Span {
     let Some(parent) = trace
         .filter(|_| telemetry::exporting())
         .and_then(spans::parent_of)
@@ -176,6 +190,7 @@ fn register_span(trace: Option<&TraceContext>, namespace: &str, timers: usize) -
     };
     let span = tracing::info_span!(
         "tickd.register",
+        otel.name = name,
         otel.kind = "server",
         tickd.namespace = namespace,
         tickd.timers = timers

@@ -263,6 +263,9 @@ impl Pusher {
         // half the slack as spent already, so the claim is never thought longer than it is.
         let mut claim_until = Instant::now() + self.push_budget() + CLAIM_SLACK / 2;
         let mut unreached = 0;
+        // Pushes of this attempt so far: a slowed or unreachable sink is pushed the same
+        // attempt again, and its spans say which try each was.
+        let mut tries = 0;
         loop {
             let judged = self.circuit.judge(&delivered, unreached > 0);
             // One that failed before waits out an open circuit in the backend, its place
@@ -307,7 +310,8 @@ impl Pusher {
                 }
                 return;
             }
-            let outcome = self.push(&delivered).await;
+            tries += 1;
+            let outcome = self.push(&delivered, tries).await;
             // The sink slows down before this push's place is given up: no push may take
             // it and leave before the pace knows.
             if let PushOutcome::SlowDown { after } = &outcome {
@@ -492,9 +496,9 @@ impl Pusher {
     }
 
     /// One push, counted in the sink's metrics.
-    async fn push(&self, delivered: &Delivered) -> PushOutcome {
+    async fn push(&self, delivered: &Delivered, try_number: u32) -> PushOutcome {
         let in_flight = CountedInFlight::start(&self.series.in_flight);
-        let span = spans::push_started(delivered, self.sink.kind());
+        let span = spans::push_started(delivered, self.sink.kind(), try_number);
         let started = Instant::now();
         let outcome = self.sink.push(delivered, self.signing.as_deref()).await;
         drop(in_flight);

@@ -80,9 +80,13 @@ impl Export {
         S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
     {
         use tracing_subscriber::Layer as _;
+        // With its level (`tickd.register` is an info span) as the hint: without one the
+        // whole stack's maximum level would be TRACE, and every trace-level event (the
+        // `log` crate's too) would be built and filtered at run time.
         let only_tickds_spans = tracing_subscriber::filter::filter_fn(|metadata| {
             metadata.is_span() && metadata.name().starts_with("tickd.")
-        });
+        })
+        .with_max_level_hint(tracing::level_filters::LevelFilter::INFO);
         tracing_opentelemetry::layer()
             .with_tracer(self.provider.tracer("tickd"))
             .with_filter(only_tickds_spans)

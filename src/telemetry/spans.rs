@@ -7,8 +7,12 @@
 //!   It runs from the firing to its first delivery and holds the namespace, timer id, key,
 //!   fired_count and lateness.
 //! - `tickd.deliver` (a Subscribe stream) and `tickd.push` (a sink): one attempt, a child of
-//!   the fire span; a later attempt (a redelivery, a retry, a redrive) also links to the
-//!   first attempt's span. A push span ends with the sink's answer (`tickd.outcome`).
+//!   the fire span; a later attempt (a redelivery, a retry) also links to the
+//!   first attempt's span. A push span ends with the sink's answer (`tickd.outcome`); a
+//!   sink that asked to be sent less, or could not be reached, is pushed the same attempt
+//!   again: each later try is a span of its own (random id) linked to the attempt's.
+//!   A redrive starts the attempts over, at 1: its spans are those of a new first
+//!   attempt under the same fire span, which a collector sees again.
 //! - `tickd.ack`: an acknowledgement, a child of the attempt it settles.
 //!
 //! Only expirations whose registration carried a sampled context make spans: sampling
@@ -92,7 +96,7 @@ impl<'a> Attempt<'a> {
         )
     }
 
-    /// The fire span, made once: with the first attempt.
+    /// The fire span, made with the first try of the first attempt.
     fn record_fire(&self) {
         if self.delivered.attempt != 1 {
             return;
@@ -124,9 +128,28 @@ impl<'a> Attempt<'a> {
         span.end();
     }
 
-    /// Starts this attempt's span, `name`, a child of the fire span.
-    fn start(&self, name: &'static str, kind: SpanKind, sink: Option<&str>) -> AttemptSpan {
-        self.record_fire();
+    fn attempt_context(&self, attempt: u32) -> SpanContext {
+        SpanContext::new(
+            self.ids.trace(),
+            self.ids.delivery_span(attempt),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        )
+    }
+
+    /// Starts the span of this attempt's try `try_number` (1 for the first), `name`, a
+    /// child of the fire span.
+    fn start(
+        &self,
+        name: &'static str,
+        kind: SpanKind,
+        sink: Option<&str>,
+        try_number: u32,
+    ) -> AttemptSpan {
+        if try_number == 1 {
+            self.record_fire();
+        }
         let tracer = super::tracer();
         let delivered = self.delivered;
         let mut attributes = vec![
@@ -144,15 +167,15 @@ impl<'a> Attempt<'a> {
         if let Some(sink) = sink {
             attributes.push(KeyValue::new("tickd.sink", sink.to_owned()));
         }
+        if try_number > 1 {
+            attributes.push(KeyValue::new("tickd.try", i64::from(try_number)));
+        }
         let mut links = Vec::new();
         if delivered.attempt > 1 {
-            links.push(Link::with_context(SpanContext::new(
-                self.ids.trace(),
-                self.ids.delivery_span(1),
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::default(),
-            )));
+            links.push(Link::with_context(self.attempt_context(1)));
+        }
+        if try_number > 1 {
+            links.push(Link::with_context(self.attempt_context(delivered.attempt)));
         }
         let builder = tracer
             .span_builder(name)
@@ -160,11 +183,15 @@ impl<'a> Attempt<'a> {
             .with_attributes(attributes)
             .with_links(links);
         let parent = Context::new().with_remote_span_context(self.fire_context());
-        let span = with_ids(
-            self.ids.trace(),
-            self.ids.delivery_span(delivered.attempt),
-            || builder.start_with_context(&tracer, &parent),
-        );
+        let span = if try_number == 1 {
+            with_ids(
+                self.ids.trace(),
+                self.ids.delivery_span(delivered.attempt),
+                || builder.start_with_context(&tracer, &parent),
+            )
+        } else {
+            builder.start_with_context(&tracer, &parent)
+        };
         AttemptSpan { span }
     }
 }
@@ -195,10 +222,15 @@ impl AttemptSpan {
     }
 }
 
-/// A push's span, started as the push leaves; `None` when it makes none.
-pub(crate) fn push_started(delivered: &Delivered, sink: &str) -> Option<AttemptSpan> {
+/// A push's span, started as try `try_number` of its attempt leaves; `None` when it makes
+/// none.
+pub(crate) fn push_started(
+    delivered: &Delivered,
+    sink: &str,
+    try_number: u32,
+) -> Option<AttemptSpan> {
     Attempt::of(delivered)
-        .map(|attempt| attempt.start("tickd.push", SpanKind::Producer, Some(sink)))
+        .map(|attempt| attempt.start("tickd.push", SpanKind::Producer, Some(sink), try_number))
 }
 
 /// A Subscribe stream's delivery, as it is sent: its span ends at once, and its ack, when
@@ -207,7 +239,7 @@ pub(crate) fn delivery_sent(delivered: &Delivered) {
     let Some(attempt) = Attempt::of(delivered) else {
         return;
     };
-    let mut span = attempt.start("tickd.deliver", SpanKind::Producer, None);
+    let mut span = attempt.start("tickd.deliver", SpanKind::Producer, None, 1);
     let context = span.span.span_context().clone();
     span.span.end();
     let mut awaited = awaited_acks()

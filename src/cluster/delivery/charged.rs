@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::budget::MemoryBudget;
 use crate::domain::Delivered;
 
-/// What one delivery costs beyond its payload, key and namespace: the expiration, the
+/// What one delivery costs beyond its payload, key, namespace and trace context: the expiration, the
 /// delivery around it and their reference counts.
 const DELIVERY_OVERHEAD: usize = 256;
 
@@ -24,7 +24,11 @@ const DELIVERY_OVERHEAD: usize = 256;
 pub(super) fn delivery_bytes(delivered: &Delivered) -> u64 {
     let expiration = &delivered.expiration;
     let key = expiration.key.as_ref().map_or(0, String::len);
-    (expiration.payload.len() + key + expiration.namespace.len() + DELIVERY_OVERHEAD) as u64
+    let trace = expiration
+        .trace
+        .as_ref()
+        .map_or(0, |trace| trace.held_bytes());
+    (expiration.payload.len() + key + expiration.namespace.len() + DELIVERY_OVERHEAD) as u64 + trace
 }
 
 /// Puts `delivered` in a subscriber's stream, charged; handed back (nothing charged) if the

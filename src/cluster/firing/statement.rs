@@ -132,7 +132,8 @@ SELECT f.namespace, f.id, f.partition, f.next_deadline, f.version,
        r.seq, r.attempts, f.namespace, f.id, f.key,
        CASE WHEN r.claimed_by IS NOT NULL THEN f.payload END, f.deadline, $5::INT8,
        f.repeat_nanos, f.ttl_nanos, f.fired_count, f.late, f.cron, f.time_zone,
-       f.trace_context, r.claimed_by, (SELECT left_millis FROM lease)
+       CASE WHEN r.claimed_by IS NOT NULL THEN f.trace_context END, r.claimed_by,
+       (SELECT left_millis FROM lease)
 FROM fired f JOIN recorded r ON r.timer_id = f.id AND r.namespace = f.namespace
 UNION ALL
 SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,

@@ -220,7 +220,11 @@ impl TimerTable {
             }
             resume_at = position.checked_add(1);
             if let Some((_, _, record)) = timer {
-                bytes += record.key_and_payload.len();
+                bytes += record.key_and_payload.len()
+                    + self
+                        .traces
+                        .get(record.id)
+                        .map_or(0, |trace| trace.stored_bytes());
                 timers.push(timer_fields(
                     &self.namespaces,
                     &self.calendars,

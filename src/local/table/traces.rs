@@ -11,8 +11,42 @@ use super::by_id::ById;
 use super::timer_table::TimerTable;
 use crate::domain::TraceContext;
 
-/// The trace contexts of the pending timers that have one.
-pub(super) type Traces = ById<Arc<TraceContext>>;
+/// The trace contexts of the pending timers that have one, counted: while none has one
+/// (no client sends a context), every lookup of a registration, firing or snapshot is a
+/// comparison with zero rather than a probe of the map.
+#[derive(Default)]
+pub(super) struct Traces {
+    by_id: ById<Arc<TraceContext>>,
+    kept: usize,
+}
+
+impl Traces {
+    pub(super) fn get(&self, id: u64) -> Option<&Arc<TraceContext>> {
+        if self.kept == 0 {
+            return None;
+        }
+        self.by_id.get(id)
+    }
+
+    pub(super) fn insert(&mut self, id: u64, trace: Arc<TraceContext>) {
+        if self.remove(id).is_none() {
+            debug_assert!(self.by_id.get(id).is_none());
+        }
+        self.by_id.insert(id, trace);
+        self.kept += 1;
+    }
+
+    pub(super) fn remove(&mut self, id: u64) -> Option<Arc<TraceContext>> {
+        if self.kept == 0 {
+            return None;
+        }
+        let removed = self.by_id.remove(id);
+        if removed.is_some() {
+            self.kept -= 1;
+        }
+        removed
+    }
+}
 
 /// What a trace context, if any, costs the memory budget.
 pub(super) fn trace_held_bytes(trace: Option<&Arc<TraceContext>>) -> u64 {
