@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, Semaphore};
@@ -35,6 +35,27 @@ pub(crate) struct ClientArgs {
     /// Worker threads of the client's runtime (it shares the machine with the server).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// A W3C `traceparent` every registration is sent with (`rpc`, `e2e`), so a server with
+    /// `--otlp-endpoint` makes spans for each timer: the cost of export, measured. Its
+    /// flags `01` mean sampled, `00` carried but not sampled.
+    #[arg(long)]
+    pub traceparent: Option<String>,
+}
+
+/// `--traceparent`, set once when the benchmark starts; the registering calls read it.
+static TRACEPARENT: OnceLock<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
+    OnceLock::new();
+
+/// A registering call's request: `message` with the `--traceparent` header when one is
+/// given, so the traced and the untraced runs go through the same code.
+pub(crate) fn registration<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(traceparent) = TRACEPARENT.get() {
+        request
+            .metadata_mut()
+            .insert("traceparent", traceparent.clone());
+    }
+    request
 }
 
 impl ClientArgs {
@@ -44,6 +65,17 @@ impl ClientArgs {
     where
         F: Future<Output = Result<String, String>>,
     {
+        if let Some(traceparent) = &self.traceparent {
+            match traceparent.parse() {
+                Ok(value) => {
+                    let _ = TRACEPARENT.set(value);
+                }
+                Err(_) => {
+                    eprintln!("tickd-bench: --traceparent {traceparent:?} is not a header value");
+                    std::process::exit(2);
+                }
+            }
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(self.threads.max(1))
             .enable_all()

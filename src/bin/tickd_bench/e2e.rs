@@ -28,7 +28,9 @@ use tickd::proto::{
 use tokio::sync::{mpsc, watch, Semaphore};
 use tonic::transport::Channel;
 
-use crate::client::{duration, fresh_namespace, quantile, timestamp_nanos, wall_nanos, ClientArgs};
+use crate::client::{
+    duration, fresh_namespace, quantile, registration, timestamp_nanos, wall_nanos, ClientArgs,
+};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct E2eArgs {
@@ -121,9 +123,9 @@ async fn register_background(
         }
         let size = (count - issued).min(MAX_REGISTER_BATCH);
         let mut client = TimersClient::new(channel.clone());
-        let request = NewTimeoutsRequest {
+        let request = registration(NewTimeoutsRequest {
             timers: vec![spec.clone(); size as usize],
-        };
+        });
         calls.spawn(async move {
             let results = client
                 .new_timeouts(request)
@@ -219,9 +221,9 @@ pub(crate) fn run(args: E2eArgs) {
                 let count = (due - issued).min(MAX_REGISTER_BATCH);
                 let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
                 let mut client = TimersClient::new(channels[calls.len() % channels.len()].clone());
-                let request = NewTimeoutsRequest {
+                let request = registration(NewTimeoutsRequest {
                     timers: vec![spec.clone(); count as usize],
-                };
+                });
                 calls.push(tokio::spawn(async move {
                     let answer = client.new_timeouts(request).await;
                     drop(permit);

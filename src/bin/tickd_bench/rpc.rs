@@ -17,7 +17,7 @@ use tonic::Status;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::client::{closed_loop, duration, fresh_namespace, ms, Caller, ClientArgs};
+use crate::client::{closed_loop, duration, fresh_namespace, ms, registration, Caller, ClientArgs};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(crate) enum Mode {
@@ -65,16 +65,16 @@ impl Caller for RpcCaller {
     async fn call(&mut self) -> Result<u64, Status> {
         match self {
             RpcCaller::Unary { client, spec } => {
-                let request = NewTimeoutRequest {
+                let request = registration(NewTimeoutRequest {
                     timer: Some(spec.as_ref().clone()),
-                };
+                });
                 client.new_timeout(request).await?;
                 Ok(1)
             }
             RpcCaller::Batch { client, specs } => {
-                let request = NewTimeoutsRequest {
+                let request = registration(NewTimeoutsRequest {
                     timers: specs.clone(),
-                };
+                });
                 let response = client.new_timeouts(request).await?.into_inner();
                 let registered = response
                     .results
