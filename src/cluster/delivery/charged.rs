@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use crate::budget::MemoryBudget;
 use crate::domain::Delivered;
 
-/// What one delivery costs beyond its payload, key, namespace and trace context: the expiration, the
-/// delivery around it and their reference counts.
+/// What one delivery costs beyond its payload, key, namespace and trace context: the
+/// expiration, the delivery around it and their reference counts.
 const DELIVERY_OVERHEAD: usize = 256;
 
 /// The bytes a delivery holds, as charged to the memory budget.

@@ -29,9 +29,9 @@ impl Traces {
     }
 
     pub(super) fn insert(&mut self, id: u64, trace: Arc<TraceContext>) {
-        if self.remove(id).is_none() {
-            debug_assert!(self.by_id.get(id).is_none());
-        }
+        // A replacing registration's context takes the place of the one before.
+        self.remove(id);
+        debug_assert!(self.by_id.get(id).is_none(), "kept counts every context");
         self.by_id.insert(id, trace);
         self.kept += 1;
     }
