@@ -11,8 +11,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tickd::clock::{Clock, ManualClock};
 use tickd::cron::CalendarSchedule;
-use tickd::domain::Handoff;
 use tickd::domain::{Calendar, Due, Expiration, NewTimer, Target, TimerRef, TimerView};
+use tickd::domain::{FiredRound, Handoff};
 use tickd::local::table::command::{Command, Reschedule};
 use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
@@ -43,14 +43,13 @@ impl Manual {
             Metrics::new(),
         );
         let (sender, fired) = mpsc::channel();
-        let table = table.hand_off_to(Arc::new(move |batch: Vec<Handoff>| {
-            for handoff in batch {
+        let sink = move |rounds: Vec<FiredRound>| {
+            for handoff in rounds.into_iter().flat_map(|round| round.handoffs) {
                 if let Handoff::Fired(expiration) = handoff {
                     sender.send(expiration).unwrap();
                 }
             }
-        }));
-        let sink = table.worker_sink();
+        };
         let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).unwrap();
         let handle = worker.handle();
         Self {

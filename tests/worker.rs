@@ -1,14 +1,14 @@
 //! The worker thread driven by a manual clock: timers fire when (and only when) the clock
 //! reaches them, and stopping hands back the ones that had not fired.
 
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use tickd::clock::ManualClock;
-use tickd::domain::Handoff;
 use tickd::domain::{Due, Expiration, NewTimer, Target, TimerRef, TimerView};
+use tickd::domain::{FiredRound, Handoff};
 use tickd::local::table::command::Command;
-use tickd::local::table::{HandoffTarget, TableConfig, TimerTable};
+use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
 use tickd::worker::{Worker, WorkerConfig, WorkerHandle};
 use tokio::sync::oneshot;
@@ -52,19 +52,20 @@ fn sync(worker: &WorkerHandle<Command>) {
     assert!(answer.blocking_recv().unwrap().is_err());
 }
 
-/// A worker sink that passes on the expirations of each batch (namespaces forgotten are
+/// A worker sink that passes on the expirations of each wake-up (namespaces forgotten are
 /// not this file's concern).
-fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> HandoffTarget {
-    Arc::new(move |batch| {
-        let expirations = batch
+fn expirations_to(fired: mpsc::Sender<Vec<Expiration>>) -> impl FnMut(Vec<FiredRound>) + Send {
+    move |rounds| {
+        let expirations = rounds
             .into_iter()
+            .flat_map(|round| round.handoffs)
             .filter_map(|handoff| match handoff {
                 Handoff::Fired(expiration) => Some(expiration),
                 Handoff::Forgotten(_) => None,
             })
             .collect();
         fired.send(expirations).unwrap();
-    })
+    }
 }
 
 /// A worker over a 1 ms-tick table on `clock`, and the batches of expirations it fires.
@@ -79,8 +80,7 @@ fn start_worker(clock: &ManualClock) -> (Worker<TimerTable>, mpsc::Receiver<Vec<
         Metrics::new(),
     );
     let (fired, batches) = mpsc::channel();
-    let table = table.hand_off_to(expirations_to(fired));
-    let sink = table.worker_sink();
+    let sink = expirations_to(fired);
     let worker = Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).unwrap();
     (worker, batches)
 }

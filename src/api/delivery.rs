@@ -10,7 +10,7 @@ use super::auth::grant_of;
 use super::service::{connection_streams, BoxStream, TimersService};
 use super::streams::StreamKind;
 use crate::convert;
-use crate::domain::SubscribeOptions;
+use crate::domain::{zero_is_the_default, SubscribeOptions};
 use crate::proto;
 use crate::telemetry::{self, spans};
 
@@ -23,15 +23,14 @@ pub(super) async fn subscribe(
     let request = request.into_inner();
     let namespace = service.authorized_namespace(&grant, &request.namespace)?;
     let ack_timeout = match &request.ack_timeout {
-        Some(timeout) => Some(service.limits.duration("ack_timeout", timeout)?)
-            .filter(|timeout| !timeout.is_zero()),
+        Some(timeout) => zero_is_the_default(service.limits.duration("ack_timeout", timeout)?),
         None => None,
     };
     let options = SubscribeOptions {
         namespace,
         observer: request.mode == proto::subscribe_request::Mode::Observer as i32,
         ack_timeout,
-        max_unacked: (request.max_unacked > 0).then_some(request.max_unacked as usize),
+        max_unacked: zero_is_the_default(request.max_unacked as usize),
         auto_ack: request.auto_ack,
     };
     let kind = match options.observer {

@@ -5,6 +5,7 @@ mod sync_mode;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -26,6 +27,12 @@ pub enum LogFormat {
     Text,
     Json,
 }
+
+/// `--ack-timeout`'s default as the flag shows it, from the one place defaults are written
+/// ([`DeliveryConfig::DEFAULT`]).
+static ACK_TIMEOUT_DEFAULT: LazyLock<String> = LazyLock::new(|| {
+    humantime::format_duration(DeliveryConfig::DEFAULT.subscriber.ack_timeout).to_string()
+});
 
 /// Durations are written like `1500ms`, `30s` or `2h`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -145,30 +152,30 @@ pub struct Config {
     #[arg(long, env = "TICKD_WORKER_QUEUE", default_value_t = 16_384)]
     pub worker_queue: usize,
     /// Expirations buffered per namespace while no subscriber can take them.
-    #[arg(long, env = "TICKD_MAX_BUFFERED", default_value_t = 100_000)]
+    #[arg(long, env = "TICKD_MAX_BUFFERED", default_value_t = DeliveryConfig::DEFAULT.buffer_capacity)]
     pub max_buffered: usize,
     /// Dead expirations kept (and listed) per namespace.
-    #[arg(long, env = "TICKD_MAX_DEAD", default_value_t = 10_000)]
+    #[arg(long, env = "TICKD_MAX_DEAD", default_value_t = DeliveryConfig::DEFAULT.dead_capacity)]
     pub max_dead: usize,
     /// Expirations fired and not yet acknowledged (waiting for a subscriber or in flight),
     /// all namespaces together; beyond it newly fired expirations go to the dead list.
-    #[arg(long, env = "TICKD_MAX_BUFFERED_TOTAL", default_value_t = 1_000_000)]
+    #[arg(long, env = "TICKD_MAX_BUFFERED_TOTAL", default_value_t = DeliveryConfig::DEFAULT.buffered_total)]
     pub max_buffered_total: usize,
     /// Dead expirations kept, all namespaces together; beyond it the oldest are dropped.
-    #[arg(long, env = "TICKD_MAX_DEAD_TOTAL", default_value_t = 100_000)]
+    #[arg(long, env = "TICKD_MAX_DEAD_TOTAL", default_value_t = DeliveryConfig::DEFAULT.dead_total)]
     pub max_dead_total: usize,
     /// Namespaces holding pending timers, expirations or subscribers at once; a
     /// registration that would add one more fails with RESOURCE_EXHAUSTED (0: no limit).
     #[arg(long, env = "TICKD_MAX_NAMESPACES", default_value_t = 100_000)]
     pub max_namespaces: usize,
     /// Default time a subscriber has to acknowledge a delivery.
-    #[arg(long, env = "TICKD_ACK_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "TICKD_ACK_TIMEOUT", default_value = ACK_TIMEOUT_DEFAULT.as_str(), value_parser = parse_duration)]
     pub ack_timeout: Duration,
     /// Deliveries of one expiration before it is kept as dead.
-    #[arg(long, env = "TICKD_MAX_ATTEMPTS", default_value_t = 5)]
+    #[arg(long, env = "TICKD_MAX_ATTEMPTS", default_value_t = DeliveryConfig::DEFAULT.max_attempts)]
     pub max_attempts: u32,
     /// Default number of unacknowledged deliveries a subscriber holds.
-    #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = 1_000)]
+    #[arg(long, env = "TICKD_MAX_UNACKED", default_value_t = DeliveryConfig::DEFAULT.subscriber.max_unacked)]
     pub max_unacked: usize,
     /// A namespace's push sink, `NAMESPACE=URL` (repeatable; several separated by commas,
     /// a comma starting another only before `NAMESPACE=SCHEME://`): each of its
@@ -492,7 +499,7 @@ impl Config {
             subscriber: SubscriberDefaults {
                 ack_timeout: self.ack_timeout,
                 max_unacked: self.max_unacked,
-                ..SubscriberDefaults::default()
+                ..SubscriberDefaults::DEFAULT
             },
             max_attempts: self.max_attempts,
         }
@@ -509,4 +516,21 @@ pub enum Command {
         /// The data directory (what --data-dir names).
         dir: PathBuf,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Config;
+    use crate::domain::DeliveryConfig;
+
+    /// The flags take their defaults from the domain's: started with none, tickd delivers
+    /// by exactly the built-in bounds.
+    #[test]
+    fn the_flags_defaults_are_the_domains() {
+        let config = Config::try_parse_from(["tickd"]).expect("no flags parse");
+        assert_eq!(config.delivery(), DeliveryConfig::DEFAULT);
+        assert_eq!(config.ack_timeout.as_secs(), 30, "shown and parsed as 30s");
+    }
 }

@@ -47,6 +47,16 @@ pub enum Handoff {
     Forgotten(Arc<str>),
 }
 
+/// One round of the worker's hand-offs, in the order they happened, and the number of the
+/// log batch that records them (None: no log): delivery holds them until that batch is
+/// durable, so that every record before them (the timers' registrations too) is durable
+/// as well, and a batch the log fails to write is never delivered.
+#[derive(Debug)]
+pub struct FiredRound {
+    pub handoffs: Vec<Handoff>,
+    pub logged_in: Option<u64>,
+}
+
 /// One delivery of an expiration to one subscriber, as the stream carries it.
 #[derive(Debug, Clone)]
 pub struct Delivered {

@@ -22,16 +22,16 @@ mod trace_context;
 
 pub use answer::Answer;
 pub use backend::{Backend, Expirations, GiveBack, Health, Hold, Stopping, Timers};
-pub use delivery_config::DeliveryConfig;
+pub use delivery_config::{DeadReason, DeliveryConfig};
 pub(crate) use error::with_causes;
 pub use error::TimerError;
 pub use expiration::{
-    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, Handoff, RedriveOutcome,
-    MAX_REDRIVE,
+    AckOutcome, Dead, DeadList, Delivered, DeliveryStream, Expiration, FiredRound, Handoff,
+    RedriveOutcome, MAX_REDRIVE,
 };
 pub use page::{PageToken, PendingPage, PendingQuery, ALL_NAMESPACES};
 pub(crate) use sink_store::too_many_sinks;
 pub use sink_store::{SinkStore, StoredSinks, MAX_SINKS};
-pub use subscriber::{SubscribeOptions, SubscriberDefaults, SubscriberRules};
+pub use subscriber::{zero_is_the_default, SubscribeOptions, SubscriberDefaults, SubscriberRules};
 pub use timer::{Calendar, Due, NewTimer, Registered, Target, TimerId, TimerRef, TimerView};
 pub use trace_context::{TraceContext, MAX_BAGGAGE_BYTES, MAX_TRACESTATE_BYTES};

@@ -25,14 +25,27 @@ pub struct SubscriberDefaults {
     pub max_unacked_limit: usize,
 }
 
+impl SubscriberDefaults {
+    /// The built-in defaults: what `Default` gives, and what `--ack-timeout` and
+    /// `--max-unacked` default to (the flags read these), written nowhere else.
+    pub const DEFAULT: Self = Self {
+        ack_timeout: Duration::from_secs(30),
+        max_unacked: 1_000,
+        max_unacked_limit: 100_000,
+    };
+}
+
 impl Default for SubscriberDefaults {
     fn default() -> Self {
-        Self {
-            ack_timeout: Duration::from_secs(30),
-            max_unacked: 1_000,
-            max_unacked_limit: 100_000,
-        }
+        Self::DEFAULT
     }
+}
+
+/// What a caller's zero asks for: the server's default. The API's numbers cannot say
+/// "unset" (proto3 scalars are 0 when absent), so 0 (or a zero duration) leaves the
+/// choice to the server, for every field that has a default; decided here only.
+pub fn zero_is_the_default<T: Default + PartialEq>(asked: T) -> Option<T> {
+    (asked != T::default()).then_some(asked)
 }
 
 /// A subscriber's rules as decided: each backend applies these and decides nothing of

@@ -2,8 +2,10 @@
 //!
 //! A timer is born in [`timers`] (the API's call becomes a command to the worker thread),
 //! waits in [`table`] (the worker thread's wheel and indexes), is written by [`store`]
-//! before it is answered, fires in the table, whose firing records carry the hand-off to
-//! [`delivery`] in the same batch, and is delivered, acknowledged or delivered again there.
+//! before it is answered (the table's replies wait for the store's durable mark), fires in
+//! the table, whose round goes to [`delivery`] with the number of the log batch that
+//! records it, and is delivered there once that batch is durable, then acknowledged or
+//! delivered again.
 //! [`recovery`] rebuilds the table and the expirations still unsettled from the data
 //! directory at start.
 //!
@@ -43,6 +45,8 @@ pub struct LocalBackend {
     worker: Worker<TimerTable>,
     delivery: DeliveryHandle,
     store: Option<(Store, StoreHandle)>,
+    /// The task that answers the table's calls as the log makes them durable.
+    replies: Option<tokio::task::JoinHandle<()>>,
     /// The sinks set through the API: `sinks.json` in the data directory, or memory only
     /// with `--sync none`.
     sinks: Arc<LocalSinks>,
@@ -62,6 +66,7 @@ impl LocalBackend {
         let Recovered {
             table,
             store,
+            replies,
             unsettled,
         } = tokio::task::block_in_place(|| recovery::recover(config, clock, metrics, memory))?;
         let sinks = if config.sync == SyncMode::None {
@@ -86,14 +91,17 @@ impl LocalBackend {
                 Arc::new(clock),
             ),
         );
-        let table = table.hand_off_to(delivery.handoff());
-        let sink = table.worker_sink();
+        let replies = replies.map(|releaser| tokio::spawn(releaser.run()));
+        // What the worker fires goes to delivery, each round with its log batch.
+        let to_delivery = delivery.clone();
+        let sink = move |rounds| to_delivery.fired(rounds);
         let worker = Worker::spawn(table, clock, config.worker(metrics), sink)
             .map_err(LocalError::Worker)?;
         Ok(Self {
             worker,
             delivery,
             store,
+            replies,
             sinks: Arc::new(sinks),
         })
     }
@@ -139,6 +147,7 @@ impl Backend for LocalBackend {
             worker,
             delivery,
             store,
+            replies,
             sinks: _,
         } = *self;
         Box::pin(async move {
@@ -153,6 +162,10 @@ impl Backend for LocalBackend {
                 let failed = handle.failure_flag();
                 drop(handle);
                 tokio::task::block_in_place(|| store.join());
+                // The store's last marks answer what waited for its last commit.
+                if let Some(replies) = replies {
+                    let _ = replies.await;
+                }
                 if failed.load(Ordering::Acquire) {
                     return Err("the log failed to write while stopping");
                 }

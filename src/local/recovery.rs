@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::error::LocalError;
 use super::store::{repair, Store, StoreHandle, SyncMode};
+use super::table::durable_replies::ReplyReleaser;
 use super::table::journal::Journal;
 use super::table::{TableConfig, TimerTable};
 use crate::budget::container::MemoryLimit;
@@ -25,6 +26,8 @@ pub(super) struct Recovered {
     /// The timers pending, journaling to `store` (unless `--sync none`).
     pub(super) table: TimerTable,
     pub(super) store: Option<(Store, StoreHandle)>,
+    /// Where the table's replies wait for the log, to be run as a task beside the worker.
+    pub(super) replies: Option<ReplyReleaser>,
     /// Fired before the restart and never settled, each with the deliveries it had.
     pub(super) unsettled: Vec<(Expiration, u32)>,
 }
@@ -42,6 +45,7 @@ pub(super) fn recover(
         return Ok(Recovered {
             table,
             store: None,
+            replies: None,
             unsettled: Vec::new(),
         });
     }
@@ -80,11 +84,12 @@ pub(super) fn recover(
             limit.what,
         )));
     }
-    table.attach_journal(Journal::new(
+    let (journal, replies) = Journal::new(
         handle.clone(),
         config.snapshot_after_bytes,
         store.recovered_snapshot_bytes(),
-    ));
+    );
+    table.attach_journal(journal);
     // Fired before the restart and never settled: they are held again until settled, with
     // the deliveries they had.
     let unsettled = table.held_again(unsettled, memory);
@@ -104,6 +109,7 @@ pub(super) fn recover(
     Ok(Recovered {
         table,
         store: Some((store, handle)),
+        replies: Some(replies),
         unsettled,
     })
 }

@@ -28,6 +28,7 @@ use crate::local::delivery::{DeliveryHandle, SteppedDelivery, Subscription};
 use crate::local::store::stepped::SteppedStore;
 use crate::local::store::{StoreError, SyncMode};
 use crate::local::table::command::Command;
+use crate::local::table::durable_replies::ReplyReleaser;
 use crate::local::table::journal::Journal;
 use crate::local::table::{TableConfig, TimerTable};
 use crate::metrics::Metrics;
@@ -55,6 +56,8 @@ pub(crate) struct Node {
     store: SteppedStore,
     delivery: DeliveryHandle,
     delivery_task: SteppedDelivery,
+    /// The table's replies waiting for the log, released as a task would.
+    replies: ReplyReleaser,
     /// Commands sent and not yet applied: the worker's queue.
     queued: Vec<Command>,
 }
@@ -85,11 +88,12 @@ impl Node {
         )?;
         // Snapshots start only when the harness asks (`Node::ask_for_snapshot`): a
         // threshold no run's log reaches.
-        table.attach_journal(Journal::new(
+        let (journal, replies) = Journal::new(
             store.handle().clone(),
             SNAPSHOT_AFTER_BYTES,
             store.recovered_snapshot_bytes(),
-        ));
+        );
+        table.attach_journal(journal);
         let recovered = table.held_again(unsettled, &MemoryBudget::unlimited());
         let (delivery, delivery_task) = DeliveryHandle::stepped(
             config.delivery,
@@ -98,13 +102,13 @@ impl Node {
             recovered,
             (metrics, table.live_namespaces(), shared_clock),
         );
-        let table = table.hand_off_to(delivery.handoff());
         let mut node = Node {
             clock: clock.clone(),
             table,
             store,
             delivery,
             delivery_task,
+            replies,
             queued: Vec::new(),
         };
         node.settle();
@@ -175,11 +179,10 @@ impl Node {
             .next_expiration()
             .is_some_and(|due| due <= now.monotonic)
         {
-            // With its log the table hands its firings to delivery in the batch that logs
-            // them, so none come back here.
-            let mut handed_to_worker = Vec::new();
-            self.table.fire_due(now, &mut handed_to_worker);
-            debug_assert!(handed_to_worker.is_empty(), "a simulated node has a log");
+            // As the worker's sink does, once it has let go of its lock.
+            let mut fired = Vec::new();
+            self.table.fire_due(now, &mut fired);
+            self.delivery.fired(fired);
         }
         for command in self.queued.drain(..) {
             self.table.apply(command, now);
@@ -188,7 +191,8 @@ impl Node {
         self.settle();
     }
 
-    /// Lets the store and the delivery task hand work to each other until both are idle.
+    /// Lets the store and the delivery task hand work to each other until both are idle,
+    /// the table's replies released as the store's marks move.
     fn settle(&mut self) {
         loop {
             // Delivery first: its ack deadlines may dispatch, and what it appends (attempts,
@@ -196,6 +200,7 @@ impl Node {
             // would at once.
             let handled = self.delivery_task.step();
             let stored = self.store.step();
+            self.replies.step();
             if handled == 0 && !stored {
                 break;
             }
@@ -245,11 +250,15 @@ impl Node {
             store,
             table,
             delivery,
-            delivery_task,
+            mut delivery_task,
+            mut replies,
             ..
         } = self;
-        drop((table, delivery, delivery_task));
+        drop((table, delivery));
         store.finish();
+        // The last commit's marks answer what waited for it.
+        delivery_task.step();
+        replies.step();
     }
 }
 

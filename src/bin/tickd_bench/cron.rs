@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use tickd::clock::ManualClock;
 use tickd::cron::CalendarSchedule;
-use tickd::domain::Handoff;
 use tickd::domain::{Calendar, Due, NewTimer, Target, TimerRef};
+use tickd::domain::{FiredRound, Handoff};
 use tickd::local::table::command::Command;
 use tickd::local::table::{TableConfig, TimerTable};
 use tickd::metrics::Metrics;
@@ -116,16 +116,16 @@ fn measure(variant: Variant, count: usize, calendars: &[Calendar]) -> Rates {
     );
     let (all_fired, wait_fired) = mpsc::channel();
     let fired = AtomicUsize::new(0);
-    let table = table.hand_off_to(Arc::new(move |batch: Vec<Handoff>| {
-        let in_batch = batch
+    let sink = move |rounds: Vec<FiredRound>| {
+        let in_batch = rounds
             .iter()
+            .flat_map(|round| &round.handoffs)
             .filter(|handoff| matches!(handoff, Handoff::Fired(_)))
             .count();
         if fired.fetch_add(in_batch, Ordering::Relaxed) + in_batch == count {
             let _ = all_fired.send(());
         }
-    }));
-    let sink = table.worker_sink();
+    };
     let worker =
         Worker::spawn(table, clock.clone(), WorkerConfig::default(), sink).expect("spawn worker");
     let commands = worker.handle();

@@ -11,7 +11,7 @@ use super::cluster_deliveries::ClusterDeliveries;
 use super::rows::{delivery_id, expiration_of, split_delivery_id, EXPIRATION_COLUMNS};
 use crate::cluster::error::ClusterError;
 use crate::cluster::notifications::FIRED_CHANNEL;
-use crate::domain::{Dead, DeadList, RedriveOutcome, TimerError, MAX_REDRIVE};
+use crate::domain::{Dead, DeadList, DeadReason, RedriveOutcome, TimerError, MAX_REDRIVE};
 
 /// A dead expiration: out of attempts (`$1`: `--max-attempts`) or marked dead, never
 /// acknowledged, and not under a live claim (its last attempt's ack deadline has passed).
@@ -25,7 +25,9 @@ use crate::domain::{Dead, DeadList, RedriveOutcome, TimerError, MAX_REDRIVE};
 pub(super) const DEAD: &str = concat!(
     "((dead AND acked_at IS NULL AND ",
     claim_lapsed!(),
-    ") OR (acked_at IS NULL AND NOT dead AND attempts >= $1 AND ",
+    ") OR (acked_at IS NULL AND NOT dead AND ",
+    attempts_spent!("$1"),
+    " AND ",
     claim_lapsed!(),
     "))"
 );
@@ -37,9 +39,13 @@ pub(super) const DEAD: &str = concat!(
 /// the rows delivery walks hold the newly dead only until its next period.
 pub(super) const MARK_DEAD: &str = concat!(
     "UPDATE tickd_expirations SET dead = NOT dead
-     WHERE (acked_at IS NULL AND NOT dead AND attempts >= $1 AND ",
+     WHERE (acked_at IS NULL AND NOT dead AND ",
+    attempts_spent!("$1"),
+    " AND ",
     claim_lapsed!(),
-    ") OR (dead AND attempts < $1)"
+    ") OR (dead AND ",
+    attempts_left!("$1"),
+    ")"
 );
 
 /// The attempts of an expiration recorded dead as it fired, for want of room under
@@ -47,16 +53,20 @@ pub(super) const MARK_DEAD: &str = concat!(
 /// can carry, so it is dead whatever that is, and never claimed.
 pub(crate) const OVERFLOWED_ATTEMPTS: i32 = u16::MAX as i32;
 
-/// Expirations fired and neither acknowledged nor dead (`max_attempts`: the parameter
-/// holding `--max-attempts`): waiting for a subscriber or in flight to one, what
+/// Expirations fired and neither acknowledged nor dead (`$max`: the parameter holding
+/// `--max-attempts`): waiting for a subscriber or in flight to one, what
 /// `--max-buffered-total` bounds. Shared by Redrive and the firing statement, which both
 /// count them; `NOT dead` lets the count walk `tickd_expirations_live` (see [`DEAD`]).
-pub(crate) fn buffered(max_attempts: &str) -> String {
-    format!(
-        "acked_at IS NULL AND NOT dead \
-         AND (attempts < {max_attempts} OR claim_until >= clock_timestamp())"
-    )
+macro_rules! buffered {
+    ($max:literal) => {
+        concat!(
+            "acked_at IS NULL AND NOT dead AND (",
+            $crate::cluster::delivery::attempts_left!($max),
+            " OR claim_until >= clock_timestamp())"
+        )
+    };
 }
+pub(crate) use buffered;
 
 /// Sends the dead expirations of namespace `$2` back to delivery, those named by `$3`
 /// (seqs) with `$4` (the attempt their delivery id names), or all of them when `$3` is
@@ -69,7 +79,7 @@ pub(crate) fn buffered(max_attempts: &str) -> String {
 /// the database). Observers, which follow seqs, see a redriven expiration again.
 /// Returns the delivery ids' parts of those redriven.
 fn redrive_statement() -> String {
-    let buffered = buffered("$1");
+    let buffered = buffered!("$1");
     format!(
         "WITH buffered AS (
             SELECT count(*) AS held FROM (
@@ -134,17 +144,16 @@ impl ClusterDeliveries {
                 .iter()
                 .map(|row| {
                     let attempts = row.get::<_, i32>(1);
-                    let overflowed = attempts == OVERFLOWED_ATTEMPTS;
+                    // Recorded dead as it fired, or out of attempts: the only two here.
+                    let reason = match attempts == OVERFLOWED_ATTEMPTS {
+                        true => DeadReason::BufferFull,
+                        false => DeadReason::AttemptsSpent,
+                    };
                     Dead {
                         id: delivery_id(row.get(0), attempts),
                         expiration: Arc::new(expiration_of(row)),
-                        // As on one node: never delivered.
-                        attempts: if overflowed { 0 } else { attempts as u32 },
-                        reason: if overflowed {
-                            "delivery buffer full"
-                        } else {
-                            "max delivery attempts reached without an ack"
-                        },
+                        attempts: reason.attempts_shown(attempts as u32),
+                        reason: reason.describe(),
                     }
                 })
                 .collect(),

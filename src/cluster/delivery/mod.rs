@@ -42,6 +42,26 @@ macro_rules! claim_lapsed {
     };
 }
 
+/// The SQL form of [`crate::domain::DeliveryConfig::has_attempts_left`], over a row's
+/// `attempts`, with `$max` the parameter holding `--max-attempts`: the one rule for "out of
+/// attempts" that every statement here applies (`attempts_spent!` is its negation), so
+/// that replicas and one node decide alike (`tests/dead_verdict.rs`). A macro, as
+/// [`claim_lapsed`] is.
+macro_rules! attempts_left {
+    ($max:literal) => {
+        concat!("attempts < ", $max)
+    };
+}
+
+pub(crate) use attempts_left;
+
+/// Not [`attempts_left`]: delivered `--max-attempts` times (`$max`) or more.
+macro_rules! attempts_spent {
+    ($max:literal) => {
+        concat!("NOT (", attempts_left!($max), ")")
+    };
+}
+
 mod acks;
 mod charged;
 mod cluster_deliveries;

@@ -25,7 +25,9 @@ use crate::domain::{Delivered, DeliveryStream, SubscribeOptions, SubscriberRules
 /// more than take subscriber `$4` to `$6` unacknowledged claims.
 pub(super) const CLAIMABLE: &str = concat!(
     "SELECT seq FROM tickd_expirations
-     WHERE namespace = $1 AND attempts < $2 AND acked_at IS NULL AND NOT dead AND ",
+     WHERE namespace = $1 AND ",
+    attempts_left!("$2"),
+    " AND acked_at IS NULL AND NOT dead AND ",
     claim_lapsed!(),
     "
      ORDER BY seq

@@ -140,7 +140,7 @@ SELECT namespace, id, partition, deadline, version, NULL, cron, time_zone, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL
 FROM unscheduled",
-        buffered = delivery::buffered("$13")
+        buffered = delivery::buffered!("$13")
     )
 });
 

@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock::Clock;
 use crate::domain::{
     AckOutcome, Answer, DeadList, Delivered, DeliveryConfig, DeliveryStream, Expiration,
-    Expirations, GiveBack, Handoff, Hold, RedriveOutcome, SubscribeOptions, TimerError,
+    Expirations, FiredRound, GiveBack, Hold, RedriveOutcome, SubscribeOptions, TimerError,
 };
 use crate::local::live_namespaces::LiveNamespaces;
 use crate::local::store::StoreHandle;
@@ -118,16 +118,10 @@ impl DeliveryHandle {
         (handle, SteppedDelivery { delivery, requests })
     }
 
-    /// Hands one fired batch to the delivery task.
-    pub(crate) fn fired(&self, batch: Vec<Handoff>) {
-        // After shutdown nobody is left to deliver to; the batch is dropped with the task.
-        let _ = self.sender.send(Request::Fired(batch));
-    }
-
-    /// Where the timer table hands what it fires ([`crate::local::table::HandoffTarget`]).
-    pub(crate) fn handoff(&self) -> crate::local::table::HandoffTarget {
-        let delivery = self.clone();
-        Arc::new(move |batch| delivery.fired(batch))
+    /// Hands the worker's fired rounds to the delivery task.
+    pub(crate) fn fired(&self, rounds: Vec<FiredRound>) {
+        // After shutdown nobody is left to deliver to; the rounds are dropped with the task.
+        let _ = self.sender.send(Request::Fired(rounds));
     }
 
     /// False once the delivery task has ended (after `close`, or by a panic).
@@ -211,14 +205,16 @@ pub(crate) struct SteppedDelivery {
 
 #[cfg(any(test, feature = "sim"))]
 impl SteppedDelivery {
-    /// Handles every request queued, then the ack deadlines passed: what one wake-up of
-    /// the task does. Returns how many requests it handled.
+    /// Releases what the store's marks have passed, handles every request queued, then
+    /// the ack deadlines passed: what one wake-up of the task does. Returns how many
+    /// requests it handled and things it released.
     pub(crate) fn step(&mut self) -> usize {
-        let mut handled = 0;
+        let mut handled = self.delivery.release_passed();
         while let Ok(request) = self.requests.try_recv() {
             self.delivery.handle(request);
             handled += 1;
         }
+        handled += self.delivery.release_passed();
         self.delivery.expire_ack_deadlines();
         handled
     }

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::{
-    AckOutcome, DeadList, Delivered, Handoff, RedriveOutcome, SubscribeOptions, SubscriberRules,
+    AckOutcome, DeadList, Delivered, FiredRound, RedriveOutcome, SubscribeOptions, SubscriberRules,
 };
 
 /// A message to the delivery task, handled in the order sent.
 pub(super) enum Request {
-    Fired(Vec<Handoff>),
+    Fired(Vec<FiredRound>),
     Subscribe {
         options: SubscribeOptions,
         rules: SubscriberRules,

@@ -6,9 +6,11 @@
 //! expirations come in through [`intake`], and those that cannot be delivered are kept in
 //! [`dead`] (and sent back by [`redrive`]). [`subscribers`] come and go, [`dispatch`] hands
 //! them what waits, and [`acks`] settle it or, past their deadline, take it back; what
-//! must outlive a restart is written by [`journal`].
+//! must outlive a restart is written by [`journal`], and what waits for the log to pass it
+//! is held in [`awaiting`], released here as the store's marks move.
 
 mod acks;
+mod awaiting;
 mod dead;
 mod dispatch;
 mod intake;
@@ -30,6 +32,8 @@ const REQUEST_BATCH: usize = 256;
 impl Delivery {
     pub(super) async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Request>) {
         let mut batch = Vec::with_capacity(REQUEST_BATCH);
+        // Cleared once the store thread has ended: its last marks are final.
+        let mut marks = self.marks.clone();
         loop {
             let next_deadline = self
                 .ack_deadlines
@@ -38,15 +42,29 @@ impl Delivery {
             tokio::select! {
                 received = requests.recv_many(&mut batch, REQUEST_BATCH) => {
                     if received == 0 {
-                        return;
+                        break;
                     }
                     for request in batch.drain(..) {
                         self.handle(request);
                     }
                 }
+                // Woken by the marks only while something waits for them.
+                moved = marks_changed(&mut marks), if self.awaits_the_log() => {
+                    if moved.is_err() {
+                        marks = None;
+                    }
+                }
                 _ = sleep_until(next_deadline) => {}
             }
+            self.release_passed();
             self.expire_ack_deadlines();
+        }
+        // Every handle is gone: what waits for the store's last commit is still answered.
+        while let Some(moving) = marks.as_mut().filter(|_| self.awaits_the_log()) {
+            if moving.changed().await.is_err() {
+                marks = None;
+            }
+            self.release_passed();
         }
     }
 
@@ -58,9 +76,9 @@ impl Delivery {
 
     pub(super) fn handle(&mut self, request: Request) {
         match request {
-            Request::Fired(batch) => {
+            Request::Fired(rounds) => {
                 crate::faults::panic_if_injected("delivery");
-                self.handoff(batch)
+                self.fired(rounds)
             }
             Request::Subscribe {
                 options,
@@ -126,6 +144,16 @@ impl Delivery {
                 let _ = done.send(());
             }
         }
+    }
+}
+
+/// The store's marks moving (Err: the store thread ended); never, without a store.
+async fn marks_changed(
+    marks: &mut Option<crate::local::store::watermark::Marks>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match marks {
+        Some(marks) => marks.changed().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -351,6 +351,10 @@ fn deliveries_waiting_for_their_attempts_hold_their_place_in_the_stream() {
     let queue = &delivery.namespaces["orders"];
     assert_eq!(queue.in_flight.len(), 1, "the one place left");
     assert_eq!(queue.waiting.len(), 4);
+    // As the task does when the store's written mark moves.
+    let log = delivery.store.clone().expect("a store");
+    crate::local::store::watermark::block_until_passed(&log, |marks| marks.written);
+    delivery.release_passed();
     let received: Vec<(u64, u32)> = (0..3)
         .map(|_| {
             let delivered = stream.blocking_recv().expect("sent once written");
@@ -378,7 +382,7 @@ fn deliveries_waiting_for_their_attempts_hold_their_place_in_the_stream() {
     assert!(delivery.namespaces["orders"]
         .in_flight
         .contains_key(&unsent));
-    drop(delivery);
+    drop((delivery, log));
     store.join();
 }
 

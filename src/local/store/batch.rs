@@ -1,5 +1,5 @@
-//! A batch of records appended together (group commit), with what to run once they are
-//! durable: the unit the worker's journal hands the store thread. Fired and attempted
+//! A batch of records appended together (group commit): the unit the worker's journal and
+//! the delivery task hand the store thread. Fired and attempted
 //! records keep a copy of their frame, which the store writes again into snapshots until
 //! the expiration is settled.
 
@@ -9,10 +9,7 @@ use super::frame;
 use super::records::{record::Kind, Record};
 use crate::budget::{MemoryBudget, MemoryReservation};
 
-/// Work to run once an append is durable (typically: send the RPC's reply).
-pub(crate) type OnDurable = Box<dyn FnOnce() + Send>;
-
-/// Records to append together, and what to run once they are durable.
+/// Records to append together.
 #[derive(Default)]
 pub struct Batch {
     pub(super) frames: Vec<u8>,
@@ -23,11 +20,9 @@ pub struct Batch {
     pub(super) attempted: Vec<((u64, u64), Vec<u8>)>,
     /// A boot recorded in this batch: its frame, which every later snapshot carries.
     pub(super) boot: Option<Vec<u8>>,
-    /// Run once the frames are written to the OS, before any fsync: what must not leave
-    /// tickd before its record would survive a crash of the process (see
-    /// [`Batch::on_written`]).
-    pub(super) on_written: Vec<OnDurable>,
-    pub(super) on_durable: Vec<OnDurable>,
+    /// Deliveries leave as soon as this batch is written, before any fsync (see
+    /// [`Batch::leaves_once_written`]).
+    pub(super) leaves_once_written: bool,
     /// The memory budget's hold on these frames (see [`Batch::hold`]), given back once they
     /// are written.
     pub(super) held: Vec<MemoryReservation>,
@@ -98,16 +93,15 @@ impl Batch {
         self.fired.push((key, frame));
     }
 
-    pub(crate) fn on_durable(&mut self, callback: OnDurable) {
-        self.on_durable.push(callback);
-    }
-
-    /// Runs `callback` once the batch's frames are written to the OS, without waiting for
-    /// the fsync `--sync always` makes after: a crash of the process then keeps them (the
-    /// kernel has them), a crash of the machine may not. For records that only count
-    /// (attempts), where waiting for the disk would delay every delivery.
-    pub(crate) fn on_written(&mut self, callback: OnDurable) {
-        self.on_written.push(callback);
+    /// Says that deliveries leave once this batch's frames are written to the OS, without
+    /// waiting for the fsync `--sync always` makes after (the written mark, see
+    /// [`super::watermark::Watermark::written`]): a crash of the process then keeps their
+    /// attempts (the kernel has them), a crash of the machine may not. For records that
+    /// only count, where waiting for the disk would delay every delivery. Should the fsync
+    /// after fail, the store keeps these attempts when it cuts the log back (see
+    /// `Writer::stop_on_error`).
+    pub(crate) fn leaves_once_written(&mut self) {
+        self.leaves_once_written = true;
     }
 
     /// Charges the frames to the memory budget until they are written: the log's buffers in
@@ -121,14 +115,14 @@ impl Batch {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty() && self.on_durable.is_empty() && self.on_written.is_empty()
+        self.frames.is_empty()
     }
 
     pub(crate) fn encoded_bytes(&self) -> usize {
         self.frames.len()
     }
 
-    /// The encoded frames alone (snapshot chunks carry no callbacks).
+    /// The encoded frames alone (for a snapshot chunk).
     pub(crate) fn into_frames(self) -> Vec<u8> {
         self.frames
     }

@@ -304,13 +304,7 @@ mod tests {
 
     /// Waits until everything appended before is durable.
     fn durable(handle: &StoreHandle) {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let mut batch = Batch::default();
-        batch.on_durable(Box::new(move || {
-            let _ = sender.send(());
-        }));
-        handle.append(batch);
-        receiver.recv().expect("the store answers");
+        crate::local::store::watermark::block_until_passed(handle, |marks| marks.durable);
     }
 
     /// The store's count, as the gauge shows it, against the files themselves: after

@@ -1,19 +1,22 @@
 //! The way to the store thread: [`StoreHandle`], cheap to clone, sends it [`Request`]s over
 //! a channel, so that nobody but that thread touches the files. A handle also reads what
-//! the thread shares back: whether the log failed, whether a snapshot is under way, the
-//! disk budget, and the frame buffers it has written out.
+//! the thread shares back: how far the log is written and durable ([`super::watermark`]),
+//! whether it failed, whether a snapshot is under way, the disk budget, and the frame
+//! buffers it has written out.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::batch::Batch;
 use super::disk_budget::DiskBudget;
 use super::frame_buffers::FrameBuffers;
+use super::watermark::Marks;
 
 /// What the store thread is sent, handled in order.
 pub(crate) enum Request {
-    Append(Batch),
+    /// A batch, with the number it was given (see [`StoreHandle::append`]).
+    Append(u64, Batch),
     /// Starts a new segment; what follows until `EndSnapshot` is the snapshot's content.
     BeginSnapshot,
     SnapshotChunk(QueuedChunk),
@@ -38,6 +41,11 @@ impl Drop for QueuedChunk {
 #[derive(Clone)]
 pub struct StoreHandle {
     pub(super) sender: Sender<Request>,
+    /// The number of the last batch appended, by any handle: batches are numbered in the
+    /// order the store thread receives them, so the number and the send share one lock.
+    pub(super) appended: Arc<Mutex<u64>>,
+    /// The marks the store thread publishes.
+    pub(super) marks: Marks,
     pub(super) failed: Arc<AtomicBool>,
     /// Bytes of snapshot chunks sent and not yet written.
     pub(super) snapshot_backlog: Arc<AtomicUsize>,
@@ -59,12 +67,27 @@ impl StoreHandle {
         self.failed.clone()
     }
 
-    /// Appends a batch; its callbacks run once it is on disk (per the sync mode). If the
-    /// store has stopped, nothing runs: the callers' reply channels close, which they report
-    /// as unavailable.
-    pub fn append(&self, batch: Batch) {
+    /// Appends a batch and returns its number: what waits for it is released once the
+    /// store's marks ([`Self::marks`]) pass that number. If the store has stopped they never
+    /// do, and the marks say it failed.
+    pub fn append(&self, batch: Batch) -> u64 {
         self.budget.queued(batch.frames.len() as u64);
-        let _ = self.sender.send(Request::Append(batch));
+        let mut appended = self.appended.lock().unwrap_or_else(PoisonError::into_inner);
+        *appended += 1;
+        let _ = self.sender.send(Request::Append(*appended, batch));
+        *appended
+    }
+
+    /// The number of the last batch appended by anyone: what must wait for everything
+    /// appended so far (an answer that changed nothing must not overtake the records of
+    /// earlier calls) waits for this one.
+    pub(crate) fn last_appended(&self) -> u64 {
+        *self.appended.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The store thread's marks: how far the log is written, durable, and whether it failed.
+    pub(crate) fn marks(&self) -> Marks {
+        self.marks.clone()
     }
 
     /// An empty buffer for a batch's frames: one the store has written out, if it has one

@@ -10,7 +10,9 @@
 //!
 //! One thread ("tickd-store") owns the files. Appends queue up while it is writing or
 //! syncing and are then written and synced together (group commit), so concurrent callers
-//! share one fsync. Each append carries the replies to send once it is durable.
+//! share one fsync. Each append gets a number, and after each group commit the thread
+//! publishes the numbers written and durable ([`watermark`]): whoever waits on the log
+//! keeps its own queue of what waits, released as the marks pass.
 //!
 //! Snapshots are fuzzy: the worker streams the live timers in chunks while it keeps
 //! serving, and every mutation meanwhile goes to the new segment. Replay is idempotent per
@@ -42,6 +44,7 @@ mod snapshot_writer;
 pub(crate) mod stepped;
 mod sync_mode;
 mod timer_fields;
+pub(crate) mod watermark;
 mod writer;
 
 /// The generated record types of `proto/tickd/store/v1/records.proto`.
@@ -52,7 +55,6 @@ pub mod records {
 
 pub use crate::config::SyncMode;
 pub use batch::Batch;
-pub(crate) use batch::OnDurable;
 pub use error::StoreError;
 pub use handle::StoreHandle;
 pub use open::{RecoveredFiring, Store};

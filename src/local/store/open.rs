@@ -12,6 +12,7 @@ use super::disk_budget::DiskBudget;
 use super::error::{io_error, StoreError};
 use super::handle::{Request, StoreHandle};
 use super::records::{self, Record};
+use super::watermark::MarksPublisher;
 use super::writer::{self, Writer};
 use super::{frame, recovery};
 use crate::clock::{Clock, SystemClock};
@@ -60,7 +61,7 @@ impl Store {
             boot,
         } = opened;
         let thread = std::thread::Builder::new()
-            .name("tickd-store".into())
+            .name(writer::STORE_THREAD.into())
             .spawn(move || writer.run(requests))
             .map_err(io_error(dir))?;
         let store = Store {
@@ -135,6 +136,7 @@ impl Opened {
             &mut boot_frame,
         );
         let failed = Arc::new(AtomicBool::new(false));
+        let (marks_publisher, marks) = MarksPublisher::new();
         let writer = Writer::start(
             writer::Parts {
                 disk,
@@ -144,6 +146,7 @@ impl Opened {
                 metrics,
                 failed_flag: failed.clone(),
                 budget: budget.clone(),
+                marks: marks_publisher,
             },
             next_segment,
             frames,
@@ -152,6 +155,8 @@ impl Opened {
         let (sender, requests) = mpsc::channel();
         let handle = StoreHandle {
             sender,
+            appended: Arc::default(),
+            marks,
             failed,
             snapshot_backlog: Arc::default(),
             compacting: writer.compacting.clone(),

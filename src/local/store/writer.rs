@@ -1,5 +1,6 @@
 //! The store thread ("tickd-store"): it owns the current segment, writes each group commit
-//! and fsyncs it as the sync mode asks before running its callbacks, passes snapshot chunks
+//! and fsyncs it as the sync mode asks, publishing after each step how far the log is
+//! written and durable ([`super::watermark`]), passes snapshot chunks
 //! on to the snapshot thread ([`super::snapshot_writer`]), and after any I/O error stops
 //! for good, cutting the log back to what was acknowledged.
 //!
@@ -17,6 +18,9 @@ use super::batch::Batch;
 use super::handle::Request;
 use super::sync_mode::SYNC_INTERVAL;
 pub(crate) use state::{Parts, Writer};
+
+/// The store thread's name.
+pub(crate) const STORE_THREAD: &str = "tickd-store";
 
 /// How often the store thread looks whether a snapshot sealing in the background is done.
 const SEAL_POLL: Duration = Duration::from_millis(5);
@@ -50,7 +54,7 @@ impl Writer {
     }
 
     /// One group commit: handles `requests`, writes and syncs what they appended (as the
-    /// sync mode asks), runs their callbacks, and takes in a snapshot done sealing.
+    /// sync mode asks), publishes the marks, and takes in a snapshot done sealing.
     pub(crate) fn round(&mut self, requests: impl Iterator<Item = Request>, pending: &mut Batch) {
         for request in requests {
             let handled = self.handle(request, pending);

@@ -1,6 +1,6 @@
 //! Where a timer fires: its record becomes an expiration (a repeating or cron timer is
-//! armed again), and each round's expirations are handed to delivery in the batch that
-//! logs them.
+//! armed again), and each round's expirations leave for delivery with the number of the
+//! log batch that records them.
 
 use bytes::Bytes;
 
@@ -10,7 +10,7 @@ use super::timer_table::TimerTable;
 use super::traces::trace_held_bytes;
 use crate::budget::MemoryReservation;
 use crate::clock::Now;
-use crate::domain::{Expiration, Handoff, TimerId};
+use crate::domain::{Expiration, FiredRound, Handoff, TimerId};
 
 impl TimerTable {
     /// Turns a fired record into its expiration, and re-arms it if it repeats.
@@ -94,30 +94,20 @@ impl TimerTable {
         self.handles.insert(id, handle);
     }
 
-    /// Hands a round's firings to delivery. With a log, the hand-off rides the batch that
-    /// carries their records and runs once it is durable, so that every record before
-    /// them (the timers' registrations too) is durable as well; a batch the log fails to
-    /// write drops its callbacks, so a timer whose registration was answered with an error
-    /// is never delivered. Without a log they go back to the worker in `fired`, which hands
-    /// them to delivery through [`TimerTable::worker_sink`] once it has released its lock:
-    /// a channel send and a task's wake-up are no reason to keep callers from combining.
-    pub(super) fn hand_off(&mut self, round: Vec<Handoff>, fired: &mut Vec<Handoff>) {
-        match &mut self.journal {
-            Some(journal) => {
-                if !round.is_empty() {
-                    let deliver = self.deliver.clone();
-                    journal.on_durable(Box::new(move || deliver(round)));
-                }
-                journal.flush();
-            }
-            None => fired.extend(round),
+    /// Hands a round's firings to the worker, which gives them to delivery once it has
+    /// released its lock (a channel send and a task's wake-up are no reason to keep callers
+    /// from combining). With a log, the round carries the number of the batch that records
+    /// it, appended here: delivery holds it until that batch is durable, so that every
+    /// record before it (the timers' registrations too) is durable as well, and a batch the
+    /// log fails to write is never delivered (a timer whose registration was answered with
+    /// an error never fires).
+    pub(super) fn hand_off(&mut self, round: Vec<Handoff>, fired: &mut Vec<FiredRound>) {
+        let logged_in = self.journal.as_mut().map(|journal| journal.flush());
+        if !round.is_empty() {
+            fired.push(FiredRound {
+                handoffs: round,
+                logged_in,
+            });
         }
-    }
-
-    /// The worker's sink for this table: delivery, the same target as the log's
-    /// hand-offs. Only a table without a log gives its worker anything to sink.
-    pub fn worker_sink(&self) -> impl FnMut(Vec<Handoff>) + Send + 'static {
-        let deliver = self.deliver.clone();
-        move |fired| deliver(fired)
     }
 }

@@ -1,17 +1,19 @@
-//! The worker's side of durability: the records each batch of commands produced, held
-//! with the batch's replies until the store has made them durable, and the fuzzy snapshot
+//! The worker's side of durability: the records each batch of commands produced, appended
+//! with the batch's replies held until the store has made them durable
+//! ([`super::durable_replies`]), and the fuzzy snapshot
 //! streamed a chunk at a time between batches. It also asks the disk budget
 //! ([`crate::local::store::disk_budget`]) before the table applies what would grow the log, and
 //! starts compactions early when that budget needs the space.
 
 use std::sync::Arc;
 
+use super::durable_replies::{DeferredReply, DurableReplies, ReplyReleaser};
 use crate::budget::MemoryBudget;
 use crate::domain::TimerError;
 use crate::local::store::disk_budget;
 use crate::local::store::frame::TimerFields;
 use crate::local::store::records::{record::Kind, Record};
-use crate::local::store::{Batch, OnDurable, StoreHandle};
+use crate::local::store::{Batch, StoreHandle};
 
 /// Timers written per snapshot chunk: small enough that the worker never pauses long
 /// (about a tenth of a millisecond here), so that firing is not held back behind it.
@@ -35,6 +37,9 @@ const SNAPSHOT_BACKLOG_BYTES: usize = 4 << 20;
 pub(crate) struct Journal {
     store: StoreHandle,
     batch: Batch,
+    /// The batch's replies, held once it is appended until it is durable.
+    replies: Vec<DeferredReply>,
+    durable_replies: DurableReplies,
     bytes_since_snapshot: usize,
     snapshot_after_bytes: usize,
     /// The size of the last snapshot written, and of the one being written.
@@ -60,14 +65,19 @@ pub(crate) struct Journal {
 
 impl Journal {
     /// `last_snapshot_bytes`: the size of the snapshot the store recovered from, if any.
+    /// Returns the journal and the releaser its replies wait in, to be run beside it (see
+    /// [`ReplyReleaser::run`]).
     pub(crate) fn new(
         store: StoreHandle,
         snapshot_after_bytes: usize,
         last_snapshot_bytes: usize,
-    ) -> Self {
-        Self {
+    ) -> (Self, ReplyReleaser) {
+        let (durable_replies, releaser) = DurableReplies::new(store.marks());
+        let journal = Self {
             store,
             batch: Batch::default(),
+            replies: Vec::new(),
+            durable_replies,
             bytes_since_snapshot: 0,
             snapshot_after_bytes,
             last_snapshot_bytes,
@@ -79,7 +89,8 @@ impl Journal {
             last_snapshot_timers: 0,
             current_snapshot_timers: 0,
             memory: MemoryBudget::unlimited(),
-        }
+        };
+        (journal, releaser)
     }
 
     /// Charges the batches in flight to `memory` (see [`Batch::hold`]).
@@ -126,22 +137,28 @@ impl Journal {
             .record_fired(timer, fired_unix, rearmed_deadline_unix);
     }
 
-    pub(crate) fn on_durable(&mut self, callback: OnDurable) {
-        self.batch.on_durable(callback);
+    /// Sends `reply` once the batch being built is durable.
+    pub(crate) fn reply_when_durable(&mut self, reply: DeferredReply) {
+        self.replies.push(reply);
     }
 
-    /// Hands the batch to the store. Even a batch that changed nothing goes through it: its
-    /// answers (say, "that key already exists") must not overtake the records of earlier
-    /// batches still waiting for their fsync.
-    pub(crate) fn flush(&mut self) {
-        if self.batch.is_empty() {
-            return;
-        }
-        let next = Batch::with_frames(self.store.frame_buffer());
-        let mut batch = std::mem::replace(&mut self.batch, next);
-        batch.hold(&self.memory);
-        self.bytes_since_snapshot += batch.encoded_bytes();
-        self.store.append(batch);
+    /// Hands the batch to the store, its replies to wait for it, and returns its number.
+    /// A batch that changed nothing is not appended, and waits for the last batch appended
+    /// instead: its answers (say, "that key already exists") must not overtake the records
+    /// of earlier batches still waiting for their fsync.
+    pub(crate) fn flush(&mut self) -> u64 {
+        let number = if self.batch.is_empty() {
+            self.store.last_appended()
+        } else {
+            let next = Batch::with_frames(self.store.frame_buffer());
+            let mut batch = std::mem::replace(&mut self.batch, next);
+            batch.hold(&self.memory);
+            self.bytes_since_snapshot += batch.encoded_bytes();
+            self.store.append(batch)
+        };
+        self.durable_replies
+            .hold(number, std::mem::take(&mut self.replies));
+        number
     }
 
     /// Live timers the snapshot in progress (or the last one) has written so far.

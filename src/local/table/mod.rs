@@ -3,10 +3,27 @@
 //!
 //! All of it lives on one thread, so each command is applied whole or not at all: a
 //! failing item changes nothing, and no lock is ever taken.
+//!
+//! [`TimerTable`] is one type written in parts, a file for each step of a timer's life,
+//! so that a reader following one timer reads each file once:
+//! - `timer_table`: the type, its construction, and how it answers (at once, or once the
+//!   log has it);
+//! - `register`: where a timer is born and changed (registration, lookup, cancel, touch);
+//! - `calendar`: cron timers, Reschedule, and a registration that replaces a timer;
+//! - `fire`: where it fires and leaves for delivery;
+//! - `page` and `view`: how it is listed and shown;
+//! - `replay`: the table rebuilt from the log at start, and snapshots streamed out;
+//! - `memory` and `traces`: its share of the memory budget, and its trace contexts;
+//! - this file: the worker's [`TimerState`] over it (apply a command, fire, end a batch).
+//!
+//! The other files are types of their own that the table holds: its indexes (`id_index`,
+//! `by_id`, `namespaces`), a timer's record (`record`), the journal its changes go to and
+//! the replies waiting for the log (`journal`, `durable_replies`).
 
 mod by_id;
 mod calendar;
 pub mod command;
+pub(crate) mod durable_replies;
 mod fire;
 mod id_index;
 pub(crate) mod journal;
@@ -24,19 +41,19 @@ mod traces;
 mod view;
 
 use crate::clock::Now;
-use crate::domain::Handoff;
+use crate::domain::{FiredRound, Handoff};
 use crate::worker::TimerState;
 use command::{Command, Reschedule};
-pub use timer_table::{HandoffTarget, TableConfig, TimerTable};
+pub use timer_table::{TableConfig, TimerTable};
 
 /// How long a snapshot waits for the disk when its chunks sent are not yet written.
 const SNAPSHOT_BACKLOG_RETRY_NANOS: u64 = 1_000_000;
 
 impl TimerState for TimerTable {
     type Command = Command;
-    /// With a log the table hands its firings to delivery itself, in the batch that logs
-    /// them; without one they leave through the worker's sink ([`TimerTable::worker_sink`]).
-    type Fired = Handoff;
+    /// Each round's hand-offs, with the log batch that records them (see
+    /// [`TimerTable::hand_off`]): the worker's sink gives them to delivery.
+    type Fired = FiredRound;
 
     fn apply(&mut self, command: Command, now: Now) {
         crate::faults::panic_if_injected("worker");
@@ -88,9 +105,8 @@ impl TimerState for TimerTable {
         }
     }
 
-    /// Fires what is due and hands it to delivery itself (see [`TimerTable::hand_off`]):
-    /// nothing leaves through the worker's own hand-off.
-    fn fire_due(&mut self, now: Now, handed_to_worker: &mut Vec<Handoff>) {
+    /// Fires what is due into `fired`, one round with the log batch that records it.
+    fn fire_due(&mut self, now: Now, fired: &mut Vec<FiredRound>) {
         self.last_woken = now.monotonic;
         let mut expired = Vec::new();
         // Planted bug: the wheel is advanced a tick ahead of the clock.
@@ -112,7 +128,7 @@ impl TimerState for TimerTable {
         self.namespaces
             .sweep(now.monotonic, |name| round.push(Handoff::Forgotten(name)));
         let handed_over = !round.is_empty();
-        self.hand_off(round, handed_to_worker);
+        self.hand_off(round, fired);
         // A snapshot chunk prefers a round that hands nothing over: the worker comes
         // straight back for it (`next_expiration`), once these firings are on their way to
         // delivery. Encoded first, it would hold them back by its length.

@@ -1,6 +1,5 @@
 //! The timer table itself: every pending timer in the wheel, the indexes the API needs
-//! (id, key, namespace counts), the journal its changes go to and where its firings are
-//! delivered. What it does with them is in the files beside this one: timers are born and
+//! (id, key, namespace counts), and the journal its changes go to. What it does with them is in the files beside this one: timers are born and
 //! changed in `register`, listed in `page` and `view`, and fire in `fire`.
 
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use super::stored_schedules::StoredSchedules;
 use crate::budget::MemoryBudget;
 use crate::clock::{Clock, Now, SystemClock};
 use crate::config::Config;
-use crate::domain::{Handoff, TimerView};
+use crate::domain::TimerView;
 use crate::local::store::records::record::Kind;
 use crate::metrics::Metrics;
 use crate::wheel::Wheel;
@@ -70,14 +69,8 @@ pub struct TimerTable {
     pub(super) memory: Arc<MemoryBudget>,
     /// When the worker last woke (monotonic), to pace a snapshot the disk is behind on.
     pub(super) last_woken: u64,
-    /// Where fired timers go (see [`TimerTable::hand_off_to`]).
-    pub(super) deliver: HandoffTarget,
     pub(super) metrics: Arc<Metrics>,
 }
-
-/// Where the table hands what it fired: delivery. Called on the store's thread once the
-/// batch carrying those firings' records is durable, or at once without a log.
-pub type HandoffTarget = Arc<dyn Fn(Vec<Handoff>) + Send + Sync>;
 
 impl TimerTable {
     pub fn new(config: TableConfig, metrics: Arc<Metrics>) -> Self {
@@ -102,16 +95,8 @@ impl TimerTable {
             max_pending_per_namespace: config.max_pending_per_namespace,
             memory: MemoryBudget::unlimited(),
             last_woken: 0,
-            // A table nobody has told where to deliver keeps only its own state (tests).
-            deliver: Arc::new(|_| {}),
             metrics,
         }
-    }
-
-    /// Sends every later firing to `deliver`.
-    pub fn hand_off_to(mut self, deliver: HandoffTarget) -> Self {
-        self.deliver = deliver;
-        self
     }
 
     /// From now on every mutation is journaled and replies wait until it is durable.
@@ -124,7 +109,7 @@ impl TimerTable {
     pub(super) fn respond<T: Send + 'static>(&mut self, reply: oneshot::Sender<T>, value: T) {
         // A dropped receiver means the client went away; there is nobody left to tell.
         match &mut self.journal {
-            Some(journal) => journal.on_durable(Box::new(move || {
+            Some(journal) => journal.reply_when_durable(Box::new(move || {
                 let _ = reply.send(value);
             })),
             None => {

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::dead::OUT_OF_ATTEMPTS;
+use super::awaiting::Answer;
 use super::journal::attempted;
 use super::state::Delivery;
-use crate::domain::{AckOutcome, Dead, GiveBack, Hold};
+use crate::domain::{AckOutcome, Dead, DeadReason, GiveBack, Hold};
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::Batch;
 
@@ -41,12 +41,7 @@ impl Delivery {
         self.budget.let_go(settled.len());
         self.dispatch(&namespace);
         self.forget_if_idle(&namespace);
-        self.journal_settled(
-            &settled,
-            Some(Box::new(move || {
-                let _ = reply.send(outcome);
-            })),
-        );
+        self.journal_settled(&settled, Some(Answer::Acked(reply, outcome)));
     }
 
     /// Ends an in-flight delivery: cancels its ack deadline and frees its subscriber's room.
@@ -112,12 +107,12 @@ impl Delivery {
         let Some(waiting) = self.settle(namespace, delivery_id) else {
             return;
         };
-        if waiting.attempts >= self.config.max_attempts {
+        if !self.config.has_attempts_left(waiting.attempts) {
             let dead = Dead {
                 id: 0,
                 attempts: waiting.attempts,
                 expiration: waiting.expiration,
-                reason: OUT_OF_ATTEMPTS,
+                reason: DeadReason::AttemptsSpent.describe(),
             };
             self.budget.let_go(1);
             let mut dropped = Vec::new();

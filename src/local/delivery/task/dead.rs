@@ -8,9 +8,6 @@ use super::state::Delivery;
 use crate::domain::{Dead, DeadList, Expiration};
 use crate::local::delivery::queue::{dead_list, Buried};
 
-/// Why an expiration out of attempts is dead.
-pub(super) const OUT_OF_ATTEMPTS: &str = "max delivery attempts reached without an ack";
-
 impl Delivery {
     /// Keeps a dead expiration listed, within `--max-dead` for its namespace and
     /// `--max-dead-total` across all; beyond either the oldest are dropped and go to

@@ -84,6 +84,6 @@ impl Delivery {
         }
         self.budget.let_go(settled_on_send.len());
         self.journal_settled(&settled_on_send, None);
-        outgoing.send(self.store.as_ref());
+        self.send_outgoing(outgoing);
     }
 }

@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use super::dead::OUT_OF_ATTEMPTS;
 use super::state::Delivery;
-use crate::domain::{Dead, Delivered, Expiration, Handoff};
+use crate::domain::{Dead, DeadReason, Delivered, Expiration, Handoff};
 use crate::local::delivery::queue::Waiting;
 
 impl Delivery {
@@ -42,7 +41,6 @@ impl Delivery {
             if touched.last() != Some(&namespace) && !touched.contains(&namespace) {
                 touched.push(namespace.clone());
             }
-            let over_memory_budget = expiration.over_memory_budget;
             let expiration = Arc::new(expiration);
             let copy = Delivered {
                 delivery_id: 0,
@@ -54,38 +52,32 @@ impl Delivery {
                 self.dispatch(&namespace);
             }
             let full = self.buffer_full(&namespace);
-            let out_of_attempts = attempts >= self.config.max_attempts;
+            let verdict = self
+                .config
+                .verdict(attempts, full, expiration.over_memory_budget);
             let queue = self.queue(&namespace);
             queue.copy_to_observers(&copy);
-            if out_of_attempts {
-                // Delivered that often before a restart (or a crash at each delivery).
-                let dead = Dead {
-                    id: 0,
-                    attempts,
-                    expiration,
-                    reason: OUT_OF_ATTEMPTS,
-                };
-                self.bury(&namespace, dead, &mut dropped);
-            } else if full || over_memory_budget {
-                overflowed += 1;
-                let dead = Dead {
-                    id: 0,
-                    expiration,
-                    attempts: 0,
-                    reason: if full {
-                        "delivery buffer full"
-                    } else {
-                        "memory budget full"
-                    },
-                };
-                self.bury(&namespace, dead, &mut dropped);
-            } else {
-                queue.waiting.push_back(Waiting {
-                    expiration,
-                    attempts,
-                });
-                self.budget.hold();
-                self.metrics.delivery_buffered.inc();
+            match verdict {
+                Some(reason) => {
+                    // Out of attempts: delivered that often before a restart (or a crash at
+                    // each delivery). Otherwise never delivered, for want of room.
+                    overflowed += u64::from(reason != DeadReason::AttemptsSpent);
+                    let dead = Dead {
+                        id: 0,
+                        attempts: reason.attempts_shown(attempts),
+                        expiration,
+                        reason: reason.describe(),
+                    };
+                    self.bury(&namespace, dead, &mut dropped);
+                }
+                None => {
+                    queue.waiting.push_back(Waiting {
+                        expiration,
+                        attempts,
+                    });
+                    self.budget.hold();
+                    self.metrics.delivery_buffered.inc();
+                }
             }
         }
         if overflowed > 0 {

@@ -3,29 +3,30 @@
 //!
 //! Settlements answer an Ack once durable. Attempts only count, so a delivery waits for
 //! its attempt to be written to the OS, not for the fsync after it
-//! ([`crate::local::store::Batch::on_written`]): a crash of the process keeps the count, a crash
-//! of the machine may lose the last few (the expiration then comes back with fewer
-//! attempts counted, never lost).
+//! ([`crate::local::store::Batch::leaves_once_written`]): a crash of the process keeps the
+//! count, a crash of the machine may lose the last few (the expiration then comes back with
+//! fewer attempts counted, never lost). What waits is held in [`super::awaiting`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use tokio::sync::mpsc::{self, OwnedPermit};
+use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
+use super::awaiting::{Answer, Sends};
 use super::state::Delivery;
 use crate::domain::{Delivered, Expiration};
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::records::{record::Kind, Attempted, Record, Settled};
-use crate::local::store::{Batch, OnDurable, StoreHandle};
+use crate::local::store::Batch;
 
 impl Delivery {
     /// Records that these expirations are done with (acknowledged, or dropped for good), so a
-    /// restart does not deliver them again; then runs `after`.
+    /// restart does not deliver them again; then sends `after`.
     pub(super) fn journal_settled(
-        &self,
+        &mut self,
         expirations: &[Arc<Expiration>],
-        after: Option<OnDurable>,
+        after: Option<Answer>,
     ) {
         let mut batch = Batch::default();
         if self.store.is_some() {
@@ -43,31 +44,49 @@ impl Delivery {
 
     /// Answers `reply` once what was appended before is written to the OS (kept across a
     /// crash of the process, as attempts are); at once with no log.
-    pub(super) fn after_written(&self, reply: oneshot::Sender<()>) {
-        let Some(store) = self.store.as_ref() else {
-            let _ = reply.send(());
-            return;
-        };
-        let mut barrier = Batch::default();
-        barrier.on_written(Box::new(move || {
-            let _ = reply.send(());
-        }));
-        store.append(barrier);
+    pub(super) fn after_written(&mut self, reply: oneshot::Sender<()>) {
+        let answer = Answer::Recorded(reply);
+        match self.store.as_ref() {
+            Some(store) => self.awaiting.written.push(store.last_appended(), answer),
+            None => answer.send(),
+        }
     }
 
-    /// Appends `records` and runs `after` once they are durable; with no log, or nothing
-    /// to write, runs it at once.
-    pub(super) fn append_then(&self, mut records: Batch, after: Option<OnDurable>) {
+    /// Appends `records` and sends `after` once they are durable; with no log, or nothing
+    /// to write, sends it at once.
+    pub(super) fn append_then(&mut self, records: Batch, after: Option<Answer>) {
         let Some(store) = self.store.as_ref().filter(|_| !records.is_empty()) else {
             if let Some(after) = after {
-                after();
+                after.send();
             }
             return;
         };
+        let batch = store.append(records);
         if let Some(after) = after {
-            records.on_durable(after);
+            self.awaiting.durable.push(batch, after);
         }
-        store.append(records);
+    }
+
+    /// Appends the dispatch's records; its deliveries go out once they are written (at
+    /// once without a log, which counts nothing across a restart).
+    pub(super) fn send_outgoing(&mut self, outgoing: Outgoing) {
+        let Outgoing {
+            mut records,
+            sends,
+            left,
+        } = outgoing;
+        let sends = Sends {
+            places: sends,
+            left,
+        };
+        match self.store.as_ref() {
+            Some(store) if !records.is_empty() => {
+                records.leaves_once_written();
+                let batch = store.append(records);
+                self.awaiting.sends.push(batch, sends);
+            }
+            _ => sends.deliver(),
+        }
     }
 }
 
@@ -78,7 +97,7 @@ impl Delivery {
 #[derive(Default)]
 pub(super) struct Outgoing {
     records: Batch,
-    sends: Vec<(OwnedPermit<Delivered>, Delivered)>,
+    sends: Vec<(mpsc::OwnedPermit<Delivered>, Delivered)>,
     /// Set once they have left (see [`crate::local::delivery::queue::InFlight::left`]).
     left: Option<Arc<AtomicBool>>,
 }
@@ -112,31 +131,6 @@ impl Outgoing {
         };
         self.sends.push((permit, delivered));
         Ok(self.left.get_or_insert_with(Arc::default).clone())
-    }
-
-    /// Appends the records; the deliveries go out once they are written (at once without
-    /// a log, which counts nothing across a restart).
-    pub(super) fn send(mut self, store: Option<&StoreHandle>) {
-        let sends = std::mem::take(&mut self.sends);
-        let left = self.left.take();
-        let deliver = move || {
-            // Marked before the first send: a stream that takes one while the rest are
-            // sent must never see it counted as not reached (and refunded).
-            if let Some(left) = left {
-                left.store(true, Ordering::Release);
-            }
-            for (place, delivered) in sends {
-                // A stream closed meanwhile drops it; its Unsubscribe takes it back.
-                place.send(delivered);
-            }
-        };
-        match store {
-            Some(store) if !self.records.is_empty() => {
-                self.records.on_written(Box::new(deliver));
-                store.append(self.records);
-            }
-            _ => deliver(),
-        }
     }
 }
 

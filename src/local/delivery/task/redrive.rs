@@ -13,6 +13,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use tokio::sync::oneshot;
 
+use super::awaiting::Answer;
 use super::journal::attempted;
 use super::state::Delivery;
 use crate::domain::{RedriveOutcome, MAX_REDRIVE};
@@ -89,10 +90,7 @@ impl Delivery {
         self.metrics.delivery_dead.set(self.budget.dead() as i64);
         // Recorded before any delivery of them is: their attempts from 0 precede them.
         let outcome = RedriveOutcome { redriven, not_dead };
-        let answer = move || {
-            let _ = reply.send(outcome);
-        };
-        self.append_then(records, Some(Box::new(answer)));
+        self.append_then(records, Some(Answer::Redriven(reply, outcome)));
         self.dispatch(&namespace);
     }
 }

@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use super::awaiting::AwaitingLog;
 use crate::clock::Clock;
 use crate::domain::DeliveryConfig;
 use crate::local::delivery::budget::Budget;
 use crate::local::delivery::ids::DeliveryIds;
 use crate::local::delivery::queue::NamespaceQueue;
 use crate::local::live_namespaces::LiveNamespaces;
+use crate::local::store::watermark::Marks;
 use crate::local::store::StoreHandle;
 use crate::metrics::Metrics;
 use crate::wheel::Wheel;
@@ -33,6 +35,10 @@ pub(crate) struct Delivery {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) ids: DeliveryIds,
     pub(super) store: Option<StoreHandle>,
+    /// The store's marks (kept after `Close` lets go of the store: what waits for its last
+    /// commit is still released), and what waits for them.
+    pub(super) marks: Option<Marks>,
+    pub(super) awaiting: AwaitingLog,
     pub(super) metrics: Arc<Metrics>,
     /// After `Close`, an ack could no longer be journaled: it is refused instead.
     pub(super) closed: bool,
@@ -60,6 +66,8 @@ impl Delivery {
             ack_deadlines: Wheel::new(1_000_000, usize::MAX),
             clock,
             ids,
+            marks: store.as_ref().map(StoreHandle::marks),
+            awaiting: AwaitingLog::default(),
             store,
             metrics,
             closed: false,

@@ -1,6 +1,6 @@
 //! One group commit on the store thread: the requests handled, their frames written and
-//! synced as the sync mode asks, then their callbacks run; and after any I/O error, the
-//! stop for good that cuts the log back to what was acknowledged.
+//! synced as the sync mode asks, the marks published after each; and after any I/O error,
+//! the stop for good that cuts the log back to what was acknowledged.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -23,14 +23,15 @@ const PENDING_KEPT_BYTES: usize = 1 << 20;
 impl Writer {
     /// After any write or fsync error the store stops for good: what is on disk may end in
     /// a partial frame, which recovery can only cut off while it is the last thing written,
-    /// and after a failed fsync a later one proves nothing. Pending replies are dropped
-    /// unsent, so their callers see the store as unavailable rather than a false
-    /// acknowledgement; so are all later ones.
+    /// and after a failed fsync a later one proves nothing. The marks say it failed, so
+    /// whoever waits for a later batch drops what waits unsent: its callers see the store as
+    /// unavailable rather than a false acknowledgement; so do all later ones.
     pub(super) fn stop_on_error(&mut self, result: Result<(), StoreError>, pending: &mut Batch) {
         if let Err(error) = result {
             error!(error = %error, "the log failed: refusing every call and stopping");
             self.failed = true;
             self.failed_flag.store(true, Ordering::Release);
+            self.marks.failed();
             // Records written after the last answer belong to calls now refused: cut them
             // off, so that a restart does not bring back what its callers were told failed.
             // Shortening a file frees space, so this works on a full disk too.
@@ -87,8 +88,10 @@ impl Writer {
             return Ok(());
         }
         match request {
-            Request::Append(batch) => {
+            Request::Append(number, batch) => {
                 crate::faults::panic_if_injected("store");
+                debug_assert!(number > self.last_handled, "batches come in their order");
+                self.last_handled = number;
                 for (key, fired) in batch.fired {
                     let kept = KeptFrames {
                         fired,
@@ -98,7 +101,9 @@ impl Writer {
                 }
                 // Attempts before settlements: a batch that records both settles.
                 for (key, attempted) in batch.attempted {
-                    self.attempts_in_commit.extend_from_slice(&attempted);
+                    if batch.leaves_once_written {
+                        self.attempts_in_commit.extend_from_slice(&attempted);
+                    }
                     if let Some(kept) = self.unsettled.get_mut(&key) {
                         kept.attempted = attempted;
                     }
@@ -109,7 +114,6 @@ impl Writer {
                 if let Some(boot) = batch.boot {
                     self.boot_frame = boot;
                 }
-                pending.on_written.extend(batch.on_written);
                 // The first batch of a group commit lends its buffer to it; the buffer it
                 // replaces, or the batch's copied from, goes back to the worker.
                 let mut frames = batch.frames;
@@ -119,7 +123,6 @@ impl Writer {
                     pending.frames.extend_from_slice(&frames);
                 }
                 self.buffers.give_back(frames);
-                pending.on_durable.extend(batch.on_durable);
                 pending.held.extend(batch.held);
             }
             Request::BeginSnapshot => {
@@ -136,7 +139,8 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes what is pending, syncs as the mode asks, then runs the callbacks.
+    /// Writes what is pending and publishes the written mark, then syncs as the mode asks
+    /// and publishes the durable one.
     pub(super) fn commit(&mut self, pending: &mut Batch) -> Result<(), StoreError> {
         if self.failed {
             return Ok(());
@@ -155,10 +159,9 @@ impl Writer {
             pending.frames.shrink_to(PENDING_KEPT_BYTES);
             self.unsynced = true;
         }
-        for callback in pending.on_written.drain(..) {
-            callback();
-            self.attempts_left = true;
-        }
+        // From here deliveries may leave (see `Batch::leaves_once_written`).
+        self.marks.written(self.last_handled);
+        self.attempts_left = !self.attempts_in_commit.is_empty();
         let sync_now = match self.sync {
             SyncMode::Always => self.unsynced,
             SyncMode::Interval => {
@@ -169,9 +172,7 @@ impl Writer {
         };
         // Planted bugs: answers before the sync, or no sync at all.
         if crate::faults::planted("ack-before-durable") {
-            for callback in pending.on_durable.drain(..) {
-                callback();
-            }
+            self.marks.durable(self.last_handled);
         }
         if sync_now && !crate::faults::planted("skip-fsync") {
             let started = Instant::now();
@@ -187,9 +188,7 @@ impl Writer {
         self.acknowledged_bytes = self.written_bytes;
         self.attempts_in_commit.clear();
         self.attempts_left = false;
-        for callback in pending.on_durable.drain(..) {
-            callback();
-        }
+        self.marks.durable(self.last_handled);
         pending.held.clear();
         Ok(())
     }

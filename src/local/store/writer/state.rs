@@ -18,6 +18,7 @@ use crate::local::store::frame;
 use crate::local::store::frame_buffers::FrameBuffers;
 use crate::local::store::scan::KeptFrames;
 use crate::local::store::snapshot_writer::SnapshotWriter;
+use crate::local::store::watermark::MarksPublisher;
 use crate::metrics::Metrics;
 
 /// Fired expirations not yet settled: their frames, by (timer id, fired count).
@@ -33,6 +34,7 @@ pub(crate) struct Parts {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) failed_flag: Arc<AtomicBool>,
     pub(crate) budget: Arc<DiskBudget>,
+    pub(crate) marks: MarksPublisher,
 }
 
 /// The store thread's state.
@@ -62,8 +64,14 @@ pub(crate) struct Writer {
     /// after a failure the segment is cut back to the latter (see `stop_on_error`).
     pub(super) written_bytes: u64,
     pub(super) acknowledged_bytes: u64,
-    /// The attempt records in the group commit being made, and whether its deliveries have
-    /// left (its `on_written` callbacks ran): see [`Writer::stop_on_error`].
+    /// The number of the last batch handled: what the marks say once this group commit is
+    /// written, then synced.
+    pub(super) last_handled: u64,
+    pub(super) marks: MarksPublisher,
+    /// The attempt records of deliveries that leave once written (see
+    /// [`crate::local::store::Batch::leaves_once_written`]) in the group commit being made,
+    /// and whether they may have left (its written mark was published): see
+    /// [`Writer::stop_on_error`].
     pub(super) attempts_in_commit: Vec<u8>,
     pub(super) attempts_left: bool,
     /// Bytes of every file in the directory, and of the snapshot being written among them
@@ -100,6 +108,7 @@ impl Writer {
             metrics,
             failed_flag,
             budget,
+            marks,
         } = parts;
         let mut segment = create_segment(disk.as_ref(), &dir, sequence)?;
         let path = segment_path(&dir, sequence);
@@ -128,6 +137,8 @@ impl Writer {
             failed_flag,
             written_bytes: length,
             acknowledged_bytes: length,
+            last_handled: 0,
+            marks,
             attempts_in_commit: Vec::new(),
             attempts_left: false,
             on_disk,
