@@ -1,4 +1,4 @@
-//! Why the local backend could not start: its data directory, its worker thread, or a
+//! Why the local backend could not start: its data directory, its threads, or a
 //! recovery larger than the memory tickd may use.
 
 use super::store::StoreError;
@@ -10,6 +10,8 @@ pub enum LocalError {
     Store(#[from] StoreError),
     #[error("starting the timer worker thread: {0}")]
     Worker(#[source] std::io::Error),
+    #[error("starting the thread that answers calls once durable: {0}")]
+    Replies(#[source] std::io::Error),
     /// Recovery would need more memory than tickd can have (the message says how much).
     #[error("{0}")]
     RecoveryTooLarge(String),

@@ -37,6 +37,7 @@ pub use error::LocalError;
 use recovery::Recovered;
 use sinks::LocalSinks;
 use store::{Store, StoreHandle};
+use table::durable_replies::ReplyReleaser;
 use table::TimerTable;
 use timers::LocalTimers;
 
@@ -45,8 +46,8 @@ pub struct LocalBackend {
     worker: Worker<TimerTable>,
     delivery: DeliveryHandle,
     store: Option<(Store, StoreHandle)>,
-    /// The task that answers the table's calls as the log makes them durable.
-    replies: Option<tokio::task::JoinHandle<()>>,
+    /// The thread that answers the table's calls as the log makes them durable.
+    replies: Option<std::thread::JoinHandle<()>>,
     /// The sinks set through the API: `sinks.json` in the data directory, or memory only
     /// with `--sync none`.
     sinks: Arc<LocalSinks>,
@@ -91,7 +92,10 @@ impl LocalBackend {
                 Arc::new(clock),
             ),
         );
-        let replies = replies.map(|releaser| tokio::spawn(releaser.run()));
+        let replies = replies
+            .map(ReplyReleaser::spawn_thread)
+            .transpose()
+            .map_err(LocalError::Replies)?;
         // What the worker fires goes to delivery, each round with its log batch.
         let to_delivery = delivery.clone();
         let sink = move |rounds| to_delivery.fired(rounds);
@@ -164,7 +168,7 @@ impl Backend for LocalBackend {
                 tokio::task::block_in_place(|| store.join());
                 // The store's last marks answer what waited for its last commit.
                 if let Some(replies) = replies {
-                    let _ = replies.await;
+                    let _ = tokio::task::block_in_place(|| replies.join());
                 }
                 if failed.load(Ordering::Acquire) {
                     return Err("the log failed to write while stopping");

@@ -21,6 +21,7 @@
 
 mod budget;
 pub(crate) mod ids;
+mod log_waits;
 pub(crate) mod queue;
 mod request;
 mod task;

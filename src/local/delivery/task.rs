@@ -7,7 +7,7 @@
 //! [`dead`] (and sent back by [`redrive`]). [`subscribers`] come and go, [`dispatch`] hands
 //! them what waits, and [`acks`] settle it or, past their deadline, take it back; what
 //! must outlive a restart is written by [`journal`], and what waits for the log to pass it
-//! is held in [`awaiting`], released here as the store's marks move.
+//! is held in `log_waits`, released by [`awaiting`] as the store's marks move.
 
 mod acks;
 mod awaiting;

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::awaiting::Answer;
 use super::journal::attempted;
 use super::state::Delivery;
 use crate::domain::{AckOutcome, Dead, DeadReason, GiveBack, Hold};
+use crate::local::delivery::log_waits::Answer;
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::Batch;
 

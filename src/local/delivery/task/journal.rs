@@ -5,7 +5,7 @@
 //! its attempt to be written to the OS, not for the fsync after it
 //! ([`crate::local::store::Batch::leaves_once_written`]): a crash of the process keeps the
 //! count, a crash of the machine may lose the last few (the expiration then comes back with
-//! fewer attempts counted, never lost). What waits is held in [`super::awaiting`].
+//! fewer attempts counted, never lost). What waits is held in [`crate::local::delivery::log_waits`].
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -13,9 +13,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
-use super::awaiting::{Answer, Sends};
 use super::state::Delivery;
 use crate::domain::{Delivered, Expiration};
+use crate::local::delivery::log_waits::{Answer, Sends};
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::records::{record::Kind, Attempted, Record, Settled};
 use crate::local::store::Batch;

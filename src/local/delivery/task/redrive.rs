@@ -13,10 +13,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use tokio::sync::oneshot;
 
-use super::awaiting::Answer;
 use super::journal::attempted;
 use super::state::Delivery;
 use crate::domain::{RedriveOutcome, MAX_REDRIVE};
+use crate::local::delivery::log_waits::Answer;
 use crate::local::delivery::queue::Waiting;
 use crate::local::store::Batch;
 

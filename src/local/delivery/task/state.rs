@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::awaiting::AwaitingLog;
 use crate::clock::Clock;
 use crate::domain::DeliveryConfig;
 use crate::local::delivery::budget::Budget;
 use crate::local::delivery::ids::DeliveryIds;
+use crate::local::delivery::log_waits::LogWaits;
 use crate::local::delivery::queue::NamespaceQueue;
 use crate::local::live_namespaces::LiveNamespaces;
 use crate::local::store::watermark::Marks;
@@ -38,7 +38,7 @@ pub(crate) struct Delivery {
     /// The store's marks (kept after `Close` lets go of the store: what waits for its last
     /// commit is still released), and what waits for them.
     pub(super) marks: Option<Marks>,
-    pub(super) awaiting: AwaitingLog,
+    pub(super) awaiting: LogWaits,
     pub(super) metrics: Arc<Metrics>,
     /// After `Close`, an ack could no longer be journaled: it is refused instead.
     pub(super) closed: bool,
@@ -67,7 +67,7 @@ impl Delivery {
             clock,
             ids,
             marks: store.as_ref().map(StoreHandle::marks),
-            awaiting: AwaitingLog::default(),
+            awaiting: LogWaits::default(),
             store,
             metrics,
             closed: false,
