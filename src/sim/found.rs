@@ -49,7 +49,7 @@ fn append(store: &mut SteppedStore, kind: Kind, leaves: bool) -> bool {
     }
     let number = store.handle().append(batch);
     store.step();
-    let written = store.handle().marks().borrow().written;
+    let written = store.handle().marks().peek().written;
     written >= number
 }
 

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::request::Request;
+use crate::local::store::watermark::{Marks, StoreEnded};
 pub(super) use state::Delivery;
 
 /// How many queued requests are handled before ack deadlines are looked at again.
@@ -61,7 +62,7 @@ impl Delivery {
         }
         // Every handle is gone: what waits for the store's last commit is still answered.
         while let Some(moving) = marks.as_mut().filter(|_| self.awaits_the_log()) {
-            if moving.changed().await.is_err() {
+            if moving.moved().await.is_err() {
                 marks = None;
             }
             self.release_passed();
@@ -148,11 +149,9 @@ impl Delivery {
 }
 
 /// The store's marks moving (Err: the store thread ended); never, without a store.
-async fn marks_changed(
-    marks: &mut Option<crate::local::store::watermark::Marks>,
-) -> Result<(), tokio::sync::watch::error::RecvError> {
+async fn marks_changed(marks: &mut Option<Marks>) -> Result<(), StoreEnded> {
     match marks {
-        Some(marks) => marks.changed().await,
+        Some(marks) => marks.moved().await,
         None => std::future::pending().await,
     }
 }

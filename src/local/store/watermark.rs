@@ -24,8 +24,45 @@ pub(crate) struct Watermark {
     pub(crate) failed: bool,
 }
 
-/// Where the store thread's marks are read, and awaited.
-pub(crate) type Marks = watch::Receiver<Watermark>;
+/// Where the store thread's marks are read, and awaited. The written mark has a channel of
+/// its own: only deliveries wait for it, and moved alone (before each fsync) it wakes only
+/// them, never the table's replies, which wait for the durable mark.
+#[derive(Clone)]
+pub(crate) struct Marks {
+    marks: watch::Receiver<Watermark>,
+    written: watch::Receiver<u64>,
+}
+
+/// The store thread has ended: its last marks are final.
+#[derive(Debug)]
+pub(crate) struct StoreEnded;
+
+impl Marks {
+    /// The marks now, seen: the next wait is for a later move.
+    pub(crate) fn current(&mut self) -> Watermark {
+        self.written.borrow_and_update();
+        *self.marks.borrow_and_update()
+    }
+
+    /// The marks now, without seeing them.
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn peek(&self) -> Watermark {
+        *self.marks.borrow()
+    }
+
+    /// Waits for the durable mark to move, or the log to fail.
+    pub(crate) async fn durable_moved(&mut self) -> Result<(), StoreEnded> {
+        self.marks.changed().await.map_err(|_| StoreEnded)
+    }
+
+    /// Waits for either mark to move, or the log to fail.
+    pub(crate) async fn moved(&mut self) -> Result<(), StoreEnded> {
+        tokio::select! {
+            moved = self.marks.changed() => moved.map_err(|_| StoreEnded),
+            moved = self.written.changed() => moved.map_err(|_| StoreEnded),
+        }
+    }
+}
 
 /// What waits for the log, in the order it was queued, each item with the batch it needs.
 /// Items are queued with batch numbers that never go down (one queue per source), so the
@@ -72,28 +109,42 @@ impl<T> Awaiting<T> {
 
 /// The store thread's side: the marks it has reached, published as they move.
 pub(crate) struct MarksPublisher {
-    sender: watch::Sender<Watermark>,
+    marks: watch::Sender<Watermark>,
+    written: watch::Sender<u64>,
 }
 
 impl MarksPublisher {
     /// A publisher at "nothing yet", and the first reader of its marks.
     pub(crate) fn new() -> (Self, Marks) {
-        let (sender, marks) = watch::channel(Watermark::default());
-        (Self { sender }, marks)
+        let (marks, marks_receiver) = watch::channel(Watermark::default());
+        let (written, written_receiver) = watch::channel(0);
+        let reader = Marks {
+            marks: marks_receiver,
+            written: written_receiver,
+        };
+        (Self { marks, written }, reader)
     }
 
-    /// Every batch up to `batch` is written to the OS.
+    /// Every batch up to `batch` is written to the OS: only its own channel wakes anyone.
     pub(crate) fn written(&self, batch: u64) {
-        self.sender.send_if_modified(|marks| {
-            let moved = batch > marks.written;
+        self.marks.send_if_modified(|marks| {
             marks.written = marks.written.max(batch);
+            false
+        });
+        self.written.send_if_modified(|written| {
+            let moved = batch > *written;
+            *written = (*written).max(batch);
             moved
         });
     }
 
     /// Every batch up to `batch` is written and durable.
     pub(crate) fn durable(&self, batch: u64) {
-        self.sender.send_if_modified(|marks| {
+        self.written.send_if_modified(|written| {
+            *written = (*written).max(batch);
+            false
+        });
+        self.marks.send_if_modified(|marks| {
             let moved = batch > marks.durable;
             marks.written = marks.written.max(batch);
             marks.durable = marks.durable.max(batch);
@@ -103,11 +154,12 @@ impl MarksPublisher {
 
     /// The log failed for good.
     pub(crate) fn failed(&self) {
-        self.sender.send_if_modified(|marks| {
+        self.marks.send_if_modified(|marks| {
             let moved = !marks.failed;
             marks.failed = true;
             moved
         });
+        self.written.send_modify(|_| {});
     }
 }
 
@@ -127,12 +179,18 @@ pub(crate) fn debug_assert_off_the_store_thread() {
 pub(crate) fn block_until_passed(handle: &super::StoreHandle, mark: fn(&Watermark) -> u64) {
     let number = handle.last_appended();
     let mut marks = handle.marks();
-    tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
-        .expect("a runtime")
-        .block_on(marks.wait_for(|marks| mark(marks) >= number || marks.failed))
-        .map(drop)
-        .expect("the store publishes its marks");
+        .expect("a runtime");
+    runtime.block_on(async {
+        loop {
+            let now = marks.current();
+            if mark(&now) >= number || now.failed {
+                return;
+            }
+            marks.moved().await.expect("the store publishes its marks");
+        }
+    });
 }
 
 #[cfg(test)]
@@ -159,7 +217,7 @@ mod tests {
         publisher.durable(3);
         publisher.written(2);
         assert_eq!(
-            *marks.borrow(),
+            marks.peek(),
             Watermark {
                 written: 3,
                 durable: 3,
@@ -170,7 +228,7 @@ mod tests {
         publisher.failed();
         publisher.durable(1);
         assert_eq!(
-            *marks.borrow(),
+            marks.peek(),
             Watermark {
                 written: 4,
                 durable: 3,

@@ -75,7 +75,7 @@ impl ReplyReleaser {
                     None => worker_gone = true,
                 },
                 // Woken by the marks only while a reply waits for them.
-                moved = self.marks.changed(), if !self.awaiting.is_empty() => {
+                moved = self.marks.durable_moved(), if !self.awaiting.is_empty() => {
                     if moved.is_err() {
                         // The store thread ended: its last marks are final.
                         self.step();
@@ -97,7 +97,7 @@ impl ReplyReleaser {
         while let Ok(held) = self.queued.try_recv() {
             self.take(held);
         }
-        let marks = *self.marks.borrow_and_update();
+        let marks = self.marks.current();
         let mut released = 0;
         while let Some(replies) = self.awaiting.pop_passed(marks.durable) {
             released += replies.len();

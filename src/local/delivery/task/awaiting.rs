@@ -24,7 +24,7 @@ impl Delivery {
         let Some(marks) = self.marks.as_mut().filter(|_| !self.awaiting.is_empty()) else {
             return 0;
         };
-        let marks = *marks.borrow_and_update();
+        let marks = marks.current();
         let mut rounds = Vec::new();
         let released = self.awaiting.release(marks, &mut rounds);
         for round in rounds {
