@@ -45,7 +45,7 @@ impl Marks {
     }
 
     /// The marks now, without seeing them.
-    #[cfg(any(test, feature = "sim"))]
+    #[cfg(test)]
     pub(crate) fn peek(&self) -> Watermark {
         *self.marks.borrow()
     }
