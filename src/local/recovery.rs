@@ -26,7 +26,8 @@ pub(super) struct Recovered {
     /// The timers pending, journaling to `store` (unless `--sync none`).
     pub(super) table: TimerTable,
     pub(super) store: Option<(Store, StoreHandle)>,
-    /// Where the table's replies wait for the log, to be run as a task beside the worker.
+    /// Where the table's replies wait for the log, to be run on its own thread beside the
+    /// worker.
     pub(super) replies: Option<ReplyReleaser>,
     /// Fired before the restart and never settled, each with the deliveries it had.
     pub(super) unsettled: Vec<(Expiration, u32)>,

@@ -58,6 +58,11 @@ impl Delivery {
                 _ = sleep_until(next_deadline) => {}
             }
             self.release_passed();
+            if marks.is_none() && self.awaits_the_log() {
+                // The store thread ended (a panic, say) without a failure to publish: its
+                // last marks are final, and what they have not passed never will be.
+                self.store_ended();
+            }
             self.expire_ack_deadlines();
         }
         // Every handle is gone: what waits for the store's last commit is still answered.

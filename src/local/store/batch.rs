@@ -20,8 +20,8 @@ pub struct Batch {
     pub(super) attempted: Vec<((u64, u64), Vec<u8>)>,
     /// A boot recorded in this batch: its frame, which every later snapshot carries.
     pub(super) boot: Option<Vec<u8>>,
-    /// Deliveries leave as soon as this batch is written, before any fsync (see
-    /// [`Batch::leaves_once_written`]).
+    /// What this batch's attempts mean leaves as soon as it is written, before any fsync
+    /// (see [`Batch::leaves_once_written`]).
     pub(super) leaves_once_written: bool,
     /// The memory budget's hold on these frames (see [`Batch::hold`]), given back once they
     /// are written.
@@ -93,7 +93,8 @@ impl Batch {
         self.fired.push((key, frame));
     }
 
-    /// Says that deliveries leave once this batch's frames are written to the OS, without
+    /// Says that deliveries leave (or a refund is promised) once this batch's frames are
+    /// written to the OS, without
     /// waiting for the fsync `--sync always` makes after (the written mark, see
     /// [`super::watermark::Watermark::written`]): a crash of the process then keeps their
     /// attempts (the kernel has them), a crash of the machine may not. For records that

@@ -69,7 +69,7 @@ impl StoreHandle {
 
     /// Appends a batch and returns its number: what waits for it is released once the
     /// store's marks ([`Self::marks`]) pass that number. If the store has stopped they never
-    /// do, and the marks say it failed.
+    /// do: the marks say it failed, or (the thread gone) their channel is closed.
     pub fn append(&self, batch: Batch) -> u64 {
         self.budget.queued(batch.frames.len() as u64);
         let mut appended = self.appended.lock().unwrap_or_else(PoisonError::into_inner);

@@ -56,8 +56,7 @@ pub(crate) struct ReplyReleaser {
 }
 
 impl ReplyReleaser {
-    /// Runs [`Self::run`] on its own thread, "tickd-replies", until the worker and the
-    /// store are both gone.
+    /// Runs [`Self::run`] on its own thread, "tickd-replies".
     pub(crate) fn spawn_thread(self) -> std::io::Result<std::thread::JoinHandle<()>> {
         let runtime = tokio::runtime::Builder::new_current_thread().build()?;
         std::thread::Builder::new()
@@ -65,7 +64,8 @@ impl ReplyReleaser {
             .spawn(move || runtime.block_on(self.run()))
     }
 
-    /// Answers as the marks move, until the worker and the store are both gone.
+    /// Answers as the marks move, until the worker is gone and nothing waits, or the store
+    /// thread has ended (what its last marks did not pass is dropped unsent).
     pub(crate) async fn run(mut self) {
         let mut worker_gone = false;
         loop {
@@ -91,7 +91,7 @@ impl ReplyReleaser {
     }
 
     /// Takes in what the worker queued, then answers what the marks have passed: what one
-    /// wake-up of the task does. Returns how many replies it sent or dropped.
+    /// wake-up of the releaser does. Returns how many replies it sent or dropped.
     pub(crate) fn step(&mut self) -> usize {
         watermark::debug_assert_off_the_store_thread();
         while let Ok(held) = self.queued.try_recv() {

@@ -152,6 +152,9 @@ impl Delivery {
         if self.store.is_some() {
             let mut batch = Batch::default();
             batch.record(&refund);
+            // Promised once written (the pusher's `Recorded`): should the fsync after fail,
+            // the cut keeps it, as it keeps the attempts of deliveries that left.
+            batch.leaves_once_written();
             self.append_then(batch, None);
         }
         match when {

@@ -3,6 +3,7 @@
 
 use super::state::Delivery;
 use crate::domain::FiredRound;
+use crate::local::delivery::log_waits::LogWaits;
 
 impl Delivery {
     /// Takes in the worker's rounds: at once without a log, else once the batch that
@@ -31,6 +32,14 @@ impl Delivery {
             self.handoff(round);
         }
         released
+    }
+
+    /// The store thread has ended: what its last marks passed is released, the rest
+    /// dropped unsent, so that its callers see the store as unavailable (as after a
+    /// published failure) instead of waiting for marks that will never move.
+    pub(super) fn store_ended(&mut self) {
+        self.release_passed();
+        self.awaiting = LogWaits::default();
     }
 
     /// True while something waits for the log.
