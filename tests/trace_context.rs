@@ -319,13 +319,15 @@ async fn on_replicas_the_trace_survives_the_registering_replicas_sigkill() {
     assert_spans(&collector, &timer_id, "tickd.deliver", 2).await;
 }
 
-/// With the collector's address closed, 20,000 traced timers fire and are all delivered
-/// and acknowledged; tickd's resident memory after them is within 12 MiB of what it was
-/// after the first 2,000. Measured: about 4 MiB more; with the export queue made
-/// unbounded (`OTEL_BSP_MAX_QUEUE_SIZE=10000000`), the 18,000 firings' spans kept add 25.
+/// With the collector's address closed, 60,000 traced timers fire and are all delivered
+/// and acknowledged; tickd's resident memory after them is within 30 MiB of what it was
+/// after the first 2,000. Measured over those 58,000 firings: 0 to 9 MiB more in the
+/// debug build the suite runs (14 and 18 in release builds), and 41 with the export queue
+/// made unbounded (`OTEL_BSP_MAX_QUEUE_SIZE=10000000`). Over 18,000 firings the two were
+/// too close to tell apart (up to 16 MiB bounded, once 30 in a release build, against 25).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_is_down_changes_no_delivery_and_holds_no_memory() {
-    const TIMERS: usize = 20_000;
+    const TIMERS: usize = 60_000;
     const FIRST: usize = 2_000;
     let closed = common::http_sink::unused_address().await;
     let data_dir = tempfile::tempdir().unwrap();
@@ -368,8 +370,12 @@ async fn a_collector_that_is_down_changes_no_delivery_and_holds_no_memory() {
     }
     assert_eq!(acknowledged, TIMERS);
     let rss = common::proc_status::status_bytes(daemon.pid(), "VmRSS");
+    eprintln!(
+        "trace_context resident_growth_mib={}",
+        rss.saturating_sub(rss_after_first) >> 20
+    );
     assert!(
-        rss < rss_after_first + (12 << 20),
+        rss < rss_after_first + (30 << 20),
         "resident {rss} bytes after {TIMERS} traced firings, {rss_after_first} after {FIRST}"
     );
 }
